@@ -1,0 +1,35 @@
+package limit
+
+import "errors"
+
+// Sentinel errors returned by [Limiter.Acquire] and [Limiter.TryAcquire].
+// Compare with [errors.Is]: the errors returned may wrap them.
+var (
+	// ErrLimited means the key, or the limiter as a whole, holds all the
+	// permits it may hold and the request could not wait for one.
+	ErrLimited = errors.New("limit: over the limit")
+
+	// ErrQueueFull means the key is at its limit and its wait queue already
+	// holds Config.QueueSize waiters.
+	ErrQueueFull = errors.New("limit: wait queue full")
+
+	// ErrQueueTimeout means the request waited Config.QueueTimeout in the
+	// key's queue without getting a permit.
+	ErrQueueTimeout = errors.New("limit: wait limit reached")
+
+	// ErrClosed means the limiter was closed.
+	ErrClosed = errors.New("limit: limiter closed")
+
+	// ErrStore means the shared Store could not decide and its failure
+	// policy refuses. The returned error also wraps the Store's error.
+	ErrStore = errors.New("limit: shared store failed")
+)
+
+// ErrGlobalLimited is returned when Config.GlobalPermits permits are held
+// over all keys together. It matches [ErrLimited] under [errors.Is].
+var ErrGlobalLimited error = globalLimited{}
+
+type globalLimited struct{}
+
+func (globalLimited) Error() string        { return "limit: over the global limit" }
+func (globalLimited) Is(target error) bool { return target == ErrLimited }

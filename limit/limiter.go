@@ -1,0 +1,302 @@
+package limit
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A Limiter is a keyed counting semaphore: each key may hold a number of
+// permits at once, and requests over that number wait in a bounded FIFO
+// queue or are refused. A Limiter is safe for concurrent use. Its memory is
+// bounded by the keys that hold or wait for a permit: a key is forgotten as
+// soon as it has neither.
+type Limiter[K comparable] struct {
+	s      settings[K]
+	hash   func(K) uint64
+	shards []shard[K]
+	mask   uint64
+
+	global atomic.Int64 // permits held over all keys, kept only with a global cap
+	now    atomic.Int64 // coarse clock for dating permits, Unix nanoseconds
+
+	closed    atomic.Bool
+	done      chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+// New returns a Limiter configured by cfg, or an error naming the first
+// invalid field. Unless cfg.ReclaimAfter is negative, the Limiter runs a
+// goroutine that reclaims permits held too long; [Limiter.Close] stops it.
+func New[K comparable](cfg Config[K]) (*Limiter[K], error) {
+	s, err := cfg.settings()
+	if err != nil {
+		return nil, err
+	}
+	l := &Limiter[K]{s: s, done: make(chan struct{})}
+	l.hash = s.Hash
+	if l.hash == nil {
+		seed := maphash.MakeSeed()
+		l.hash = func(k K) uint64 { return maphash.Comparable(seed, k) }
+	}
+	n := shardCount()
+	l.shards = make([]shard[K], n)
+	l.mask = uint64(n - 1)
+	for i := range l.shards {
+		l.shards[i].l = l
+		l.shards[i].keys = make(map[K]*entry[K])
+	}
+	l.now.Store(s.Clock.Now().UnixNano())
+	if n, ok := s.Store.(ReleaseNotifier[K]); ok {
+		n.NotifyRelease(l.wake)
+	}
+	if s.reclaimNanos > 0 {
+		l.wg.Add(1)
+		go l.reclaimLoop()
+	}
+	return l, nil
+}
+
+// shardCount is a power of two well above the number of CPUs, so that
+// goroutines working on different keys seldom share a lock.
+func shardCount() int {
+	n := 16
+	for n < 8*runtime.GOMAXPROCS(0) && n < 1024 {
+		n <<= 1
+	}
+	return n
+}
+
+func (l *Limiter[K]) shard(key K) *shard[K] {
+	return &l.shards[l.hash(key)&l.mask]
+}
+
+// Acquire takes one permit of key, waiting in the key's queue when it is at
+// its limit and Config.QueueSize allows. On success it returns a valid
+// Permit that the caller must Release. On failure it returns the zero
+// Permit and an error, and holds nothing: [ErrLimited] (or
+// [ErrGlobalLimited]) when it could not wait, [ErrQueueFull],
+// [ErrQueueTimeout], [ErrClosed], an error wrapping [ErrStore], or ctx.Err()
+// when ctx ended while it waited (counted as abandoned). With a Store,
+// Acquire also waits for the Store's answer, bounded by ctx.
+func (l *Limiter[K]) Acquire(ctx context.Context, key K) (Permit[K], error) {
+	return l.acquire(ctx, key, true)
+}
+
+// TryAcquire takes one permit of key if one is free now. It never waits in
+// the queue and never blocks: with a Store it uses the Store's non-blocking
+// answer. Its results are those of [Limiter.Acquire], except that it never
+// returns ErrQueueTimeout or a context error.
+func (l *Limiter[K]) TryAcquire(key K) (Permit[K], error) {
+	return l.acquire(context.Background(), key, false)
+}
+
+func (l *Limiter[K]) acquire(ctx context.Context, key K, mayWait bool) (Permit[K], error) {
+	if l.closed.Load() {
+		return Permit[K]{}, ErrClosed
+	}
+	var start time.Time // set when the request first waits
+	for {
+		p, g, err := l.acquireLocal(ctx, key, mayWait, &start)
+		if err != nil || !p.p.stored {
+			return p, err
+		}
+		ok, err := l.askStore(ctx, key, g, mayWait)
+		if ok && err == nil {
+			return p, nil
+		}
+		l.release(p, false)
+		if err != nil {
+			l.count(key, StoreFailed)
+			return Permit[K]{}, fmt.Errorf("%w: %w", ErrStore, err)
+		}
+		if err := l.waitForStore(ctx, key, mayWait, &start); err != nil {
+			return Permit[K]{}, err
+		}
+	}
+}
+
+// grant records what the local count was when a permit was granted, for
+// the Store's decision.
+type grant struct{ limit, local int32 }
+
+func (l *Limiter[K]) askStore(ctx context.Context, key K, g grant, mayWait bool) (bool, error) {
+	if !mayWait {
+		return l.s.Store.TryAcquire(key, int(g.limit), int(g.local))
+	}
+	return l.s.Store.Acquire(ctx, key, int(g.limit), int(g.local))
+}
+
+// acquireLocal applies the limits this process knows: the key's permits,
+// the global cap, shadow mode and the queue.
+func (l *Limiter[K]) acquireLocal(ctx context.Context, key K, mayWait bool, start *time.Time) (Permit[K], grant, error) {
+	limit := l.s.permits
+	if l.s.PermitsFor != nil {
+		limit = l.s.limitFor(key) // called with no lock held, as documented
+	}
+	sh := l.shard(key)
+	sh.mu.Lock()
+	e := sh.lookup(key, limit)
+	if e.inUse < e.limit && e.head == nil {
+		if !l.takeGlobal() {
+			e.refused++
+			sh.stats.refused++
+			sh.forgetIfIdle(e)
+			sh.mu.Unlock()
+			l.observe(key, Refused, 0)
+			return Permit[K]{}, grant{}, ErrGlobalLimited
+		}
+		g := grant{e.limit, e.inUse}
+		p := sh.take(e, l.now.Load())
+		sh.stats.granted++
+		sh.mu.Unlock()
+		l.observe(key, Granted, 0)
+		return Permit[K]{p: p, gen: p.gen, key: key}, g, nil
+	}
+	return l.overLimit(ctx, sh, e, mayWait, start)
+}
+
+// overLimit handles a request for a key at its limit (or with others
+// already queued). It is called with sh.mu held and releases it.
+func (l *Limiter[K]) overLimit(ctx context.Context, sh *shard[K], e *entry[K], mayWait bool, start *time.Time) (Permit[K], grant, error) {
+	key := e.key
+	if l.s.Shadow {
+		if !l.takeGlobal() {
+			sh.stats.refused++
+			sh.forgetIfIdle(e)
+			sh.mu.Unlock()
+			l.observe(key, Refused, 0)
+			return Permit[K]{}, grant{}, ErrGlobalLimited
+		}
+		g := grant{e.limit, e.inUse}
+		p := sh.take(e, l.now.Load())
+		e.refused++
+		sh.stats.granted++
+		sh.stats.shadowRefused++
+		sh.mu.Unlock()
+		l.observe(key, ShadowRefused, 0)
+		return Permit[K]{p: p, gen: p.gen, key: key, shadow: true}, g, nil
+	}
+	if !mayWait || l.s.QueueSize == 0 {
+		e.refused++
+		sh.stats.refused++
+		sh.forgetIfIdle(e)
+		sh.mu.Unlock()
+		l.observe(key, Refused, 0)
+		return Permit[K]{}, grant{}, ErrLimited
+	}
+	if int(e.waiting) >= l.s.QueueSize {
+		e.refused++
+		sh.stats.queueFull++
+		sh.mu.Unlock()
+		l.observe(key, QueueFull, 0)
+		return Permit[K]{}, grant{}, ErrQueueFull
+	}
+	w := &waiter[K]{ready: make(chan struct{}, 1)}
+	e.enqueue(w)
+	sh.mu.Unlock()
+	if start.IsZero() {
+		*start = l.s.Clock.Now()
+	}
+	return l.wait(ctx, sh, e, w, *start)
+}
+
+// takeGlobal takes one unit of the global cap, if there is one.
+func (l *Limiter[K]) takeGlobal() bool {
+	if l.s.globalPermits == 0 {
+		return true
+	}
+	if l.global.Add(1) > l.s.globalPermits {
+		l.global.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (l *Limiter[K]) giveGlobal() {
+	if l.s.globalPermits != 0 {
+		l.global.Add(-1)
+	}
+}
+
+// release gives back p if its handle is still live. With fromHolder it also
+// gives the permit back to the Store; a permit the Store refused was never
+// counted there.
+func (l *Limiter[K]) release(h Permit[K], fromHolder bool) {
+	p := h.p
+	if p == nil {
+		return
+	}
+	sh := p.sh
+	sh.mu.Lock()
+	if p.gen != h.gen {
+		sh.mu.Unlock()
+		return
+	}
+	stored := p.stored && fromHolder
+	sh.releaseLocked(p)
+	sh.mu.Unlock()
+	if stored {
+		l.s.Store.Release(h.key)
+	}
+}
+
+// releaseLocked takes back p, hands the freed permit to the first waiter if
+// any, and forgets the key if it is idle. It is called with sh.mu held.
+func (sh *shard[K]) releaseLocked(p *permit[K]) {
+	e := p.entry
+	sh.give(p)
+	sh.l.giveGlobal()
+	sh.admitWaiters(e)
+	if e.changed != nil {
+		close(e.changed)
+		e.changed = nil
+	}
+	sh.forgetIfIdle(e)
+}
+
+// InUse returns how many permits of key are held in this process now.
+func (l *Limiter[K]) InUse(key K) int {
+	sh := l.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.keys[key]; e != nil {
+		return int(e.inUse)
+	}
+	return 0
+}
+
+// Close stops the limiter's background work and fails every waiting and
+// later request with [ErrClosed]. Permits already held stay valid and may
+// still be released. Close is idempotent and always returns nil.
+func (l *Limiter[K]) Close() error {
+	l.closeOnce.Do(func() {
+		l.closed.Store(true)
+		close(l.done)
+	})
+	l.wg.Wait()
+	return nil
+}
+
+func (l *Limiter[K]) observe(key K, kind EventKind, wait time.Duration) {
+	if l.s.Observer != nil {
+		l.s.Observer.Observe(Event[K]{Kind: kind, Key: key, Wait: wait})
+	}
+}
+
+// count records an event that happened outside the shard's lock.
+func (l *Limiter[K]) count(key K, kind EventKind) {
+	sh := l.shard(key)
+	sh.mu.Lock()
+	switch kind {
+	case StoreFailed:
+		sh.stats.storeFailed++
+	}
+	sh.mu.Unlock()
+	l.observe(key, kind, 0)
+}

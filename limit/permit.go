@@ -1,0 +1,47 @@
+package limit
+
+// A Permit is one permit of a key, granted by [Limiter.Acquire] or
+// [Limiter.TryAcquire]. It is a small value: copies refer to the same
+// permit, and exactly one Release counts, whichever copy calls it and
+// however often. The zero Permit holds nothing.
+type Permit[K comparable] struct {
+	p      *permit[K]
+	gen    uint64
+	key    K
+	shadow bool
+}
+
+// Release gives the permit back: the first waiter of its key, if any, gets
+// it. Only the first call counts; later calls, and a call after the
+// limiter reclaimed the permit, do nothing. Release never blocks.
+func (p Permit[K]) Release() {
+	if p.p != nil {
+		p.p.sh.l.release(p, true)
+	}
+}
+
+// Exempt shields the permit from reclaim, for holders that legitimately
+// hold it for long, such as an established tunnel. It does nothing after
+// the permit was released or reclaimed.
+func (p Permit[K]) Exempt() {
+	if p.p == nil {
+		return
+	}
+	sh := p.p.sh
+	sh.mu.Lock()
+	if p.p.gen == p.gen {
+		sh.unlist(p.p)
+	}
+	sh.mu.Unlock()
+}
+
+// Valid reports whether p was granted (as opposed to the zero Permit
+// returned with an error). It stays true after Release.
+func (p Permit[K]) Valid() bool { return p.p != nil }
+
+// Key returns the key the permit was granted for.
+func (p Permit[K]) Key() K { return p.key }
+
+// Shadowed reports whether the permit was granted only because the limiter
+// is in shadow mode: without it, the request would have been refused.
+func (p Permit[K]) Shadowed() bool { return p.shadow }
