@@ -49,7 +49,6 @@ func New[K comparable](cfg Config[K]) (*Limiter[K], error) {
 	l.mask = uint64(n - 1)
 	for i := range l.shards {
 		l.shards[i].l = l
-		l.shards[i].keys = make(map[K]*entry[K])
 	}
 	l.now.Store(s.Clock.Now().UnixNano())
 	if n, ok := s.Store.(ReleaseNotifier[K]); ok {
@@ -72,8 +71,10 @@ func shardCount() int {
 	return n
 }
 
-func (l *Limiter[K]) shard(key K) *shard[K] {
-	return &l.shards[l.hash(key)&l.mask]
+// shard returns the shard of key and the key's hash.
+func (l *Limiter[K]) shard(key K) (*shard[K], uint64) {
+	h := l.hash(key)
+	return &l.shards[h&l.mask], h
 }
 
 // Acquire takes one permit of key, waiting in the key's queue when it is at
@@ -139,9 +140,9 @@ func (l *Limiter[K]) acquireLocal(ctx context.Context, key K, mayWait bool, star
 	if l.s.PermitsFor != nil {
 		limit = l.s.limitFor(key) // called with no lock held, as documented
 	}
-	sh := l.shard(key)
+	sh, h := l.shard(key)
 	sh.mu.Lock()
-	e := sh.lookup(key, limit)
+	e := sh.lookup(h, key, limit)
 	if e.inUse < e.limit && e.head == nil {
 		if !l.takeGlobal() {
 			e.refused++
@@ -262,10 +263,10 @@ func (sh *shard[K]) releaseLocked(p *permit[K]) {
 
 // InUse returns how many permits of key are held in this process now.
 func (l *Limiter[K]) InUse(key K) int {
-	sh := l.shard(key)
+	sh, h := l.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.keys[key]; e != nil {
+	if e := sh.keys.get(h, key); e != nil {
 		return int(e.inUse)
 	}
 	return 0
@@ -291,7 +292,7 @@ func (l *Limiter[K]) observe(key K, kind EventKind, wait time.Duration) {
 
 // count records an event that happened outside the shard's lock.
 func (l *Limiter[K]) count(key K, kind EventKind) {
-	sh := l.shard(key)
+	sh, _ := l.shard(key)
 	sh.mu.Lock()
 	switch kind {
 	case StoreFailed:

@@ -126,7 +126,7 @@ func (l *Limiter[K]) queueTimer(start time.Time) (<-chan time.Time, func()) {
 // have been released somewhere in the cluster. A nil error means try again.
 func (l *Limiter[K]) waitForStore(ctx context.Context, key K, mayWait bool, start *time.Time) error {
 	limit := l.s.limitFor(key)
-	sh := l.shard(key)
+	sh, h := l.shard(key)
 	sh.mu.Lock()
 	if !mayWait || l.s.QueueSize == 0 {
 		sh.stats.refused++
@@ -134,7 +134,7 @@ func (l *Limiter[K]) waitForStore(ctx context.Context, key K, mayWait bool, star
 		l.observe(key, Refused, 0)
 		return ErrLimited
 	}
-	e := sh.lookup(key, limit)
+	e := sh.lookup(h, key, limit)
 	if int(e.waiting) >= l.s.QueueSize {
 		e.refused++
 		sh.stats.queueFull++
@@ -193,9 +193,9 @@ func (l *Limiter[K]) pollInterval() time.Duration {
 // wake tells the waiters of key that a permit may have been released
 // elsewhere in the cluster.
 func (l *Limiter[K]) wake(key K) {
-	sh := l.shard(key)
+	sh, h := l.shard(key)
 	sh.mu.Lock()
-	if e := sh.keys[key]; e != nil && e.changed != nil {
+	if e := sh.keys.get(h, key); e != nil && e.changed != nil {
 		close(e.changed)
 		e.changed = nil
 	}

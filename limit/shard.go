@@ -8,7 +8,7 @@ import "sync"
 type shard[K comparable] struct {
 	mu   sync.Mutex
 	l    *Limiter[K]
-	keys map[K]*entry[K]
+	keys table[K]
 
 	// oldest and newest bound the list of held, non-exempt permits in the
 	// order they were granted, so reclaim looks only at the front.
@@ -53,6 +53,7 @@ func (c *counters) add(o counters) {
 // permit in use or a waiter, and not a moment longer.
 type entry[K comparable] struct {
 	key     K
+	hash    uint64
 	limit   int32
 	inUse   int32
 	waiting int32 // queued waiters plus those waiting on the Store
@@ -79,9 +80,10 @@ type permit[K comparable] struct {
 	stored     bool // the Store counted it
 }
 
-// lookup returns key's entry, creating it with the given limit if needed.
-func (sh *shard[K]) lookup(key K, limit int32) *entry[K] {
-	if e := sh.keys[key]; e != nil {
+// lookup returns key's entry, creating it with the given limit if needed;
+// h is the key's hash.
+func (sh *shard[K]) lookup(h uint64, key K, limit int32) *entry[K] {
+	if e := sh.keys.get(h, key); e != nil {
 		return e
 	}
 	e := sh.freeEntries
@@ -92,8 +94,8 @@ func (sh *shard[K]) lookup(key K, limit int32) *entry[K] {
 	} else {
 		e = new(entry[K])
 	}
-	e.key, e.limit = key, limit
-	sh.keys[key] = e
+	e.key, e.hash, e.limit = key, h, limit
+	sh.keys.put(h, e)
 	return e
 }
 
@@ -102,7 +104,7 @@ func (sh *shard[K]) forgetIfIdle(e *entry[K]) {
 	if e.inUse != 0 || e.waiting != 0 {
 		return
 	}
-	delete(sh.keys, e.key)
+	sh.keys.del(e.hash, e)
 	*e = entry[K]{}
 	if sh.nFreeEntries < maxFreeEntries {
 		e.nextFree = sh.freeEntries

@@ -71,14 +71,14 @@ func (l *Limiter[K]) collect(keys *[]KeyStats[K]) Totals {
 		sh := &l.shards[i]
 		sh.mu.Lock()
 		c.add(sh.stats)
-		for _, e := range sh.keys {
+		sh.keys.each(func(e *entry[K]) {
 			t.InUse += int(e.inUse)
 			t.Waiting += int(e.waiting)
 			if keys != nil {
 				*keys = append(*keys, KeyStats[K]{e.key, int(e.inUse), int(e.waiting), e.refused})
 			}
-		}
-		t.Keys += len(sh.keys)
+		})
+		t.Keys += sh.keys.n
 		sh.mu.Unlock()
 	}
 	t.Granted, t.Refused = c.granted, c.refused
