@@ -1,0 +1,156 @@
+package clientkey
+
+import (
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// Resolver finds the real client of an HTTP request behind trusted reverse
+// proxies. The zero Resolver, like a nil *Resolver, trusts no one: the peer
+// is always the client. A Resolver is read-only once in use and then safe
+// for concurrent use; it does not modify the requests or headers it reads.
+type Resolver struct {
+	// Trusted holds the proxies whose forwarding headers are believed, both
+	// as the peer and as hops inside the header. Nil trusts no one.
+	Trusted *ProxySet
+	// Header selects the header walked when the peer is trusted. The zero
+	// value, HeaderNone, ignores headers: the peer is always the client.
+	// Values other than the Header constants behave as HeaderNone.
+	Header Header
+	// Keyer turns the client address into a Key in [Resolver.Key]. The
+	// zero Keyer keys IPv4 by /32 and IPv6 by /64.
+	Keyer Keyer
+}
+
+// ClientAddr returns the address of the client that sent req.
+//
+// The peer is read from req.RemoteAddr as "ip:port" with
+// [netip.ParseAddrPort] (never by splitting on ':', which breaks IPv6);
+// a bare address is accepted too. If RemoteAddr is neither, ClientAddr
+// returns the invalid Addr. Otherwise the result is that of
+// [Resolver.ClientAddrFrom] for the peer and req.Header.
+func (r *Resolver) ClientAddr(req *http.Request) netip.Addr {
+	peer, ok := parseHostAddr(req.RemoteAddr)
+	if !ok {
+		return netip.Addr{}
+	}
+	return r.ClientAddrFrom(peer, req.Header)
+}
+
+// Key returns the key of the client that sent req: r.Keyer applied to
+// [Resolver.ClientAddr]. It is the zero Key when RemoteAddr cannot be read.
+func (r *Resolver) Key(req *http.Request) Key {
+	var k Keyer
+	if r != nil {
+		k = r.Keyer
+	}
+	return k.FromAddr(r.ClientAddr(req))
+}
+
+// ClientAddrFrom returns the client's address given the peer's address and
+// the request header, as [Resolver.ClientAddr] does after reading
+// RemoteAddr. It serves callers that learned the peer another way, such as
+// from a PROXY protocol header.
+//
+// If r is nil, r.Header is HeaderNone, or peer is invalid or not in
+// r.Trusted, the result is peer: only a trusted proxy's header is believed.
+// Otherwise every field line of the header is walked, the last line first
+// and each line from its right end, the hop nearest to us first:
+//
+//   - a hop in r.Trusted is skipped;
+//   - the first hop not in r.Trusted is the client and is returned;
+//   - a hop that cannot be parsed, or that is "unknown" or obfuscated,
+//     breaks the chain before a client is found, and the result is peer;
+//   - if every hop is trusted, the left-most hop is returned;
+//   - a header that is absent or holds only empty elements gives peer.
+//
+// Hops left of the client never change the result. The address is returned
+// as written in the header (an IPv4-mapped form stays mapped; the Keyer
+// unmaps it). h is read under the canonical header name, as net/http
+// stores it. With well-formed headers ClientAddrFrom does not allocate,
+// except to decode a Forwarded node written with backslash escapes.
+func (r *Resolver) ClientAddrFrom(peer netip.Addr, h http.Header) netip.Addr {
+	if r == nil || !r.Trusted.Contains(peer) {
+		return peer
+	}
+	name := r.Header.canonicalName()
+	if name == "" {
+		return peer
+	}
+	// Index the map directly: net/http stores canonical keys, and
+	// Header.Values would canonicalize our constant on every call.
+	return walkHops(peer, r.Trusted, h[name], r.Header)
+}
+
+// walkHops applies the walk of [Resolver.ClientAddrFrom] to the field lines
+// of one header.
+func walkHops(peer netip.Addr, trusted *ProxySet, lines []string, h Header) netip.Addr {
+	var leftmost netip.Addr
+	for i := len(lines) - 1; i >= 0; i-- {
+		first, client, v := scanLine(lines[i], trusted, h)
+		switch v {
+		case lineBroken:
+			return peer
+		case lineClient:
+			return client
+		case lineTrusted:
+			leftmost = first
+		}
+	}
+	if leftmost.IsValid() {
+		return leftmost
+	}
+	return peer
+}
+
+// lineVerdict is what the right-most decisive hop of a field line says.
+type lineVerdict int
+
+const (
+	lineEmpty   lineVerdict = iota // no hop at all
+	lineTrusted                    // every hop is trusted and well formed
+	lineClient                     // the right-most hop not trusted is an address
+	lineBroken                     // the right-most hop not trusted is malformed
+)
+
+// scanLine reads one field line left to right (a quoted-string in Forwarded
+// may hold commas, so only a left-to-right scan finds its elements) and
+// reports its right-most hop that is malformed or untrusted, or, if there
+// is none, its first hop.
+func scanLine(line string, trusted *ProxySet, h Header) (first, client netip.Addr, v lineVerdict) {
+	for rest, more := line, true; more; {
+		var elem string
+		elem, rest, more = nextElement(rest, h)
+		if trimOWS(elem) == "" {
+			continue // RFC 9110 §5.6.1: empty list elements are ignored
+		}
+		a, err := parseHop(elem, h)
+		switch {
+		case err != nil:
+			client, v = netip.Addr{}, lineBroken
+		case !trusted.Contains(a):
+			client, v = a, lineClient
+		case v == lineEmpty:
+			first, v = a, lineTrusted
+		}
+	}
+	return first, client, v
+}
+
+func nextElement(s string, h Header) (elem, rest string, more bool) {
+	if h == HeaderForwarded {
+		return nextForwardedElement(s)
+	}
+	if i := strings.IndexByte(s, ','); i >= 0 {
+		return s[:i], s[i+1:], true
+	}
+	return s, "", false
+}
+
+func parseHop(elem string, h Header) (netip.Addr, error) {
+	if h == HeaderForwarded {
+		return parseForwardedElement(elem)
+	}
+	return parseXFFHop(elem)
+}
