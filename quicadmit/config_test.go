@@ -1,0 +1,120 @@
+package quicadmit
+
+import (
+	"context"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"log/slog"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+)
+
+// TestConfigFieldsDocumented walks Config by reflection and fails when a
+// field has no doc comment in config.go or does not say what its zero (or
+// nil) value means.
+func TestConfigFieldsDocumented(t *testing.T) {
+	docs := configFieldDocs(t)
+	typ := reflect.TypeFor[Config]()
+	for i := range typ.NumField() {
+		name := typ.Field(i).Name
+		doc, ok := docs[name]
+		switch {
+		case !ok || strings.TrimSpace(doc) == "":
+			t.Errorf("Config.%s has no doc comment", name)
+		case !strings.Contains(strings.ToLower(doc), "zero") && !strings.Contains(strings.ToLower(doc), "nil"):
+			t.Errorf("Config.%s does not say what its zero value means:\n%s", name, doc)
+		}
+	}
+}
+
+func configFieldDocs(t *testing.T) map[string]string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "config.go", nil, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]string{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		ts, ok := n.(*ast.TypeSpec)
+		if !ok || ts.Name.Name != "Config" {
+			return true
+		}
+		for _, field := range ts.Type.(*ast.StructType).Fields.List {
+			for _, name := range field.Names {
+				docs[name.Name] = field.Doc.Text()
+			}
+		}
+		return false
+	})
+	return docs
+}
+
+// recordHandler keeps the messages of the records it handles.
+type recordHandler struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler            { return h }
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.msgs = append(h.msgs, r.Level.String()+" "+r.Message)
+	return nil
+}
+
+func (h *recordHandler) count(prefix string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, m := range h.msgs {
+		if strings.HasPrefix(m, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestLogsAreThrottled(t *testing.T) {
+	h := &recordHandler{}
+	d := newHookDriver(t, Config{MaxInProgress: 1, Logger: slog.New(h), LogLevel: slog.LevelWarn})
+	d.admit(false)
+	for range 1000 {
+		if _, err := d.c.ConnContext(context.Background(), &quic.ClientInfo{RemoteAddr: testAddr}); err == nil {
+			t.Fatal("admitted over the maximum")
+		}
+	}
+	if n := h.count("WARN quicadmit: refusing"); n != 1 {
+		t.Fatalf("%d refusal logs for a burst within a second, want 1", n)
+	}
+	d.clock.Advance(time.Second)
+	_, _ = d.c.ConnContext(context.Background(), &quic.ClientInfo{RemoteAddr: testAddr})
+	if n := h.count("WARN quicadmit: refusing"); n != 2 {
+		t.Fatalf("%d refusal logs a second later, want 2", n)
+	}
+	if s := d.c.Snapshot(); s.Refused != 1001 {
+		t.Fatalf("Refused %d: throttling must not drop counts", s.Refused)
+	}
+}
+
+func TestRetryChangesLogged(t *testing.T) {
+	h := &recordHandler{}
+	d := newHookDriver(t, Config{RetryThresholdMin: 1, RetryThresholdMax: 1, Logger: slog.New(h)})
+	d.arrive()
+	if n := h.count("INFO quicadmit: Retry on"); n != 1 {
+		t.Fatalf("%d Retry-on logs, want 1", n)
+	}
+	d.clock.Advance(time.Second)
+	d.finish()
+	if n := h.count("INFO quicadmit: Retry off"); n != 1 {
+		t.Fatalf("%d Retry-off logs, want 1", n)
+	}
+}
