@@ -1,0 +1,408 @@
+package config
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Config is the whole daemon configuration, the root of the YAML document.
+//
+// The zero Config is not valid: it has no listener. Every other zero field means its
+// default. Use [Parse] or [Load] to read one from YAML, [Config.Validate] to check one built
+// in Go, and [Config.Effective] for a copy with every default filled in.
+type Config struct {
+	// Log says how the daemon logs. The zero value logs text at info, without access logs.
+	Log Log `yaml:"log"`
+
+	// Admin is the admin HTTP listener (metrics, limiter snapshots, health).
+	// The zero value has no admin listener.
+	Admin Admin `yaml:"admin"`
+
+	// ShutdownTimeout is how long the daemon lets in-flight exchanges and tunnels finish
+	// after SIGTERM before it closes them. Zero means DefaultShutdownTimeout (30s).
+	// Negative is invalid.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+
+	// Cluster makes route limits and client limits count cluster-wide on Redis.
+	// Nil means every node counts on its own.
+	Cluster *Cluster `yaml:"cluster"`
+
+	// Listeners are the sockets the daemon serves, in order. At least one is required.
+	Listeners []Listener `yaml:"listeners"`
+
+	// src remembers where each field came from in the YAML text, for error positions.
+	// Nil for a Config built in Go.
+	src *source
+}
+
+// Log configures the daemon's log/slog output (stderr).
+type Log struct {
+	// Format is the log line format. Empty means LogText.
+	Format LogFormat `yaml:"format"`
+
+	// Level is the lowest level logged. Empty means LevelInfo.
+	Level LogLevel `yaml:"level"`
+
+	// AccessLog logs one line per HTTP exchange and per TCP connection, at info.
+	// False (the default) logs none.
+	AccessLog bool `yaml:"access_log"`
+}
+
+// Admin configures the admin HTTP listener.
+type Admin struct {
+	// Listen is the host:port of the admin listener. Empty means no admin listener.
+	// Port 0 picks a free port.
+	Listen string `yaml:"listen"`
+}
+
+// Cluster makes limits count across every node sharing one Redis.
+//
+// Route limits (limit and shadow_limit) and listener client limits then count cluster-wide.
+// Accept-time connection caps (max_conns_per_client, prefix_levels, max_conns) always count
+// on the node alone: a refusal at accept must not wait for Redis.
+type Cluster struct {
+	// Redis says how to reach Redis. Required.
+	Redis Redis `yaml:"redis"`
+
+	// Prefix starts every Redis key the daemon writes, so several deployments can share one
+	// Redis. Empty means DefaultRedisPrefix ("portcullis:").
+	Prefix string `yaml:"prefix"`
+
+	// Lease is how long a node's permits live in Redis without renewal: the permits of a
+	// node that died come back within one Lease. Zero means DefaultLease (15s). Values
+	// below 1s are invalid.
+	Lease time.Duration `yaml:"lease"`
+
+	// Timeout bounds each Redis call. Zero means DefaultRedisTimeout (50ms). It must be
+	// shorter than Lease. Negative is invalid.
+	Timeout time.Duration `yaml:"timeout"`
+
+	// OnError says what a node does while Redis fails or is too slow. Empty means OnErrorOpen.
+	OnError OnError `yaml:"on_error"`
+
+	// NodeShare is the fraction, in (0, 1], of each limit that a node enforces on its own
+	// while OnError is open and Redis is away: a node then admits at most
+	// ceil(NodeShare × permits) (at least 1) per key. Zero means DefaultNodeShare (1.0, the
+	// whole limit on every node, so a cluster of N nodes may admit up to N times the limit
+	// during the outage). Negative, above 1 and NaN are invalid.
+	NodeShare float64 `yaml:"node_share"`
+}
+
+// Redis is how the daemon connects to Redis.
+type Redis struct {
+	// Addrs are host:port addresses. One address means a single Redis server; several mean
+	// the seed nodes of a Redis Cluster. At least one is required; no duplicates.
+	Addrs []string `yaml:"addrs"`
+
+	// Username is the Redis ACL user. Empty means the default user.
+	Username string `yaml:"username"`
+
+	// PasswordFile is a file holding the Redis password (one trailing newline is ignored).
+	// Empty means no password. It must be readable and non-empty at Validate time.
+	PasswordFile string `yaml:"password_file"`
+
+	// DB is the Redis database number. Zero is database 0. Negative is invalid, and a Redis
+	// Cluster (several Addrs) only has database 0.
+	DB int `yaml:"db"`
+
+	// TLS configures TLS to Redis. The zero value is plain TCP.
+	TLS RedisTLS `yaml:"tls"`
+}
+
+// RedisTLS configures the TLS client connection to Redis.
+//
+// The file and name fields are only accepted with Enabled true, so a configuration cannot
+// look encrypted while it is not.
+type RedisTLS struct {
+	// Enabled turns TLS on. False (the default) connects in plain TCP.
+	Enabled bool `yaml:"enabled"`
+
+	// CAFile is a PEM file of the certificate authorities trusted for the server.
+	// Empty means the system roots.
+	CAFile string `yaml:"ca_file"`
+
+	// ServerName is the name checked in the server's certificate. Empty means the host of
+	// the address dialed.
+	ServerName string `yaml:"server_name"`
+
+	// CertFile is the PEM client certificate, for mutual TLS. Set with KeyFile or not at all.
+	CertFile string `yaml:"cert_file"`
+
+	// KeyFile is the PEM private key of CertFile. Set with CertFile or not at all.
+	KeyFile string `yaml:"key_file"`
+}
+
+// Listener is one socket the daemon serves and the admission rules applied to it.
+//
+// Fields that do not apply to the Listener's Protocol must be left zero (see the table in
+// docs/config.md): an http listener with a quic block is an error, not a silent no-op.
+type Listener struct {
+	// Name identifies the listener in logs, metrics and RoutesFrom. Empty means
+	// "<protocol>-<index>", index counting from 0 in Config.Listeners. Names are unique and
+	// made of letters, digits, '.', '_' and '-'.
+	Name string `yaml:"name"`
+
+	// Protocol is what the listener speaks. Required.
+	Protocol Protocol `yaml:"protocol"`
+
+	// Listen is the host:port to listen on: an IP address (IPv6 in brackets) or a host name,
+	// and a numeric port; an empty host means every interface; port 0 picks a free port.
+	// A TCP port (http, https, tcp) and a UDP port (http3) may be the same number. Required.
+	Listen string `yaml:"listen"`
+
+	// TLS is the server certificate. Required for https and http3, not accepted otherwise.
+	TLS TLS `yaml:"tls"`
+
+	// MaxConnsPerClient caps the connections one client key may hold at once, checked at
+	// accept before any byte is read (for http3, at the QUIC handshake). Zero means
+	// DefaultMaxConnsPerClient (64). Unlimited (-1) means no cap. Below -1 is invalid.
+	MaxConnsPerClient int `yaml:"max_conns_per_client"`
+
+	// MaxConns caps the connections of the whole listener. Zero means no cap. Negative is
+	// invalid.
+	MaxConns int `yaml:"max_conns"`
+
+	// IPv6Prefix is the prefix length an IPv6 client address is masked to to form its
+	// client key: clients in one /64 share a key by default. Zero means DefaultIPv6Prefix
+	// (64). Valid values are 1 to 128.
+	IPv6Prefix int `yaml:"ipv6_prefix"`
+
+	// IPv4Prefix is the prefix length an IPv4 client address is masked to to form its client
+	// key. Zero means DefaultIPv4Prefix (32, one key per address). Valid values are 1 to 32.
+	// IPv4-mapped IPv6 addresses count as IPv4.
+	IPv4Prefix int `yaml:"ipv4_prefix"`
+
+	// PrefixLevels are extra, coarser connection caps, such as "1024 per IPv4 /24". A
+	// connection is admitted only if its client key and every level that applies to its
+	// address family admit it. Nil means no extra level.
+	PrefixLevels []PrefixLevel `yaml:"prefix_levels"`
+
+	// ConnOverrides replace MaxConnsPerClient for the client keys inside a CIDR. When
+	// several contain a key, the longest prefix wins. Nil means no override.
+	ConnOverrides []ConnOverride `yaml:"conn_overrides"`
+
+	// EnforceAbove makes the per-client cap apply only while the listener holds more than
+	// this many connections, so a lone heavy client is served while the listener is quiet.
+	// Zero means always enforce. Negative is invalid. With MaxConns set it must be below
+	// MaxConns. Prefix levels and MaxConns are always enforced.
+	EnforceAbove int `yaml:"enforce_above"`
+
+	// ResetOnRefuse closes a refused connection with a TCP RST instead of a FIN, so the
+	// refused client holds no TIME_WAIT state. False (the default) closes with FIN. Not for
+	// http3.
+	ResetOnRefuse bool `yaml:"reset_on_refuse"`
+
+	// TrustedProxies are the CIDRs (or single addresses) of proxies in front of this
+	// listener. Their connections are exempt from the connection caps, and only their
+	// forwarded headers and PROXY protocol headers are believed. Nil trusts nobody.
+	TrustedProxies []netip.Prefix `yaml:"trusted_proxies"`
+
+	// ForwardedHeader is the header a trusted proxy names the real client in; the real
+	// client is the right-most address that is not itself a trusted proxy. Empty means
+	// ForwardedXFF for HTTP listeners. Not for tcp listeners.
+	ForwardedHeader ForwardedHeader `yaml:"forwarded_header"`
+
+	// ProxyProtocol reads a PROXY protocol v1 or v2 header from connections of
+	// TrustedProxies (and only from them), and keys the connection by the client it names.
+	// Requires TrustedProxies. Not for http3.
+	ProxyProtocol bool `yaml:"proxy_protocol"`
+
+	// ProxyProtocolTimeout bounds the wait for the PROXY header. Zero means
+	// DefaultProxyProtocolTimeout (3s). Negative is invalid. Not for http3.
+	ProxyProtocolTimeout time.Duration `yaml:"proxy_protocol_timeout"`
+
+	// ReadHeaderTimeout bounds reading a request head (http.Server.ReadHeaderTimeout).
+	// Zero means DefaultReadHeaderTimeout (10s). Negative is invalid. HTTP listeners only.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+
+	// ReadTimeout bounds reading a whole request, body included (http.Server.ReadTimeout).
+	// Zero means none. Negative is invalid. HTTP listeners only.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+
+	// WriteTimeout bounds writing a response (http.Server.WriteTimeout). Zero means none.
+	// Negative is invalid. HTTP listeners only.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+
+	// IdleTimeout is how long a keep-alive connection may wait for its next request.
+	// Zero means DefaultIdleTimeout (60s). Negative is invalid. HTTP listeners only.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+
+	// MaxHeaderBytes caps the size of a request head in bytes. Zero means
+	// DefaultMaxHeaderBytes (1 MiB). Negative is invalid. HTTP listeners only.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+
+	// ClientLimit is a per-client concurrency limit on the requests of the whole listener,
+	// counted apart from any route limit. Its key must be client_ip (or empty). Nil means
+	// none. HTTP listeners only.
+	ClientLimit *Limit `yaml:"client_limit"`
+
+	// Upstream is the host:port raw TCP connections are proxied to. Required for tcp
+	// listeners, not accepted otherwise.
+	Upstream string `yaml:"upstream"`
+
+	// RoutesFrom names another HTTP listener whose routes, and the limiters of those routes,
+	// this listener shares, so an exchange counts the same whichever listener it came
+	// through. An http3 listener sharing a TCP listener's routes is advertised there with
+	// Alt-Svc. The named listener must not itself use RoutesFrom, and this listener must
+	// have no Routes. Empty means this listener has its own Routes. HTTP listeners only.
+	RoutesFrom string `yaml:"routes_from"`
+
+	// QUIC tunes QUIC handshake admission. The zero value means every default.
+	// http3 listeners only.
+	QUIC QUIC `yaml:"quic"`
+
+	// Routes map requests to upstreams, tried in order; the first route whose Host and
+	// PathPrefix match takes the request, and a request no route matches gets 404. HTTP
+	// listeners need at least one unless they use RoutesFrom; tcp listeners have none.
+	Routes []Route `yaml:"routes"`
+}
+
+// TLS is a server certificate and its key.
+type TLS struct {
+	// CertFile is the PEM certificate chain, leaf first. It must load with KeyFile
+	// (tls.LoadX509KeyPair) at Validate time.
+	CertFile string `yaml:"cert_file"`
+
+	// KeyFile is the PEM private key of CertFile.
+	KeyFile string `yaml:"key_file"`
+}
+
+// PrefixLevel caps the connections of all clients inside one network prefix together.
+//
+// A level applies to IPv4 clients when IPv4Prefix is set and to IPv6 clients when IPv6Prefix
+// is set; at least one is required. Each prefix must be shorter than the listener's key
+// prefix of its family, since a level groups several client keys.
+type PrefixLevel struct {
+	// IPv4Prefix is the IPv4 prefix length, 1 to 31. Zero means the level does not apply to
+	// IPv4.
+	IPv4Prefix int `yaml:"ipv4_prefix"`
+
+	// IPv6Prefix is the IPv6 prefix length, 1 to 127. Zero means the level does not apply
+	// to IPv6.
+	IPv6Prefix int `yaml:"ipv6_prefix"`
+
+	// Max is the cap on connections from one such prefix. It must be 1 or more.
+	Max int `yaml:"max"`
+}
+
+// ConnOverride replaces the per-client connection cap for client keys inside CIDR.
+type ConnOverride struct {
+	// CIDR is the network, written as a CIDR or a single address (a /32 or /128). Its prefix
+	// may not be longer than the listener's key prefix of its family, or it could never
+	// match a client key as a whole.
+	CIDR netip.Prefix `yaml:"cidr"`
+
+	// Max is the per-client cap inside CIDR: 1 or more, or Unlimited (-1). Zero is invalid.
+	Max int `yaml:"max"`
+}
+
+// QUIC tunes handshake admission on an http3 listener (the quicadmit package).
+//
+// While fewer than the adaptive retry threshold of handshakes are in progress, attempts are
+// accepted at once; above it, attempts from unvalidated addresses get a stateless Retry; at
+// MaxInProgress new attempts are refused. The threshold follows the rate of completed
+// handshakes between RetryThresholdMin and RetryThresholdMax.
+type QUIC struct {
+	// RetryThresholdMin is the lowest the retry threshold goes. Zero means
+	// DefaultRetryThresholdMin (256). Negative is invalid.
+	RetryThresholdMin int `yaml:"retry_threshold_min"`
+
+	// RetryThresholdMax is the highest the retry threshold goes; at least
+	// RetryThresholdMin. Zero means DefaultRetryThresholdMax (4096). Negative is invalid.
+	RetryThresholdMax int `yaml:"retry_threshold_max"`
+
+	// MaxInProgress is how many handshakes may be in progress before new attempts are
+	// refused; at least RetryThresholdMax. Zero means DefaultMaxInProgress (16384).
+	// Negative is invalid.
+	MaxInProgress int `yaml:"max_in_progress"`
+
+	// TokenKeyFile holds the key protecting Retry and resumption tokens: 64 hexadecimal
+	// digits (32 bytes), as `openssl rand -hex 32` writes. Nodes sharing it accept each
+	// other's tokens. Empty means a random key per process start.
+	TokenKeyFile string `yaml:"token_key_file"`
+}
+
+// Route sends the requests matching Host and PathPrefix to Upstreams, under optional limits
+// that count this route's exchanges only.
+type Route struct {
+	// Name identifies the route in logs and metrics. Empty means "route-<index>", index
+	// counting from 0 in the listener's Routes. Unique within the listener.
+	Name string `yaml:"name"`
+
+	// Host lists the request hosts (Host header or :authority, without port) this route
+	// takes, matched case-insensitively: an exact name, "*.example.com" for any name below
+	// example.com, or an IP address. Nil means any host.
+	Host []string `yaml:"host"`
+
+	// PathPrefix is the path the route takes: the path itself and everything below it, by
+	// whole segments ("/api" matches "/api" and "/api/x", not "/apix"). Empty means "/",
+	// every path. It must be a clean absolute path.
+	PathPrefix string `yaml:"path_prefix"`
+
+	// Upstreams are the origins requests go to: absolute http or https URLs with a host and
+	// no path (other than "/"), query or user. The request path is forwarded unchanged. At
+	// least one is required; no duplicates.
+	Upstreams []string `yaml:"upstreams"`
+
+	// Limit caps the exchanges this route runs at once per key. Nil means no limit.
+	Limit *Limit `yaml:"limit"`
+
+	// ShadowLimit is a candidate limit counted beside Limit that never refuses and never
+	// queues: exchanges over it are only counted and reported, to try a stricter limit out.
+	// Its queue, status and retry_after must be left zero. Nil means none.
+	ShadowLimit *Limit `yaml:"shadow_limit" config:"shadow"`
+}
+
+// Limit is a keyed concurrency limit: at most Permits exchanges per key value at once.
+// A permit is taken when the request head has been read and given back exactly once when the
+// exchange ends, however it ends.
+type Limit struct {
+	// Key says what is counted. Empty means KeyClientIP.
+	Key LimitKey `yaml:"key"`
+
+	// Permits is the number of exchanges one key value may run at once. Zero means
+	// DefaultPermits (64). Unlimited (-1) means no limit. Below -1 is invalid.
+	Permits int `yaml:"permits"`
+
+	// Overrides replace Permits for single key values: 1 or more, or Unlimited (-1); zero
+	// is invalid. With key client_ip an override's key is an IP address or CIDR. Nil means
+	// none.
+	Overrides map[string]int `yaml:"overrides"`
+
+	// Queue is where requests over the limit wait for a permit. The zero value refuses at
+	// once.
+	Queue Queue `yaml:"queue"`
+
+	// Shadow grants requests over the limit but counts and logs them as refused, to try the
+	// limit out. False (the default) refuses them.
+	Shadow bool `yaml:"shadow"`
+
+	// Status is the HTTP status of a refusal, 400 to 599. Zero means DefaultStatus (429).
+	Status int `yaml:"status"`
+
+	// RetryAfter is the Retry-After header of a refusal, a whole number of seconds of at
+	// least 1s. Zero means DefaultRetryAfter (1s). NoRetryAfter (-1ns; "none" or 0 in
+	// YAML) sends no Retry-After header. Other values are invalid.
+	RetryAfter time.Duration `yaml:"retry_after" config:"none"`
+
+	// TunnelPermits gives CONNECT tunnels and WebSocket upgrades their own permits per key,
+	// held until the tunnel closes. Zero means tunnels take Permits like any exchange.
+	// Unlimited (-1) means tunnels are not limited. Below -1 is invalid.
+	TunnelPermits int `yaml:"tunnel_permits"`
+
+	// ReleaseTunnels gives a tunnel's permit back as soon as the tunnel is established
+	// (the 2xx to CONNECT or the 101 of an upgrade) rather than when it closes. False (the
+	// default) holds it until the tunnel closes.
+	ReleaseTunnels bool `yaml:"release_tunnels"`
+}
+
+// Queue is a bounded FIFO wait queue per key in front of a limit.
+type Queue struct {
+	// Size is how many requests of one key may wait. Zero means no queue: refuse at once.
+	// Negative is invalid.
+	Size int `yaml:"size"`
+
+	// Timeout is the longest a request waits before it is refused. Zero means it waits
+	// until its client goes away. Negative is invalid, and a Timeout needs a Size.
+	Timeout time.Duration `yaml:"timeout"`
+}

@@ -1,0 +1,143 @@
+package config
+
+import (
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Unlimited is the value of a count field (MaxConnsPerClient, Permits, Max, ...) that
+// means "no limit".
+const Unlimited = -1
+
+// NoRetryAfter is the [Limit.RetryAfter] that sends no Retry-After header. In YAML it is
+// written "none" (or 0).
+const NoRetryAfter time.Duration = -1
+
+// Protocol is what a [Listener] speaks.
+type Protocol string
+
+// The protocols a listener may speak.
+const (
+	// ProtocolHTTP is HTTP/1.1 in clear text over TCP.
+	ProtocolHTTP Protocol = "http"
+	// ProtocolHTTPS is HTTP/1.1 and HTTP/2 over TLS over TCP.
+	ProtocolHTTPS Protocol = "https"
+	// ProtocolTCP is raw TCP proxied to [Listener.Upstream].
+	ProtocolTCP Protocol = "tcp"
+	// ProtocolHTTP3 is HTTP/3 over QUIC over UDP.
+	ProtocolHTTP3 Protocol = "http3"
+)
+
+// IsValid reports whether p is one of the protocols above.
+func (p Protocol) IsValid() bool {
+	switch p {
+	case ProtocolHTTP, ProtocolHTTPS, ProtocolTCP, ProtocolHTTP3:
+		return true
+	}
+	return false
+}
+
+// IsHTTP reports whether p serves HTTP requests (http, https or http3), and so has routes.
+func (p Protocol) IsHTTP() bool {
+	return p == ProtocolHTTP || p == ProtocolHTTPS || p == ProtocolHTTP3
+}
+
+// Network is the network p listens on: "udp" for http3, "tcp" otherwise.
+func (p Protocol) Network() string {
+	if p == ProtocolHTTP3 {
+		return "udp"
+	}
+	return "tcp"
+}
+
+// LogFormat is the format of log lines.
+type LogFormat string
+
+// The log formats.
+const (
+	// LogText is slog's key=value text format.
+	LogText LogFormat = "text"
+	// LogJSON is one JSON object per line.
+	LogJSON LogFormat = "json"
+)
+
+// LogLevel is the lowest level logged.
+type LogLevel string
+
+// The log levels.
+const (
+	LevelDebug LogLevel = "debug"
+	LevelInfo  LogLevel = "info"
+	LevelWarn  LogLevel = "warn"
+	LevelError LogLevel = "error"
+)
+
+// Slog returns l as a slog.Level. The empty LogLevel is slog.LevelInfo; an invalid one
+// (which Validate refuses) is slog.LevelInfo too.
+func (l LogLevel) Slog() slog.Level {
+	switch l {
+	case LevelDebug:
+		return slog.LevelDebug
+	case LevelWarn:
+		return slog.LevelWarn
+	case LevelError:
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+// ForwardedHeader is the header trusted proxies name the real client in.
+type ForwardedHeader string
+
+// The forwarded headers.
+const (
+	// ForwardedXFF is X-Forwarded-For: a comma-separated list of addresses.
+	ForwardedXFF ForwardedHeader = "x-forwarded-for"
+	// ForwardedRFC7239 is Forwarded (RFC 7239): its for= parameters.
+	ForwardedRFC7239 ForwardedHeader = "forwarded"
+	// ForwardedNone believes no header: the client is the connection's peer (or the
+	// PROXY protocol's source).
+	ForwardedNone ForwardedHeader = "none"
+)
+
+// OnError is what a node does while Redis cannot answer.
+type OnError string
+
+// The Redis failure policies.
+const (
+	// OnErrorOpen falls back to counting on the node alone, against
+	// NodeShare of each limit.
+	OnErrorOpen OnError = "open"
+	// OnErrorClosed refuses every request whose limit needs Redis.
+	OnErrorClosed OnError = "closed"
+)
+
+// LimitKey is what a [Limit] counts by: KeyClientIP, KeyUser, KeyHost, or "header:" and a
+// header name (see [HeaderKey]).
+//
+// A request without a value for its key (no user, no such header) is not counted by that
+// limit; pair such limits with a client_ip limit (or rely on the listener's connection caps)
+// so that leaving the key out is no way around every limit.
+type LimitKey string
+
+// The fixed limit keys.
+const (
+	// KeyClientIP counts by client key: the client address, masked to the listener's
+	// ipv4_prefix or ipv6_prefix, behind trusted proxies the real client.
+	KeyClientIP LimitKey = "client_ip"
+	// KeyUser counts by the user name of the request's Basic credentials (Authorization).
+	KeyUser LimitKey = "user"
+	// KeyHost counts by the request host (Host or :authority, lower-cased, without port).
+	KeyHost LimitKey = "host"
+)
+
+const headerKeyPrefix = "header:"
+
+// HeaderKey returns the LimitKey that counts by the value of the named request header.
+func HeaderKey(name string) LimitKey { return LimitKey(headerKeyPrefix + name) }
+
+// Header returns the header name of a "header:Name" key, and whether k is such a key.
+func (k LimitKey) Header() (name string, ok bool) {
+	return strings.CutPrefix(string(k), headerKeyPrefix)
+}

@@ -1,0 +1,151 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// MaxFileSize is the largest configuration Load reads, in bytes.
+const MaxFileSize = 4 << 20
+
+// Load reads the configuration file at path and returns [Parse] of its content.
+// A file that cannot be read, or is larger than MaxFileSize, gives an error that does not
+// wrap ErrInvalid.
+func Load(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("config: read %s: %w", path, err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, fmt.Errorf("config: %s is larger than %d bytes", path, MaxFileSize)
+	}
+	return Parse(path, data)
+}
+
+// Parse decodes one YAML document strictly into a Config and validates it.
+//
+// filename is used in error messages and to resolve relative file paths (certificates,
+// keys, password and token files): those are made absolute against filename's directory
+// (the working directory when filename is ""), so the returned Config does not depend on
+// the working directory.
+//
+// Parse collects every problem rather than stopping at the first: the error it returns is
+// one [*Error] or several joined with errors.Join (one per line), sorted by position, each
+// wrapping ErrInvalid. A problem reported while decoding (wrong type, unknown or duplicate
+// key) silences the validation errors it would cause at the same field. On error the
+// returned Config is nil.
+func Parse(filename string, data []byte) (*Config, error) {
+	root, err := parseDocument(filename, data)
+	if err != nil {
+		return nil, err
+	}
+	d := newDecoder(filename)
+	var c Config
+	d.value(root, reflect.ValueOf(&c).Elem(), "", fieldOpts{})
+	c.src = d.src
+	resolveFiles(&c, filename)
+
+	all := d.errs
+	if d.tooLarge {
+		return nil, all.join()
+	}
+	for _, e := range c.problems().errs {
+		if !suppressed(e.Path, d.suppress) {
+			all.errs = append(all.errs, e)
+		}
+	}
+	if err := all.join(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// suppressed reports whether a validation problem at path only repeats a decode problem.
+func suppressed(path string, decodeErrs []string) bool {
+	for _, q := range decodeErrs {
+		if isWithin(path, q) || isWithin(q, path) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseDocument parses data as exactly one YAML document and returns its root node.
+func parseDocument(filename string, data []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, &Error{File: filename, Msg: "the configuration is empty: at least one listener is required"}
+		}
+		return nil, yamlError(filename, err)
+	}
+	var extra yaml.Node
+	switch err := dec.Decode(&extra); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		return nil, yamlError(filename, err)
+	default:
+		return nil, &Error{File: filename, Line: extra.Line, Column: extra.Column,
+			Msg: "a second YAML document: the configuration must be a single document"}
+	}
+	if len(doc.Content) == 0 {
+		return nil, &Error{File: filename, Msg: "the configuration is empty: at least one listener is required"}
+	}
+	return doc.Content[0], nil
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// yamlError turns a YAML syntax error into an *Error at its line.
+func yamlError(filename string, err error) error {
+	msg := err.Error()
+	e := &Error{File: filename, Err: err}
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		e.Line, _ = strconv.Atoi(m[1])
+		msg = m[2]
+	}
+	e.Msg = "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")
+	return e
+}
+
+// resolveFiles makes every relative file path of c absolute against the directory of the
+// configuration file.
+func resolveFiles(c *Config, filename string) {
+	dir, err := filepath.Abs(filepath.Dir(filename))
+	if err != nil {
+		dir = filepath.Dir(filename)
+	}
+	abs := func(p *string) {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+	if cl := c.Cluster; cl != nil {
+		abs(&cl.Redis.PasswordFile)
+		abs(&cl.Redis.TLS.CAFile)
+		abs(&cl.Redis.TLS.CertFile)
+		abs(&cl.Redis.TLS.KeyFile)
+	}
+	for i := range c.Listeners {
+		l := &c.Listeners[i]
+		abs(&l.TLS.CertFile)
+		abs(&l.TLS.KeyFile)
+		abs(&l.QUIC.TokenKeyFile)
+	}
+}
