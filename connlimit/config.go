@@ -1,0 +1,282 @@
+package connlimit
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/seed-a07d1050/portcullis/clientkey"
+	"github.com/seed-a07d1050/portcullis/limit"
+)
+
+// Defaults applied where a [Config] field is zero.
+const (
+	DefaultPerClient          = 64
+	DefaultProxyHeaderTimeout = 3 * time.Second
+	DefaultStoreTimeout       = time.Second
+)
+
+// Level is a cap on a wider prefix than the per-client key, checked in
+// addition to it: for example {IPv6Bits: 48, Max: 256} lets one IPv6 /48
+// hold at most 256 connections over all its /64 clients. A connection is
+// admitted only if the per-client cap and every level admit it.
+//
+// A level applies to the families whose prefix length is set: {IPv4Bits:
+// 24, Max: 1024} caps IPv4 /24 networks and leaves IPv6 clients alone;
+// setting both lengths caps both families with the same Max.
+type Level struct {
+	// IPv4Bits is the IPv4 prefix length of this level, 1..32; zero means
+	// the level does not apply to IPv4.
+	IPv4Bits int
+	// IPv6Bits is the IPv6 prefix length of this level, 1..128; zero means
+	// the level does not apply to IPv6.
+	IPv6Bits int
+	// Max is how many connections one prefix of this level may hold. It
+	// must be positive.
+	Max int
+}
+
+// Override gives the clients inside a prefix their own per-client cap,
+// instead of Config.PerClient: a known office NAT gets 512, a scanner 4, a
+// health checker -1 (unlimited). When overrides overlap, the longest prefix
+// wins. An override changes only the per-client cap, not the caps of
+// [Level]s.
+type Override struct {
+	// Prefix is the network the override covers, such as 192.0.2.0/24 or
+	// 2001:db8::/48. Host bits must be clear. It may not be longer than
+	// the per-client key of its family (an IPv6 /128 cannot be singled
+	// out when clients are keyed by /64). An IPv4-mapped prefix is read as
+	// the IPv4 prefix it maps.
+	Prefix netip.Prefix
+	// Max is the per-client cap of the clients inside Prefix: positive, or
+	// -1 for unlimited. Zero is an error.
+	Max int
+}
+
+// Config configures a [Listener]. The zero Config is valid: 64 connections
+// per client (IPv4 address or IPv6 /64), always enforced, no global cap, no
+// trusted proxies, no PROXY protocol, refusals closed with FIN and logged at
+// INFO to slog.Default(). [NewListener] copies the Config; changing it
+// afterwards has no effect, and NewListener never modifies it.
+type Config struct {
+	// PerClient is how many connections one client key may hold at once.
+	// Zero means 64. -1 (any negative) means unlimited, which still counts
+	// connections per key for [Listener.Snapshot].
+	PerClient int
+
+	// Keyer turns a client address into its key. The zero Keyer keys IPv4
+	// by address (/32) and IPv6 by /64.
+	Keyer clientkey.Keyer
+
+	// Levels are additional caps on wider prefixes. Nil means none. Each
+	// level's prefix length must differ from the Keyer's and from other
+	// levels' for the families it covers, so that every level counts
+	// distinct keys.
+	Levels []Level
+
+	// Overrides give some networks their own per-client cap. Nil means
+	// every client gets PerClient.
+	Overrides []Override
+
+	// EnforceAbove makes the per-client caps (levels and overrides
+	// included) apply only while the listener holds more than this many
+	// open connections, counted before the new one, as mod_qos's
+	// QS_SrvMaxConnPerIP with a connection threshold: a lightly loaded
+	// server lets one client have what it wants. Connections are counted
+	// per key either way. Zero means always enforce; it must not be
+	// negative.
+	EnforceAbove int
+
+	// MaxConns caps the connections the listener holds at once, admitted
+	// or still being admitted (reading a PROXY header), over all clients
+	// and trusted peers. At the cap, Accept stops calling the inner
+	// listener's Accept until a connection closes: new connections wait in
+	// the kernel's accept backlog, as with HAProxy's maxconn, instead of
+	// being accepted and closed. Zero means no cap; it must not be
+	// negative.
+	MaxConns int
+
+	// Trusted are peers exempt from per-client caps, typically reverse
+	// proxies and load balancers, which carry many clients on their own
+	// address. With ProxyProtocol they are instead keyed by the client
+	// their PROXY header names. Their connections still count towards
+	// MaxConns. Nil means no trusted peer.
+	Trusted *clientkey.ProxySet
+
+	// ProxyProtocol makes the listener read a PROXY protocol header
+	// (version 1 or 2, see package proxyproto) from every connection of a
+	// Trusted peer, and only from those: any other peer is keyed by its
+	// own address and its bytes are left untouched. The header is read on
+	// the connection's own goroutine, never in Accept. A connection whose
+	// header names a client is keyed and limited as that client; a header
+	// naming none (LOCAL, UNKNOWN, AF_UNSPEC, AF_UNIX) leaves the
+	// connection the trusted peer's own, and exempt. A bad, slow or
+	// missing header closes the connection, counted and logged. It
+	// requires a non-empty Trusted set. False, the zero value, reads no
+	// header from anyone.
+	ProxyProtocol bool
+
+	// ProxyHeaderTimeout bounds the wait for a whole PROXY header. Zero
+	// means 3 s; it must not be negative.
+	ProxyHeaderTimeout time.Duration
+
+	// ProxyHeaderMaxV2 bounds the address and TLV block of a version 2
+	// PROXY header, in bytes. Zero means 4096; it must not be negative.
+	ProxyHeaderMaxV2 int
+
+	// ResetOnRefuse closes a refused TCP connection with a reset (linger
+	// zero) instead of a FIN, so that the server keeps no TIME_WAIT state
+	// for it and the client learns at once. False, the zero value, closes
+	// with a FIN.
+	ResetOnRefuse bool
+
+	// Store shares the per-client and level counts with other processes
+	// (limit/redisstore). Keys of different levels are different prefixes,
+	// so one Store holds them all apart. With a Store, admission waits for
+	// its answer, on the connection's own goroutine, never in Accept. Nil
+	// means the counts are this listener's own.
+	Store limit.Store[clientkey.Key]
+
+	// StoreTimeout bounds the wait for the Store's answer; a Store that
+	// does not answer in time refuses the connection. Zero means 1 s; it
+	// must not be negative. Unused without a Store.
+	StoreTimeout time.Duration
+
+	// Logger receives refusals and accept errors. Nil means
+	// slog.Default(). Refusal lines are rate-limited to one per second per
+	// listener; a line reports how many were suppressed before it.
+	Logger *slog.Logger
+
+	// LogLevel is the level of refusal lines. The zero value is
+	// slog.LevelInfo. Accept errors are logged at WARN.
+	LogLevel slog.Level
+
+	// Name identifies the listener in logs. Empty means "connlimit".
+	Name string
+}
+
+// settings is a Config with its defaults applied, checked and prepared.
+type settings struct {
+	Config
+	overrides []Override // sorted longest prefix first, unmapped
+}
+
+func (c Config) settings() (settings, error) {
+	s := settings{Config: c}
+	if err := c.checkScalars(); err != nil {
+		return s, err
+	}
+	if err := c.checkLevels(); err != nil {
+		return s, err
+	}
+	ov, err := c.sortedOverrides()
+	if err != nil {
+		return s, err
+	}
+	s.overrides = ov
+	s.Levels = slices.Clone(c.Levels)
+	if s.PerClient == 0 {
+		s.PerClient = DefaultPerClient
+	}
+	if s.ProxyHeaderTimeout == 0 {
+		s.ProxyHeaderTimeout = DefaultProxyHeaderTimeout
+	}
+	if s.StoreTimeout == 0 {
+		s.StoreTimeout = DefaultStoreTimeout
+	}
+	if s.Logger == nil {
+		s.Logger = slog.Default()
+	}
+	if s.Name == "" {
+		s.Name = "connlimit"
+	}
+	return s, nil
+}
+
+func (c Config) checkScalars() error {
+	switch {
+	case c.EnforceAbove < 0:
+		return fmt.Errorf("connlimit: EnforceAbove must not be negative (got %d)", c.EnforceAbove)
+	case c.MaxConns < 0:
+		return fmt.Errorf("connlimit: MaxConns must not be negative (got %d)", c.MaxConns)
+	case c.ProxyHeaderTimeout < 0:
+		return fmt.Errorf("connlimit: ProxyHeaderTimeout must not be negative (got %v)", c.ProxyHeaderTimeout)
+	case c.ProxyHeaderMaxV2 < 0:
+		return fmt.Errorf("connlimit: ProxyHeaderMaxV2 must not be negative (got %d)", c.ProxyHeaderMaxV2)
+	case c.StoreTimeout < 0:
+		return fmt.Errorf("connlimit: StoreTimeout must not be negative (got %v)", c.StoreTimeout)
+	case c.ProxyProtocol && c.Trusted.Len() == 0:
+		return fmt.Errorf("connlimit: ProxyProtocol needs a non-empty Trusted set: a PROXY header is believed only from trusted peers")
+	}
+	return nil
+}
+
+func (c Config) checkLevels() error {
+	seen4 := map[int]bool{c.Keyer.IPv4Bits(): true}
+	seen6 := map[int]bool{c.Keyer.IPv6Bits(): true}
+	for i, lv := range c.Levels {
+		if _, err := clientkey.NewKeyer(lv.IPv4Bits, lv.IPv6Bits); err != nil {
+			return fmt.Errorf("connlimit: Levels[%d]: %w", i, err)
+		}
+		switch {
+		case lv.IPv4Bits == 0 && lv.IPv6Bits == 0:
+			return fmt.Errorf("connlimit: Levels[%d] sets neither IPv4Bits nor IPv6Bits", i)
+		case lv.Max <= 0:
+			return fmt.Errorf("connlimit: Levels[%d].Max must be positive (got %d)", i, lv.Max)
+		case lv.IPv4Bits != 0 && seen4[lv.IPv4Bits]:
+			return fmt.Errorf("connlimit: Levels[%d].IPv4Bits /%d repeats the client key or another level", i, lv.IPv4Bits)
+		case lv.IPv6Bits != 0 && seen6[lv.IPv6Bits]:
+			return fmt.Errorf("connlimit: Levels[%d].IPv6Bits /%d repeats the client key or another level", i, lv.IPv6Bits)
+		}
+		seen4[lv.IPv4Bits], seen6[lv.IPv6Bits] = lv.IPv4Bits != 0, lv.IPv6Bits != 0
+	}
+	return nil
+}
+
+// sortedOverrides checks the overrides and returns them unmapped and
+// sorted longest prefix first, so that the first match is the longest.
+func (c Config) sortedOverrides() ([]Override, error) {
+	out := make([]Override, 0, len(c.Overrides))
+	for i, o := range c.Overrides {
+		p := o.Prefix
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		keyBits := c.Keyer.IPv6Bits()
+		if p.Addr().Is4() {
+			keyBits = c.Keyer.IPv4Bits()
+		}
+		switch {
+		case !p.IsValid():
+			return nil, fmt.Errorf("connlimit: Overrides[%d]: invalid prefix %v", i, o.Prefix)
+		case p.Masked() != p:
+			return nil, fmt.Errorf("connlimit: Overrides[%d]: prefix %v has host bits set (the network is %v)", i, o.Prefix, p.Masked())
+		case p.Addr().Zone() != "":
+			return nil, fmt.Errorf("connlimit: Overrides[%d]: prefix %v has a zone", i, o.Prefix)
+		case p.Bits() > keyBits:
+			return nil, fmt.Errorf("connlimit: Overrides[%d]: prefix %v is narrower than the client key (/%d)", i, o.Prefix, keyBits)
+		case o.Max == 0 || o.Max < -1:
+			return nil, fmt.Errorf("connlimit: Overrides[%d].Max must be positive or -1 for unlimited (got %d)", i, o.Max)
+		}
+		out = append(out, Override{Prefix: p, Max: o.Max})
+	}
+	slices.SortStableFunc(out, func(a, b Override) int { return cmp.Compare(b.Prefix.Bits(), a.Prefix.Bits()) })
+	return out, nil
+}
+
+// permitsFor is the limiter's PermitsFor for the per-client level: the Max
+// of the longest override containing key, or 0 (PerClient) when none does.
+// A key's prefix is never shorter than an override's, so containing its
+// address means containing the whole key.
+func (s *settings) permitsFor(key clientkey.Key) int {
+	a := key.Prefix().Addr()
+	for _, o := range s.overrides {
+		if o.Prefix.Contains(a) {
+			return o.Max
+		}
+	}
+	return 0
+}

@@ -1,0 +1,417 @@
+package connlimit
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The model case: one host fills its budget and is refused, before any byte
+// is read; another host is still served; the key goes when its
+// connections do.
+func TestPerClientCap(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counting := &countingListener{Listener: inner}
+	l := newTestListener(t, counting, Config{})
+	echoServer(t, l)
+
+	var held []net.Conn
+	for range DefaultPerClient {
+		c := dialFrom(t, "127.0.0.2", l.Addr())
+		mustServe(t, c, "127.0.0.2")
+		held = append(held, c)
+	}
+	over := dialFrom(t, "127.0.0.2", l.Addr())
+	mustBeRefused(t, over)
+	serverSide := counting.conn(t, over)
+	if n := serverSide.read.Load(); n != 0 || !serverSide.closed.Load() {
+		t.Fatalf("refused connection: server read %d bytes, closed %v; want 0 bytes, closed", n, serverSide.closed.Load())
+	}
+	mustServe(t, dialFrom(t, "127.0.0.3", l.Addr()), "127.0.0.3")
+
+	s := l.Stats()
+	if s.Refused.ClientCap != 1 || s.Accepted != DefaultPerClient+1 {
+		t.Fatalf("stats = %+v; want 1 client-cap refusal, %d accepted", s, DefaultPerClient+1)
+	}
+	if got := l.levels[0].lim.InUse(mustKey("127.0.0.2")); got != DefaultPerClient {
+		t.Fatalf("127.0.0.2 holds %d slots, want %d", got, DefaultPerClient)
+	}
+	snap := l.Snapshot(1)
+	if len(snap.Keys) != 1 || snap.Keys[0].Key != mustKey("127.0.0.2") || snap.Keys[0].InUse != DefaultPerClient {
+		t.Fatalf("Snapshot(1).Keys = %+v; want 127.0.0.2 with %d", snap.Keys, DefaultPerClient)
+	}
+
+	for _, c := range held {
+		c.Close()
+	}
+	waitFor(t, "127.0.0.2's key to go", func() bool {
+		for _, k := range l.Snapshot(0).Keys {
+			if k.Key == mustKey("127.0.0.2") {
+				return false
+			}
+		}
+		return true
+	})
+	mustServe(t, dialFrom(t, "127.0.0.2", l.Addr()), "127.0.0.2")
+}
+
+func TestResetOnRefuse(t *testing.T) {
+	l := newTestListener(t, nil, Config{PerClient: 1, ResetOnRefuse: true})
+	echoServer(t, l)
+	mustServe(t, dialFrom(t, "127.0.0.2", l.Addr()), "127.0.0.2")
+	// The reset may beat the dialer's own check of the connect.
+	d := net.Dialer{Timeout: waitTimeout, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	c, err := d.Dial("tcp", l.Addr().String())
+	if err == nil {
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(waitTimeout))
+		_, err = c.Read(make([]byte, 1))
+	}
+	if !isReset(err) {
+		t.Fatalf("refused connection read error = %v, want a reset", err)
+	}
+}
+
+// A dual-stack listener sees an IPv4 peer as ::ffff:a.b.c.d; it must still
+// be keyed as the IPv4 address, not lumped into ::/64 with every other
+// IPv4 client.
+func TestDualStackKeysIPv4(t *testing.T) {
+	inner, err := net.Listen("tcp", "[::]:0")
+	if err != nil {
+		t.Fatalf("dual-stack listen: %v", err)
+	}
+	counting := &countingListener{Listener: inner}
+	l := newTestListener(t, counting, Config{PerClient: 2})
+	echoServer(t, l)
+	port := l.Addr().(*net.TCPAddr).Port
+	target := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port}
+	a1 := dialFrom(t, "127.0.0.2", target)
+	mustServe(t, a1, "127.0.0.2")
+	ip := counting.conn(t, a1).RemoteAddr().(*net.TCPAddr).IP
+	if a, _ := netip.AddrFromSlice(ip); !a.Is4In6() {
+		t.Fatalf("inner peer %v is not IPv4-mapped: the test does not exercise the trap", a)
+	}
+	mustServe(t, dialFrom(t, "127.0.0.2", target), "127.0.0.2")
+	mustBeRefused(t, dialFrom(t, "127.0.0.2", target))
+	mustServe(t, dialFrom(t, "127.0.0.3", target), "127.0.0.3")
+}
+
+func TestTrustedPeerExempt(t *testing.T) {
+	l := newTestListener(t, nil, Config{PerClient: 1, Trusted: mustProxySet("127.0.0.5")})
+	echoServer(t, l)
+	for range 3 {
+		mustServe(t, dialFrom(t, "127.0.0.5", l.Addr()), "127.0.0.5")
+	}
+	mustServe(t, dialFrom(t, "127.0.0.6", l.Addr()), "127.0.0.6")
+	mustBeRefused(t, dialFrom(t, "127.0.0.6", l.Addr()))
+	s := l.Stats()
+	if s.Exempt != 3 || s.Refused.ClientCap != 1 {
+		t.Fatalf("stats = %+v; want 3 exempt, 1 refusal", s)
+	}
+	for _, k := range l.Snapshot(0).Keys {
+		if k.Key == mustKey("127.0.0.5") {
+			t.Fatalf("the trusted peer holds slots: %+v", k)
+		}
+	}
+}
+
+func TestLevels(t *testing.T) {
+	l := newTestListener(t, nil, Config{PerClient: 2, Levels: []Level{{IPv4Bits: 24, Max: 3}}})
+	echoServer(t, l)
+	mustServe(t, dialFrom(t, "127.0.0.2", l.Addr()), "127.0.0.2")
+	mustServe(t, dialFrom(t, "127.0.0.2", l.Addr()), "127.0.0.2")
+	mustBeRefused(t, dialFrom(t, "127.0.0.2", l.Addr())) // its own cap
+	mustServe(t, dialFrom(t, "127.0.0.3", l.Addr()), "127.0.0.3")
+	mustBeRefused(t, dialFrom(t, "127.0.0.3", l.Addr())) // the /24 is full
+	s := l.Stats()
+	if s.Refused.ClientCap != 1 || s.Refused.Level != 1 {
+		t.Fatalf("refusals = %+v; want 1 client cap, 1 level", s.Refused)
+	}
+	// The refusal at the /24 gave back the per-client slot it had taken.
+	if got := l.levels[0].lim.InUse(mustKey("127.0.0.3")); got != 1 {
+		t.Fatalf("127.0.0.3 holds %d slots after a level refusal, want 1", got)
+	}
+	if got := l.LevelSnapshot(0, 0).Keys; len(got) != 1 || got[0].Key != mustKey("127.0.0.0/24") || got[0].InUse != 3 {
+		t.Fatalf("level snapshot = %+v; want 127.0.0.0/24 holding 3", got)
+	}
+}
+
+func TestOverrides(t *testing.T) {
+	l := newTestListener(t, nil, Config{PerClient: 1, Overrides: []Override{
+		{Prefix: netip.MustParsePrefix("127.0.0.0/24"), Max: 2},
+		{Prefix: netip.MustParsePrefix("127.0.0.4/32"), Max: 3},
+		{Prefix: netip.MustParsePrefix("127.0.0.8/29"), Max: -1},
+	}})
+	echoServer(t, l)
+	tests := []struct {
+		src   string
+		allow int
+	}{
+		{"127.0.0.2", 2},  // the /24
+		{"127.0.0.4", 3},  // its /32 beats the /24
+		{"127.0.1.2", 1},  // no override
+		{"127.0.0.9", 20}, // unlimited; 20 stands for "many"
+	}
+	for _, tc := range tests {
+		t.Run(tc.src, func(t *testing.T) {
+			for range tc.allow {
+				mustServe(t, dialFrom(t, tc.src, l.Addr()), tc.src)
+			}
+			if tc.allow < 20 {
+				mustBeRefused(t, dialFrom(t, tc.src, l.Addr()))
+			}
+		})
+	}
+}
+
+func TestEnforceAbove(t *testing.T) {
+	l := newTestListener(t, nil, Config{PerClient: 1, EnforceAbove: 3})
+	echoServer(t, l)
+	for range 4 { // open before each: 0, 1, 2, 3: never more than 3
+		mustServe(t, dialFrom(t, "127.0.0.2", l.Addr()), "127.0.0.2")
+	}
+	mustBeRefused(t, dialFrom(t, "127.0.0.2", l.Addr())) // 4 open: enforced
+	mustServe(t, dialFrom(t, "127.0.0.3", l.Addr()), "127.0.0.3")
+	if got := l.levels[0].lim.InUse(mustKey("127.0.0.2")); got != 4 {
+		t.Fatalf("127.0.0.2 holds %d slots, want all 4 counted", got)
+	}
+}
+
+// A Conn closed many times, concurrently, gives its slot back once.
+func TestConnCloseReleasesOnce(t *testing.T) {
+	l := newTestListener(t, nil, Config{PerClient: 3})
+	var accepted []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 3 {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted = append(accepted, c)
+		}
+	}()
+	for range 3 {
+		dialFrom(t, "127.0.0.2", l.Addr())
+	}
+	select {
+	case <-done:
+	case <-time.After(waitTimeout):
+		t.Fatal("Accept did not return three connections")
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { accepted[0].Close() })
+	}
+	wg.Wait()
+	if got := l.levels[0].lim.InUse(mustKey("127.0.0.2")); got != 2 {
+		t.Fatalf("after closing one connection 8 times, the key holds %d, want 2", got)
+	}
+	if err := accepted[0].Close(); err == nil {
+		t.Fatal("a second Close returned nil, want the inner connection's error")
+	}
+	if s := l.Stats(); s.Open != 2 {
+		t.Fatalf("Open = %d, want 2", s.Open)
+	}
+	accepted[1].Close()
+	accepted[2].Close()
+	checkDrained(t, l)
+}
+
+func TestCloseStopsAccept(t *testing.T) {
+	l := newTestListener(t, nil, Config{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := l.Accept()
+		errc <- err
+	}()
+	time.Sleep(10 * time.Millisecond) // let Accept block; the test holds either way
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Accept after Close = %v, want net.ErrClosed", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("Accept did not return after Close")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("second Close = %v, want the first result (nil)", err)
+	}
+}
+
+func TestKeyOf(t *testing.T) {
+	c := &Conn{key: mustKey("192.0.2.1")}
+	tests := []struct {
+		name string
+		conn net.Conn
+		ok   bool
+	}{
+		{"conn", c, true},
+		{"wrapped twice", netConnWrapper{netConnWrapper{c}}, true},
+		{"other", netConnWrapper{&net.TCPConn{}}, false},
+		{"nil", nil, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			k, ok := KeyOf(tc.conn)
+			if ok != tc.ok || (ok && k != c.key) || (!ok && k.IsValid()) {
+				t.Fatalf("KeyOf = %v, %v; want ok=%v", k, ok, tc.ok)
+			}
+		})
+	}
+}
+
+// netConnWrapper exposes its inner conn as *tls.Conn does.
+type netConnWrapper struct{ net.Conn }
+
+func (w netConnWrapper) NetConn() net.Conn { return w.Conn }
+
+func TestNewListenerErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"negative EnforceAbove", Config{EnforceAbove: -1}, "EnforceAbove"},
+		{"negative MaxConns", Config{MaxConns: -1}, "MaxConns"},
+		{"negative timeout", Config{ProxyHeaderTimeout: -1}, "ProxyHeaderTimeout"},
+		{"negative v2 max", Config{ProxyHeaderMaxV2: -1}, "ProxyHeaderMaxV2"},
+		{"negative store timeout", Config{StoreTimeout: -1}, "StoreTimeout"},
+		{"proxy protocol untrusted", Config{ProxyProtocol: true}, "Trusted"},
+		{"level without family", Config{Levels: []Level{{Max: 1}}}, "Levels[0] sets neither"},
+		{"level without max", Config{Levels: []Level{{IPv6Bits: 48}}}, "Levels[0].Max"},
+		{"level bits out of range", Config{Levels: []Level{{IPv4Bits: 33, Max: 1}}}, "Levels[0]"},
+		{"level repeats key", Config{Levels: []Level{{IPv6Bits: 64, Max: 1}}}, "Levels[0].IPv6Bits /64 repeats"},
+		{"levels repeat", Config{Levels: []Level{{IPv4Bits: 24, Max: 1}, {IPv4Bits: 24, Max: 2}}}, "Levels[1].IPv4Bits"},
+		{"override host bits", Config{Overrides: []Override{{Prefix: netip.MustParsePrefix("10.1.2.3/8"), Max: 1}}}, "host bits"},
+		{"override narrower than key", Config{Overrides: []Override{{Prefix: netip.MustParsePrefix("2001:db8::1/128"), Max: 1}}}, "narrower"},
+		{"override zero max", Config{Overrides: []Override{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}}, "Overrides[0].Max"},
+		{"override invalid", Config{Overrides: []Override{{Max: 1}}}, "invalid prefix"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			inner, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer inner.Close()
+			_, err = NewListener(inner, tc.cfg)
+			if err == nil || !containsAll(err.Error(), "connlimit: ", tc.want) {
+				t.Fatalf("NewListener error = %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := NewListener(nil, Config{}); err == nil {
+		t.Fatal("NewListener(nil) succeeded")
+	}
+}
+
+func containsAll(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
+
+func contains(s, sub string) bool { return len(sub) == 0 || indexOf(s, sub) >= 0 }
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestPermitsFor(t *testing.T) {
+	s, err := Config{Overrides: []Override{
+		{Prefix: netip.MustParsePrefix("10.0.0.0/8"), Max: 100},
+		{Prefix: netip.MustParsePrefix("10.1.0.0/16"), Max: 5},
+		{Prefix: netip.MustParsePrefix("::ffff:10.1.2.0/120"), Max: -1}, // mapped: read as 10.1.2.0/24
+		{Prefix: netip.MustParsePrefix("2001:db8::/32"), Max: 7},
+	}}.settings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		key  string
+		want int
+	}{
+		{"10.9.9.9", 100},
+		{"10.1.9.9", 5},
+		{"10.1.2.3", -1},
+		{"192.0.2.1", 0},
+		{"2001:db8:1:2::/64", 7},
+		{"2001:db9::/64", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.key, func(t *testing.T) {
+			if got := s.permitsFor(mustKey(tc.key)); got != tc.want {
+				t.Fatalf("permitsFor(%s) = %d, want %d", tc.key, got, tc.want)
+			}
+		})
+	}
+}
+
+// Concurrent connections from two clients of one /24: never more than the
+// caps are admitted, refusals at the /24 give back their per-client slots,
+// and everything drains.
+func TestConcurrentCaps(t *testing.T) {
+	l := newTestListener(t, nil, Config{PerClient: 10, Levels: []Level{{IPv4Bits: 24, Max: 15}}})
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	var wg sync.WaitGroup
+	for _, src := range []string{"127.0.0.2", "127.0.0.3"} {
+		for range 40 {
+			wg.Go(func() {
+				d := net.Dialer{Timeout: waitTimeout, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+				c, err := d.Dial("tcp", l.Addr().String())
+				if err != nil {
+					t.Errorf("dial from %s: %v", src, err)
+					return
+				}
+				t.Cleanup(func() { c.Close() })
+			})
+		}
+	}
+	wg.Wait()
+	waitFor(t, "every connection to be admitted or refused", func() bool {
+		s := l.Stats()
+		return s.Accepted+s.Refused.Total() == 80
+	})
+	s := l.Stats()
+	a, b := keyInUse(l, "127.0.0.2"), keyInUse(l, "127.0.0.3")
+	if s.Accepted != 15 || a > 10 || b > 10 || a+b != 15 || s.Refused.ClientCap+s.Refused.Level != 65 {
+		t.Fatalf("accepted %d (127.0.0.2: %d, 127.0.0.3: %d), refusals %+v; want 15 within the caps", s.Accepted, a, b, s.Refused)
+	}
+	mu.Lock()
+	for _, c := range held {
+		c.Close()
+	}
+	mu.Unlock()
+	checkDrained(t, l)
+}
