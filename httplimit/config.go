@@ -1,0 +1,260 @@
+package httplimit
+
+import (
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"reflect"
+	"time"
+
+	"github.com/seed-a07d1050/portcullis/limit"
+)
+
+// Defaults used where a [Config] field is left zero.
+const (
+	DefaultPermits    = limit.DefaultPermits // per key
+	DefaultStatus     = http.StatusTooManyRequests
+	DefaultRetryAfter = time.Second
+	DefaultLogEvery   = time.Second
+)
+
+// Config configures a [Limiter]. The zero Config is valid: 64 exchanges at
+// once per client address (IPv4 /32, IPv6 /64), no queue, refusals answered
+// with 429 and Retry-After: 1, tunnels counted with the other exchanges
+// and holding their permit until they close, permits held for more than
+// 10 minutes reclaimed (established tunnels exempt). New copies the
+// Config, its map included; changing it afterwards has no effect.
+type Config struct {
+	// Key names what is limited: each distinct key has its own permits.
+	// It is called once per request, on the request's goroutine, before
+	// anything else; an empty key means the request is not limited (it is
+	// neither counted nor refused). Keys from different functions share
+	// one namespace in a Limiter. Nil means ByClientIP(nil): the peer
+	// address.
+	Key KeyFunc
+
+	// Permits is how many exchanges of one key may run at once through the
+	// Limiter. Zero means 64; -1 means unlimited (still counted); other
+	// negative values are invalid.
+	Permits int
+
+	// Overrides gives keys their own number of permits, for example
+	// {"batch": 32}. A value of zero means Permits; -1 means unlimited;
+	// other negative values are invalid. Keys are written as the Key
+	// function produces them (for ByClientIP, the clientkey.Key String
+	// form: "192.0.2.7", "2001:db8:1:2::/64").
+	Overrides map[string]int
+
+	// PermitsFor computes a key's permits when the key is not in
+	// Overrides: Overrides wins for the keys it lists. Its answer means
+	// what an Overrides value means. It is called when a key becomes busy,
+	// with no lock held; it must be fast and must not block. Nil means
+	// Permits for every key not in Overrides.
+	PermitsFor func(key string) int
+
+	// QueueSize is how many requests of one key may wait, in FIFO order,
+	// for a permit. Zero means none: a request over the limit is refused at
+	// once. A waiting request blocks only its own goroutine and leaves the
+	// queue as soon as its context ends (the client went away). It must
+	// not be negative.
+	QueueSize int
+
+	// QueueTimeout is the longest a request waits in the queue before it is
+	// refused. Zero means it waits until a permit comes or the client
+	// leaves. It must not be negative.
+	QueueTimeout time.Duration
+
+	// Shadow lets every request through, even over the limit, while
+	// counting (Totals.ShadowRefused) and reporting (OnReject, with
+	// ErrShadowRefused, and the log) those the limit would have refused.
+	// Requests never wait in shadow mode.
+	Shadow bool
+
+	// Status is the status code of a refusal by the limit (over the limit,
+	// queue full, wait limit reached). Zero means 429 Too Many Requests.
+	// It must be in 400..599. A refusal for another reason answers 503
+	// Service Unavailable instead: the limiter was closed, its shared Store
+	// failed, or the request's context ended while it waited (the client
+	// has usually gone by then).
+	Status int
+
+	// RetryAfter is sent, in whole seconds rounded up, in the Retry-After
+	// header of a refusal. Zero means 1s; negative means no Retry-After
+	// header.
+	RetryAfter time.Duration
+
+	// Reject, if set, writes the whole response to a refused request in
+	// place of the default (Status, text/plain body, Retry-After). It gets
+	// the key and why the request was refused: an error matching
+	// limit.ErrLimited, limit.ErrQueueFull, limit.ErrQueueTimeout,
+	// limit.ErrClosed or limit.ErrStore, or the request context's error
+	// when the client went away while waiting. It is called on the
+	// request's goroutine after OnReject.
+	Reject func(w http.ResponseWriter, r *http.Request, key string, err error)
+
+	// OnReject, if set, is called for every refused request, and in shadow
+	// mode for every request let through over the limit (with
+	// ErrShadowRefused), on the request's goroutine, before any response is
+	// written. err is as for Reject. It must be fast and must not block;
+	// it must not write the response.
+	OnReject func(key string, r *http.Request, err error)
+
+	// TunnelPermits, when not zero, gives tunnels (CONNECT requests,
+	// HTTP/1.1 upgrades such as WebSocket, HTTP/2 extended CONNECT) their
+	// own permits per key, counted apart from the other exchanges, so that
+	// long-lived tunnels and short exchanges do not starve each other.
+	// Zero means tunnels share Permits with the other exchanges; -1 means
+	// tunnels are unlimited (still counted); other negative values are
+	// invalid. Overrides and PermitsFor apply to exchanges only when it is
+	// set; TunnelPermitsFor then gives per-key tunnel permits.
+	TunnelPermits int
+
+	// TunnelPermitsFor, used only with TunnelPermits set, gives a key its
+	// own number of tunnel permits, as PermitsFor does for exchanges.
+	TunnelPermitsFor func(key string) int
+
+	// ReleaseTunnels releases a tunnel's permit as soon as the tunnel is
+	// established (101 Switching Protocols, or a 2xx answer to CONNECT)
+	// instead of when it closes, so that only tunnels being set up are
+	// limited. False means a tunnel holds its permit until it closes.
+	ReleaseTunnels bool
+
+	// ReclaimAfter is how long a permit may be held before it is taken back
+	// and logged at WARN, as limit.Config.ReclaimAfter. Established tunnels
+	// are exempt. Zero means 10 minutes; negative means never.
+	ReclaimAfter time.Duration
+
+	// Store shares the counts with other processes (limit/redisstore).
+	// Separate tunnel permits are kept in the same Store under keys
+	// prefixed with "tunnel:". Nil means this process's counts only.
+	Store limit.Store[string]
+
+	// Observer is told of every decision, of the exchange and the tunnel
+	// limiter alike, for example to feed a queue-wait histogram. Nil means
+	// none.
+	Observer limit.Observer[string]
+
+	// Clock tells the time, for queue waits and reclaim. Nil means the
+	// real clock; tests inject limit/limittest.Clock.
+	Clock limit.Clock
+
+	// Logger receives one INFO line per refusal (and shadow refusal), at
+	// most one per LogEvery with a count of the lines left out, and the
+	// WARN of a reclaimed permit. Nil means slog.Default().
+	Logger *slog.Logger
+
+	// LogEvery is the shortest time between two refusal lines. Zero means
+	// 1s; negative means every refusal is logged.
+	LogEvery time.Duration
+
+	// Name identifies the Limiter in logs. Empty means "httplimit".
+	Name string
+}
+
+// settings is a Config with its defaults applied and checked.
+type settings struct {
+	Config
+	retryAfter string // header value; "" for none
+	logEvery   time.Duration
+}
+
+func (c Config) settings() (settings, error) {
+	s := settings{Config: c}
+	if err := c.validate(); err != nil {
+		return s, err
+	}
+	s.Overrides = maps.Clone(c.Overrides)
+	if s.Key == nil {
+		s.Key = ByClientIP(nil)
+	}
+	if s.Status == 0 {
+		s.Status = DefaultStatus
+	}
+	switch {
+	case c.RetryAfter == 0:
+		s.retryAfter = "1"
+	case c.RetryAfter > 0:
+		s.retryAfter = fmt.Sprint(int64((c.RetryAfter + time.Second - 1) / time.Second))
+	}
+	switch {
+	case c.LogEvery == 0:
+		s.logEvery = DefaultLogEvery
+	case c.LogEvery > 0:
+		s.logEvery = c.LogEvery
+	}
+	if s.Logger == nil {
+		s.Logger = slog.Default()
+	}
+	if s.Name == "" {
+		s.Name = "httplimit"
+	}
+	return s, nil
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Key != nil && reflect.ValueOf(c.Key).Pointer() == reflect.ValueOf(invalidKey).Pointer():
+		return errInvalidKeyFunc
+	case c.Permits < -1:
+		return fmt.Errorf("httplimit: Permits must be ≥ -1 (got %d)", c.Permits)
+	case c.TunnelPermits < -1:
+		return fmt.Errorf("httplimit: TunnelPermits must be ≥ -1 (got %d)", c.TunnelPermits)
+	case c.QueueSize < 0:
+		return fmt.Errorf("httplimit: QueueSize must not be negative (got %d)", c.QueueSize)
+	case c.QueueTimeout < 0:
+		return fmt.Errorf("httplimit: QueueTimeout must not be negative (got %v)", c.QueueTimeout)
+	case c.Status != 0 && (c.Status < 400 || c.Status > 599):
+		return fmt.Errorf("httplimit: Status must be in 400..599 (got %d)", c.Status)
+	case c.TunnelPermitsFor != nil && c.TunnelPermits == 0:
+		return fmt.Errorf("httplimit: TunnelPermitsFor needs TunnelPermits set")
+	}
+	for key, n := range c.Overrides {
+		if n < -1 {
+			return fmt.Errorf("httplimit: Overrides[%q] must be ≥ -1 (got %d)", key, n)
+		}
+		if key == "" {
+			return fmt.Errorf("httplimit: Overrides has an empty key, which is never limited")
+		}
+	}
+	return nil
+}
+
+// exchangePermits returns the per-key permits function of the exchange
+// limiter: Overrides first, then PermitsFor.
+func (s *settings) exchangePermits() func(string) int {
+	overrides, permitsFor := s.Overrides, s.PermitsFor
+	if permitsFor == nil && len(overrides) == 0 {
+		return nil
+	}
+	if len(overrides) == 0 {
+		return permitsFor
+	}
+	return func(key string) int {
+		if n, ok := overrides[key]; ok {
+			return n
+		}
+		if permitsFor != nil {
+			return permitsFor(key)
+		}
+		return 0
+	}
+}
+
+// limitConfig is the limit.Config shared by the exchange and tunnel
+// limiters.
+func (s *settings) limitConfig(name string, permits int, permitsFor func(string) int, store limit.Store[string]) limit.Config[string] {
+	return limit.Config[string]{
+		Permits:      permits,
+		PermitsFor:   permitsFor,
+		QueueSize:    s.QueueSize,
+		QueueTimeout: s.QueueTimeout,
+		Shadow:       s.Shadow,
+		ReclaimAfter: s.ReclaimAfter,
+		Store:        store,
+		Clock:        s.Clock,
+		Observer:     s.Observer,
+		Logger:       s.Logger,
+		Name:         name,
+	}
+}

@@ -1,0 +1,13 @@
+package httplimit
+
+import "errors"
+
+// ErrShadowRefused is what [Config.OnReject] receives, in shadow mode, for a
+// request the limit would have refused and that was let through. It does
+// not match limit.ErrLimited under [errors.Is], so that code counting real
+// refusals does not count it.
+var ErrShadowRefused = errors.New("httplimit: over the limit (shadow mode, let through)")
+
+// errInvalidKeyFunc is returned by New when Config.Key is the function that
+// ByUser(nil) or ByHeader with an invalid name returned.
+var errInvalidKeyFunc = errors.New("httplimit: Key is the result of ByUser(nil) or ByHeader with an invalid header name")

@@ -1,0 +1,78 @@
+package httplimit_test
+
+import (
+	"fmt"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/seed-a07d1050/portcullis/clientkey"
+	"github.com/seed-a07d1050/portcullis/httplimit"
+)
+
+// The common case: at most 8 exchanges at once per client address.
+func ExampleMaxConcurrentPerClient() {
+	limited, err := httplimit.MaxConcurrentPerClient(8)
+	if err != nil {
+		log.Fatal(err)
+	}
+	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
+	srv := &http.Server{Handler: limited(hello), ReadHeaderTimeout: 10 * time.Second}
+	_ = srv // srv.ListenAndServe()
+}
+
+// A limit on one route only, per user, with a batch user allowed more and
+// a short queue. The API mux's other routes are not counted.
+func ExampleNew() {
+	type userKey struct{}
+	l, err := httplimit.New(httplimit.Config{
+		Key:          httplimit.ByUser(func(r *http.Request) string { s, _ := r.Context().Value(userKey{}).(string); return s }),
+		Permits:      4,
+		Overrides:    map[string]int{"batch": 32},
+		QueueSize:    16,
+		QueueTimeout: 2 * time.Second,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	mux := http.NewServeMux()
+	mux.Handle("/reports/", l.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+	mux.Handle("/", http.NotFoundHandler()) // not limited by l
+
+	r := httptest.NewRequest(http.MethodGet, "/reports/q3", nil)
+	r = r.WithContext(contextWith(r, userKey{}, "alice"))
+	mux.ServeHTTP(httptest.NewRecorder(), r)
+	fmt.Println(l.Totals().Granted)
+	// Output: 1
+}
+
+// Behind a load balancer at 10.0.0.0/8 that appends X-Forwarded-For, a
+// stricter limit is tried in shadow mode inside the enforced one.
+func ExampleConfig_shadow() {
+	proxies, err := clientkey.ParseProxySet([]string{"10.0.0.0/8"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	byClient := httplimit.ByClientIP(&clientkey.Resolver{Trusted: proxies, Header: clientkey.HeaderXForwardedFor})
+	enforced, err := httplimit.New(httplimit.Config{Key: byClient, Permits: 16})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer enforced.Close()
+	candidate, err := httplimit.New(httplimit.Config{Key: byClient, Permits: 4, Shadow: true, Name: "candidate"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer candidate.Close()
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+	handler := enforced.Wrap(candidate.Wrap(app))
+
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "10.1.2.3:5555"
+	r.Header.Set("X-Forwarded-For", "198.51.100.9")
+	handler.ServeHTTP(httptest.NewRecorder(), r)
+	fmt.Println(enforced.Totals().Granted, candidate.Totals().ShadowRefused)
+	// Output: 1 0
+}

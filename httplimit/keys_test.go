@@ -1,0 +1,92 @@
+package httplimit_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/seed-a07d1050/portcullis/clientkey"
+	"github.com/seed-a07d1050/portcullis/httplimit"
+)
+
+func TestKeyFuncs(t *testing.T) {
+	proxies, err := clientkey.ParseProxySet([]string{"10.0.0.0/8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	behindProxy := &clientkey.Resolver{Trusted: proxies, Header: clientkey.HeaderXForwardedFor}
+	type ctxUser struct{}
+	user := func(r *http.Request) string { s, _ := r.Context().Value(ctxUser{}).(string); return s }
+
+	for _, tc := range []struct {
+		name   string
+		key    httplimit.KeyFunc
+		remote string
+		host   string
+		header http.Header
+		want   string
+	}{
+		{"peer IPv4", httplimit.ByClientIP(nil), "192.0.2.7:4000", "", nil, "192.0.2.7"},
+		{"peer IPv6 /64", httplimit.ByClientIP(nil), "[2001:db8:1:2:3:4:5:6]:4000", "", nil, "2001:db8:1:2::/64"},
+		{"peer IPv4-mapped", httplimit.ByClientIP(nil), "[::ffff:192.0.2.7]:4000", "", nil, "192.0.2.7"},
+		{"unreadable peer shares one key", httplimit.ByClientIP(nil), "@", "", nil, "invalid"},
+		{"untrusted peer's header ignored", httplimit.ByClientIP(behindProxy), "192.0.2.7:1", "", http.Header{"X-Forwarded-For": {"198.51.100.9"}}, "192.0.2.7"},
+		{"trusted proxy's header", httplimit.ByClientIP(behindProxy), "10.1.2.3:1", "", http.Header{"X-Forwarded-For": {"6.6.6.6, 198.51.100.9, 10.9.9.9"}}, "198.51.100.9"},
+		{"host port stripped, lower-cased", httplimit.ByHost(), "", "Example.COM:8443", nil, "example.com"},
+		{"host without port", httplimit.ByHost(), "", "example.com", nil, "example.com"},
+		{"host IPv6 literal", httplimit.ByHost(), "", "[2001:DB8::1]:443", nil, "2001:db8::1"},
+		{"host bare IPv6", httplimit.ByHost(), "", "2001:db8::1", nil, "2001:db8::1"},
+		{"no host: not limited", httplimit.ByHost(), "", "", nil, ""},
+		{"header", httplimit.ByHeader("x-tenant"), "", "", http.Header{"X-Tenant": {"acme", "other"}}, "acme"},
+		{"header absent", httplimit.ByHeader("X-Tenant"), "", "", nil, ""},
+		{"basic auth", httplimit.ByBasicAuthUser(), "", "", http.Header{"Authorization": {"Basic YWxpY2U6c2VjcmV0"}}, "alice"},
+		{"no basic auth", httplimit.ByBasicAuthUser(), "", "", http.Header{"Authorization": {"Bearer xyz"}}, ""},
+		{"user from context", httplimit.ByUser(user), "", "", nil, "bob"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.RemoteAddr, r.Host = tc.remote, tc.host
+			if tc.header != nil {
+				r.Header = tc.header
+			}
+			if tc.name == "user from context" {
+				r = r.WithContext(contextWith(r, ctxUser{}, "bob"))
+			}
+			if got := tc.key(r); got != tc.want {
+				t.Errorf("key %q, want %q", got, tc.want)
+			}
+			// Twice: the second answer comes from ByClientIP's cache.
+			if got := tc.key(r); got != tc.want {
+				t.Errorf("second key %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestByClientIPAllocatesNothingForAKnownClient(t *testing.T) {
+	key := httplimit.ByClientIP(nil)
+	for _, remote := range []string{"192.0.2.7:4000", "[2001:db8::1]:4000"} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = remote
+		key(r)
+		if n := testing.AllocsPerRun(100, func() { key(r) }); n != 0 {
+			t.Errorf("%s: %v allocations per key, want 0", remote, n)
+		}
+	}
+}
+
+func TestUnkeyedRequestIsNotLimited(t *testing.T) {
+	l := newLimiter(t, httplimit.Config{Key: httplimit.ByHeader("X-Tenant"), Permits: 1})
+	g := newGate()
+	ts := startServer(t, l.Wrap(g))
+	c := clientFrom(t, "127.0.0.2")
+	a := holdOne(t, c, ts.URL, g)
+	b := holdOne(t, c, ts.URL, g) // both enter: no key, no limit
+	if tot := l.Totals(); tot.Granted != 0 || tot.InUse != 0 {
+		t.Errorf("unkeyed requests were counted: %+v", tot)
+	}
+	g.release <- struct{}{}
+	g.release <- struct{}{}
+	<-a
+	<-b
+}

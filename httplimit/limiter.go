@@ -1,0 +1,205 @@
+package httplimit
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/seed-a07d1050/portcullis/limit"
+)
+
+// A Limiter caps how many HTTP exchanges run at once per key, as a
+// middleware ([Limiter.Wrap]). It counts only the requests that pass
+// through the handlers it wraps: a Limiter mounted on one route limits that
+// route. A Limiter is safe for concurrent use.
+type Limiter struct {
+	s         settings
+	exchanges *limit.Limiter[string]
+	tunnels   *limit.Limiter[string] // nil: tunnels count in exchanges
+	log       refusalLog
+}
+
+// New returns a Limiter configured by cfg, or an error naming the first
+// invalid field; on error nothing is started. The Limiter runs background
+// reclaim work until [Limiter.Close].
+func New(cfg Config) (*Limiter, error) {
+	s, err := cfg.settings()
+	if err != nil {
+		return nil, err
+	}
+	l := &Limiter{s: s}
+	l.log.init(&l.s)
+	l.exchanges, err = limit.New(s.limitConfig(s.Name, s.Permits, s.exchangePermits(), s.Store))
+	if err != nil {
+		return nil, fmt.Errorf("httplimit: exchange limiter: %w", err)
+	}
+	if s.TunnelPermits != 0 {
+		var store limit.Store[string]
+		if s.Store != nil {
+			store = prefixed{s: s.Store, prefix: "tunnel:"}
+		}
+		l.tunnels, err = limit.New(s.limitConfig(s.Name+"/tunnels", s.TunnelPermits, s.TunnelPermitsFor, store))
+		if err != nil {
+			l.exchanges.Close()
+			return nil, fmt.Errorf("httplimit: tunnel limiter: %w", err)
+		}
+	}
+	return l, nil
+}
+
+// MaxConcurrentPerClient returns a middleware that lets each client
+// address (IPv4 /32, IPv6 /64, the peer address: no proxy headers are
+// trusted) run at most n exchanges at once and answers the others with
+// 429 and Retry-After: 1 at once: the library form of the daemon's
+// --max-concurrent-per-client N. n must be at least 1. Every handler the
+// middleware wraps shares the one count; its limiter lives as long as the
+// process. For anything more, use [New].
+func MaxConcurrentPerClient(n int) (func(http.Handler) http.Handler, error) {
+	if n < 1 {
+		return nil, errors.New("httplimit: MaxConcurrentPerClient needs n ≥ 1")
+	}
+	l, err := New(Config{Permits: n, Name: "max-concurrent-per-client"})
+	if err != nil {
+		return nil, err
+	}
+	return l.Wrap, nil
+}
+
+// Wrap returns a handler that admits each request under the Limiter before
+// calling next. The permit is taken when the handler is entered, so a
+// middleware placed before it (authentication) refuses first and its
+// refusals are never counted. It is released exactly once when the
+// exchange ends: next returns, next panics (released, then the panic goes
+// on, http.ErrAbortHandler included), or, for a tunnel, the tunnel closes
+// (see [Config.ReleaseTunnels]). A request over the limit waits in its
+// key's queue, blocking only its own goroutine, and leaves it as soon as
+// its context ends; a refused request gets the refusal response and next
+// is not called. Handlers from several Wrap calls on one Limiter share its
+// counts. A nil next is treated as http.NotFoundHandler(). A handler that
+// hijacks a request that is not a tunnel request (see [Config.TunnelPermits])
+// gives its permit back when it returns, as for any other exchange.
+func (l *Limiter) Wrap(next http.Handler) http.Handler {
+	if next == nil {
+		next = http.NotFoundHandler()
+	}
+	return &handler{l: l, next: next}
+}
+
+type handler struct {
+	l    *Limiter
+	next http.Handler
+}
+
+var _ http.Handler = (*handler)(nil)
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	l := h.l
+	key := l.s.Key(r)
+	if key == "" {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	if isTunnel(r) {
+		h.serveTunnel(w, r, key)
+		return
+	}
+	p, ok := l.admit(w, r, l.exchanges, key)
+	if !ok {
+		return
+	}
+	defer p.Release()
+	h.next.ServeHTTP(w, r)
+}
+
+// admit takes a permit of key from lim, or answers the refusal.
+func (l *Limiter) admit(w http.ResponseWriter, r *http.Request, lim *limit.Limiter[string], key string) (limit.Permit[string], bool) {
+	var p limit.Permit[string]
+	var err error
+	if l.s.QueueSize == 0 && l.s.Store == nil {
+		// Cannot wait, and no Store to ask: skip the context. With a Store,
+		// Acquire gets its authoritative answer, bounded by the context;
+		// TryAcquire would settle for its cached view.
+		p, err = lim.TryAcquire(key)
+	} else {
+		p, err = lim.Acquire(r.Context(), key)
+	}
+	if err != nil {
+		l.refuse(w, r, key, err)
+		return p, false
+	}
+	if p.Shadowed() {
+		l.shadowRefused(r, key)
+	}
+	return p, true
+}
+
+func (h *handler) serveTunnel(w http.ResponseWriter, r *http.Request, key string) {
+	l := h.l
+	lim := l.exchanges
+	if l.tunnels != nil {
+		lim = l.tunnels
+	}
+	p, ok := l.admit(w, r, lim, key)
+	if !ok {
+		return
+	}
+	t := &tunnel{permit: p, connect: r.Method == http.MethodConnect, releaseUp: l.s.ReleaseTunnels}
+	returned := false
+	defer func() { t.handlerDone(returned) }()
+	h.next.ServeHTTP(wrapTunnel(w, t), r)
+	returned = true
+}
+
+// Snapshot is the state of a Limiter: its exchange limiter and, when
+// Config.TunnelPermits is set, its tunnel limiter (otherwise Tunnels is
+// empty and tunnels are in Exchanges).
+type Snapshot struct {
+	Exchanges limit.Snapshot[string] `json:"exchanges"`
+	Tunnels   limit.Snapshot[string] `json:"tunnels"`
+}
+
+// Snapshot returns the busiest keys (in use, waiting, refused) of each
+// limiter, at most top of each (top ≤ 0: all), and their totals.
+func (l *Limiter) Snapshot(top int) Snapshot {
+	s := Snapshot{Exchanges: l.exchanges.Snapshot(top)}
+	if l.tunnels != nil {
+		s.Tunnels = l.tunnels.Snapshot(top)
+	}
+	return s
+}
+
+// Totals returns the totals of exchanges and tunnels summed. Keys counts a
+// key busy in both twice.
+func (l *Limiter) Totals() limit.Totals {
+	t := l.exchanges.Totals()
+	if l.tunnels != nil {
+		addTotals(&t, l.tunnels.Totals())
+	}
+	return t
+}
+
+func addTotals(t *limit.Totals, o limit.Totals) {
+	t.Granted += o.Granted
+	t.Refused += o.Refused
+	t.ShadowRefused += o.ShadowRefused
+	t.QueueFull += o.QueueFull
+	t.QueueTimeouts += o.QueueTimeouts
+	t.Abandoned += o.Abandoned
+	t.Reclaimed += o.Reclaimed
+	t.StoreFailed += o.StoreFailed
+	t.InUse += o.InUse
+	t.Waiting += o.Waiting
+	t.Keys += o.Keys
+}
+
+// Close stops the Limiter's background work. Waiting requests and later
+// ones are refused with 503 Service Unavailable (limit.ErrClosed); permits
+// already held stay valid and are released as their exchanges end. Close
+// is idempotent and returns nil.
+func (l *Limiter) Close() error {
+	l.exchanges.Close()
+	if l.tunnels != nil {
+		l.tunnels.Close()
+	}
+	return nil
+}
