@@ -1,0 +1,101 @@
+package redisstore
+
+import (
+	"hash/maphash"
+	"sync"
+)
+
+// numShards spreads keys over locks so that requests for different keys
+// seldom contend.
+const numShards = 64
+
+// An entry is what this node knows about one key. It lives while the node
+// holds permits of the key, has a Redis call for it in flight or pending,
+// must rewrite its count in Redis, or was recently refused (so that a
+// release elsewhere can wake its waiters); see forgetIfIdle.
+type entry[K comparable] struct {
+	key  K
+	ks   string // the key's string form: pub/sub message, map key
+	name string // the Redis hash
+
+	held     int   // permits this node holds through the Store
+	inflight int   // acquire scripts under way
+	pending  int   // change of this node's count not yet sent to Redis
+	queued   bool  // in the store's sync queue
+	dirty    bool  // Redis may be wrong about this node's count: rewrite it
+	epoch    int64 // of the last heartbeat snapshot, which did not count later acquires
+
+	others  int   // other nodes' live permits, as of seen
+	seen    int64 // when Redis last told us others (Unix ns); 0 never
+	watched int64 // when Redis last refused us (Unix ns); 0 never
+}
+
+type shard[K comparable] struct {
+	mu sync.Mutex
+	m  map[string]*entry[K]
+}
+
+// shardOf returns the shard holding ks.
+func (s *Store[K]) shardOf(ks string) *shard[K] {
+	return &s.shards[maphash.String(s.seed, ks)%numShards]
+}
+
+// entryLocked returns the entry of key, creating it. It is called with
+// sh.mu held.
+func (s *Store[K]) entryLocked(sh *shard[K], key K, ks string) *entry[K] {
+	e := sh.m[ks]
+	if e == nil {
+		e = &entry[K]{key: key, ks: ks, name: s.s.Prefix + "{" + ks + "}", epoch: s.epoch.Load()}
+		sh.m[ks] = e
+	}
+	return e
+}
+
+// fresh reports whether e's count of other nodes is recent enough to
+// decide on: younger than one lease, which is also how long a dead node's
+// permits can stay counted.
+func (s *Store[K]) fresh(e *entry[K], now int64) bool {
+	return e.seen != 0 && now-e.seen < int64(s.s.Lease)
+}
+
+// forgetIfIdle drops e when nothing about it remains to do. It is called
+// with sh.mu held.
+func (s *Store[K]) forgetIfIdle(sh *shard[K], e *entry[K], now int64) {
+	if e.held != 0 || e.inflight != 0 || e.pending != 0 || e.queued || e.dirty {
+		return
+	}
+	if e.watched != 0 && now-e.watched < int64(s.watchFor()) {
+		return
+	}
+	delete(sh.m, e.ks)
+}
+
+// grantLocked counts a permit granted without Redis having counted it (from
+// the cached count or the node-local cap), and queues the increment. It is
+// called with sh.mu held and reports whether the sync loop must be woken.
+func (s *Store[K]) grantLocked(e *entry[K]) bool {
+	e.held++
+	e.pending++
+	return s.queueLocked(e)
+}
+
+// queueLocked puts e in the sync queue unless it is there. It is called
+// with e's shard lock held and reports whether e was added.
+func (s *Store[K]) queueLocked(e *entry[K]) bool {
+	if e.queued {
+		return false
+	}
+	e.queued = true
+	s.qmu.Lock()
+	s.queue = append(s.queue, e)
+	s.qmu.Unlock()
+	return true
+}
+
+// kickSync wakes the sync loop without blocking.
+func (s *Store[K]) kickSync() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}

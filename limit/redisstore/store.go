@@ -1,0 +1,446 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seed-a07d1050/portcullis/limit"
+)
+
+// A Store is a [limit.Store] that shares a limiter's counts with the other
+// nodes of a cluster through Redis, so that a key's limit holds over all of
+// them. Give each node's Limiter its own Store with its own NodeID, all
+// with the same Prefix; one Store serves one Limiter. A Store is safe for
+// concurrent use.
+//
+// Acquire asks Redis (one script, one round trip, bounded by
+// Config.Timeout); TryAcquire never calls Redis and answers from the last
+// cluster count Redis returned for the key; Release returns at once and the
+// decrement reaches Redis in a batch. A background goroutine renews this
+// node's leases every Lease/3 by writing its absolute counts, which also
+// repairs whatever a lost release, an unanswered script or a Redis restart
+// left wrong. See docs/cluster.md for the model.
+type Store[K comparable] struct {
+	s         settings
+	keyString func(K) string
+	seed      maphash.Seed
+	shards    [numShards]shard[K]
+	br        breaker
+	st        counters
+	epoch     atomic.Int64 // of the last heartbeat snapshot; see scripts.go
+
+	qmu   sync.Mutex
+	queue []*entry[K] // entries with a pending change, each once
+
+	kick chan struct{} // wakes the sync loop to send pending changes
+	beat chan struct{} // wakes the sync loop to heartbeat now
+
+	nmu      sync.Mutex
+	notify   atomic.Pointer[[]func(K)]
+	subStart sync.Once
+	pubsub   *redis.PubSub // set by the subscriber goroutine, under nmu
+
+	closed    atomic.Bool
+	frozen    atomic.Bool // test hook: stopped without giving permits back
+	done      chan struct{}
+	bg        context.Context // background calls; cancelled by stop
+	cancelBg  context.CancelFunc
+	stopOnce  sync.Once
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var (
+	_ limit.Store[string]           = (*Store[string])(nil)
+	_ limit.ReleaseNotifier[string] = (*Store[string])(nil)
+)
+
+// New returns a Store configured by cfg, or an error naming the first
+// invalid field. keyString turns a key into the string that names it in
+// Redis; every node must map a key to the same string, and distinct keys to
+// distinct strings. Nil means the key itself for string keys and
+// fmt.Sprint (which allocates) for others.
+//
+// New does not contact Redis; a Redis that is down shows in the first calls
+// and is then handled by the OnError policy. It starts one goroutine, which
+// Close stops. The logger warns when the client was not built with
+// MaxRetries -1 and ContextTimeoutEnabled (see [NewClient]).
+func New[K comparable](cfg Config, keyString func(K) string) (*Store[K], error) {
+	s, err := cfg.settings()
+	if err != nil {
+		return nil, err
+	}
+	if keyString == nil {
+		keyString = defaultKeyString[K]()
+	}
+	st := &Store[K]{
+		s:         s,
+		keyString: keyString,
+		seed:      maphash.MakeSeed(),
+		kick:      make(chan struct{}, 1),
+		beat:      make(chan struct{}, 1),
+		done:      make(chan struct{}),
+	}
+	st.bg, st.cancelBg = context.WithCancel(context.Background())
+	for i := range st.shards {
+		st.shards[i].m = make(map[string]*entry[K])
+	}
+	// Epochs must grow across restarts of a node with a fixed NodeID and
+	// stay exact as Lua numbers (below 2^53).
+	st.epoch.Store(time.Now().UnixMilli())
+	st.br = breaker{
+		threshold: int64(s.BreakerThreshold),
+		backoff:   s.BreakerBackoff,
+		onChange:  st.breakerChanged,
+	}
+	checkClientOptions(s.Client, s.Logger)
+	st.wg.Add(1)
+	go st.syncLoop()
+	return st, nil
+}
+
+func defaultKeyString[K comparable]() func(K) string {
+	var zero K
+	if _, ok := any(zero).(string); ok {
+		return func(k K) string { return any(k).(string) }
+	}
+	return func(k K) string { return fmt.Sprint(k) }
+}
+
+// checkClientOptions warns about go-redis options that break the Store's
+// guarantees: retries may run an acquire script twice, and without
+// ContextTimeoutEnabled a call can outlive Config.Timeout.
+func checkClientOptions(c redis.UniversalClient, log *slog.Logger) {
+	var retries int
+	var ctxTimeout bool
+	switch c := c.(type) {
+	case *redis.Client:
+		retries, ctxTimeout = c.Options().MaxRetries, c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		retries, ctxTimeout = c.Options().MaxRetries, c.Options().ContextTimeoutEnabled
+	default:
+		return
+	}
+	// go-redis stores MaxRetries -1 as 0 (no retry); 0 from the caller
+	// became its default of 3.
+	if retries > 0 || !ctxTimeout {
+		log.Warn("redisstore: client should have MaxRetries -1 and ContextTimeoutEnabled (use redisstore.NewClient)",
+			slog.Int("max_retries", retries), slog.Bool("context_timeout_enabled", ctxTimeout))
+	}
+}
+
+// NodeID returns the name of this node's fields in Redis.
+func (s *Store[K]) NodeID() string { return s.s.NodeID }
+
+// Acquire reports whether one more permit of key may be held cluster-wide
+// under limit. It runs one script in Redis, bounded by Config.Timeout and
+// ctx: the script drops other nodes' expired leases, sums the live counts
+// and, if they are under limit, counts the permit for this node.
+//
+// When Redis cannot answer (error, timeout, breaker open) it follows
+// Config.OnError: Open grants while local is under the node cap
+// (ceil(limit × NodeShare)) and refuses (false, nil) above it; Closed
+// returns an error wrapping [ErrUnavailable] and the cause. When ctx ends
+// first it returns ctx.Err(). A refusal or error holds nothing; a true
+// answer must be matched by one Release. After Close it returns
+// [ErrClosed].
+func (s *Store[K]) Acquire(ctx context.Context, key K, limit, local int) (bool, error) {
+	if s.closed.Load() {
+		return false, ErrClosed
+	}
+	if limit <= 0 {
+		return false, nil
+	}
+	now := s.s.Clock.Now()
+	if !s.br.allow(now) {
+		return s.fallback(key, limit, local, errBreakerOpen)
+	}
+	ks := s.keyString(key)
+	sh := s.shardOf(ks)
+	sh.mu.Lock()
+	e := s.entryLocked(sh, key, ks)
+	e.inflight++
+	// Releases not yet sent ride along with the script: a busy key's
+	// releases then cost no round trip of their own.
+	epoch, delta := e.epoch, e.pending
+	e.pending = 0
+	sh.mu.Unlock()
+
+	reply, err := s.callAcquire(ctx, e, limit, epoch, delta)
+
+	sh.mu.Lock()
+	e.inflight--
+	if err != nil {
+		// The script may have run: have the heartbeat rewrite the count.
+		e.dirty = true
+		sh.mu.Unlock()
+		if ctx.Err() != nil {
+			// The caller gave up; that says nothing about Redis.
+			s.br.abandon()
+			return false, ctx.Err()
+		}
+		s.br.failure(s.s.Clock.Now(), err)
+		return s.fallback(key, limit, local, err)
+	}
+	nowNs := s.s.Clock.Now().UnixNano()
+	e.others, e.seen = reply.others, nowNs
+	if reply.granted {
+		e.held++
+		sh.mu.Unlock()
+		s.br.success()
+		return true, nil
+	}
+	e.watched = nowNs
+	sh.mu.Unlock()
+	s.br.success()
+	return false, nil
+}
+
+// callAcquire runs the acquire script under Config.Timeout and records it.
+func (s *Store[K]) callAcquire(ctx context.Context, e *entry[K], limit int, epoch int64, delta int) (acquireReply, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.s.Timeout)
+	defer cancel()
+	start := time.Now()
+	reply, err := s.runAcquire(ctx, e.name, limit, epoch, delta, e.ks)
+	s.st.call(opAcquire, time.Since(start), err)
+	return reply, err
+}
+
+// fallback decides without Redis, after cause, by the OnError policy.
+func (s *Store[K]) fallback(key K, limit, local int, cause error) (bool, error) {
+	if s.s.OnError == Closed {
+		s.st.unavailable.Add(1)
+		if cause == errBreakerOpen {
+			return false, cause
+		}
+		return false, fmt.Errorf("%w: %w", ErrUnavailable, cause)
+	}
+	if local >= s.s.nodeCap(limit) {
+		s.st.fallbackRefusals.Add(1)
+		return false, nil
+	}
+	s.st.fallbacks.Add(1)
+	s.grant(key)
+	return true, nil
+}
+
+// grant counts a permit of key granted without Redis counting it.
+func (s *Store[K]) grant(key K) {
+	ks := s.keyString(key)
+	sh := s.shardOf(ks)
+	sh.mu.Lock()
+	wake := s.grantLocked(s.entryLocked(sh, key, ks))
+	sh.mu.Unlock()
+	if wake {
+		s.kickSync()
+	}
+}
+
+// TryAcquire reports whether one more permit of key may be held, without
+// blocking and without calling Redis. While Redis answers, it decides from
+// the count of other nodes' permits that Redis last returned for key
+// (through Acquire, a release batch or the heartbeat), if that is younger
+// than one lease: it grants while that count plus local is under limit.
+// With no such count it grants while local is under the node cap
+// (ceil(limit × NodeShare)). A permit it grants is sent to Redis in the
+// next batch. While the breaker is open it follows Config.OnError like
+// Acquire. It is approximate where Acquire is exact: two nodes deciding
+// from cached counts at the same moment can together exceed limit until
+// their next batch.
+func (s *Store[K]) TryAcquire(key K, limit, local int) (bool, error) {
+	if s.closed.Load() {
+		return false, ErrClosed
+	}
+	if limit <= 0 {
+		return false, nil
+	}
+	now := s.s.Clock.Now()
+	if s.br.current() != BreakerClosed {
+		return s.fallback(key, limit, local, errBreakerOpen)
+	}
+	ks := s.keyString(key)
+	sh := s.shardOf(ks)
+	sh.mu.Lock()
+	e := sh.m[ks]
+	if e == nil || !s.fresh(e, now.UnixNano()) {
+		sh.mu.Unlock()
+		return s.byNodeCap(key, limit, local)
+	}
+	s.st.cached.Add(1)
+	if e.others+local >= limit {
+		e.watched = now.UnixNano()
+		sh.mu.Unlock()
+		return false, nil
+	}
+	wake := s.grantLocked(e)
+	sh.mu.Unlock()
+	if wake {
+		s.kickSync()
+	}
+	return true, nil
+}
+
+// byNodeCap grants while local is under the node cap.
+func (s *Store[K]) byNodeCap(key K, limit, local int) (bool, error) {
+	if local >= s.s.nodeCap(limit) {
+		return false, nil
+	}
+	s.grant(key)
+	return true, nil
+}
+
+// Release gives back one permit of key. It never blocks: the decrement is
+// queued, and reaches Redis with the key's next Acquire or, after 2 ms, in
+// the background goroutine's next pipeline with the other queued changes.
+// A Release without a matching grant is ignored.
+// After Close it only updates this node's own count (Close already removed
+// this node's counts from Redis).
+func (s *Store[K]) Release(key K) {
+	ks := s.keyString(key)
+	sh := s.shardOf(ks)
+	sh.mu.Lock()
+	e := sh.m[ks]
+	if e == nil || e.held == 0 {
+		sh.mu.Unlock()
+		return
+	}
+	e.held--
+	e.pending--
+	wake := s.queueLocked(e)
+	sh.mu.Unlock()
+	if wake {
+		s.kickSync()
+	}
+}
+
+// NotifyRelease registers f to be called with a key when another node
+// releases a permit of it while this node's waiters are refused by Redis.
+// The limiter registers it at construction. Notifications travel over Redis
+// pub/sub on the channel Prefix+"released"; a release publishes only when
+// some node was refused for that key within the last lease, so idle and
+// uncontended keys cost no messages. f is called from the Store's
+// subscriber goroutine and must not block. A lost notification only delays
+// a waiter until its next poll.
+func (s *Store[K]) NotifyRelease(f func(key K)) {
+	s.nmu.Lock()
+	var fs []func(K)
+	if p := s.notify.Load(); p != nil {
+		fs = append(fs, *p...)
+	}
+	fs = append(fs, f)
+	s.notify.Store(&fs)
+	s.nmu.Unlock()
+	s.subStart.Do(func() {
+		if s.closed.Load() {
+			return
+		}
+		s.wg.Add(1)
+		go s.subscribe()
+	})
+}
+
+// Stats returns a snapshot of the Store's counters.
+func (s *Store[K]) Stats() Stats {
+	var st Stats
+	s.st.snapshot(&st)
+	st.Breaker = s.br.current()
+	st.BreakerOpens = s.br.opens.Load()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		st.Keys += len(sh.m)
+		for _, e := range sh.m {
+			st.Held += e.held
+		}
+		sh.mu.Unlock()
+	}
+	return st
+}
+
+// Close stops the Store's goroutines and removes this node's counts from
+// Redis in one pipeline bounded by 10 × Timeout (at least 500 ms), waking
+// other nodes' waiters. Permits still held through the Store are then no
+// longer counted cluster-wide. Later Acquire and TryAcquire calls return
+// [ErrClosed]. It does not close Config.Client. If Redis cannot be reached
+// it returns the error, and the counts expire within one Lease. Close is
+// idempotent; later calls return the first call's result.
+func (s *Store[K]) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.stop()
+		if !s.frozen.Load() {
+			s.closeErr = s.removeCounts()
+		}
+	})
+	return s.closeErr
+}
+
+// stop ends the background goroutines and waits for them.
+func (s *Store[K]) stop() {
+	s.stopOnce.Do(func() {
+		close(s.done)
+		s.cancelBg()
+		s.nmu.Lock()
+		if s.pubsub != nil {
+			_ = s.pubsub.Close()
+		}
+		s.nmu.Unlock()
+	})
+	s.wg.Wait()
+}
+
+// removeCounts deletes this node's fields for every key it knows.
+func (s *Store[K]) removeCounts() error {
+	var calls []syncCall
+	epoch := s.epoch.Add(1)
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.m {
+			if e.held != 0 || e.inflight != 0 || e.pending != 0 || e.dirty {
+				calls = append(calls, syncCall{name: e.name, mode: "a", n: 0, epoch: epoch, message: e.ks})
+			}
+		}
+		sh.mu.Unlock()
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(10*s.s.Timeout, 500*time.Millisecond))
+	defer cancel()
+	start := time.Now()
+	err := s.runSync(ctx, calls)
+	s.st.call(opSync, time.Since(start), err)
+	if err != nil {
+		return fmt.Errorf("redisstore: close: %w", err)
+	}
+	return nil
+}
+
+// breakerChanged logs the breaker's transitions, and after Redis comes
+// back has the heartbeat rewrite every count at once.
+func (s *Store[K]) breakerChanged(from, to BreakerState, err error) {
+	switch to {
+	case BreakerOpen:
+		if from == BreakerClosed {
+			s.s.Logger.Warn("redisstore: redis unavailable, circuit breaker open",
+				slog.String("on_error", s.s.OnError.String()),
+				slog.Duration("retry_after", s.s.BreakerBackoff),
+				slog.Any("error", err))
+		}
+	case BreakerClosed:
+		s.s.Logger.Info("redisstore: redis reachable again, circuit breaker closed")
+		select {
+		case s.beat <- struct{}{}:
+		default:
+		}
+	}
+}
