@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/net/netutil"
+
+	"github.com/seed-a07d1050/portcullis/internal/backend"
+	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/proxy"
+	"github.com/seed-a07d1050/portcullis/internal/siege"
+)
+
+//go:embed demo.yaml
+var demoYAML string
+
+const demoSynopsis = `demo [--attack] [--listen ADDR] [--admin ADDR]
+
+Runs the proxy with an embedded configuration in front of a built-in backend.
+With --attack, floods the site from 127.0.0.2 (slow connections and slow
+requests) while legitimate clients on 127.0.0.3 and up use it, first against
+the bare backend and then through Portcullis, prints a before/after table and
+exits.`
+
+// demoFlags are the flags of "portcullis demo".
+type demoFlags struct {
+	listen, admin string
+	attack        bool
+	duration      time.Duration
+	warmup        time.Duration
+	attackConns   int
+	backendConns  int
+}
+
+func (e env) demoCmd(args []string) int {
+	fs := newFlagSet("demo", demoSynopsis)
+	var f demoFlags
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "the proxy's host:port")
+	fs.StringVar(&f.admin, "admin", "127.0.0.1:9901", "the admin host:port")
+	fs.BoolVar(&f.attack, "attack", false, "run the attack comparison and exit")
+	fs.DurationVar(&f.duration, "duration", 6*time.Second, "with --attack: how long legitimate clients are measured in each run")
+	fs.DurationVar(&f.warmup, "warmup", 2*time.Second, "with --attack: how long the attacker runs alone before each measurement")
+	fs.IntVar(&f.attackConns, "attack-conns", 600, "with --attack: connections the attacker keeps going")
+	fs.IntVar(&f.backendConns, "backend-conns", 256, "with --attack: connections the built-in backend serves at once, as a real server's worker pool")
+	if code := e.parseFlags(fs, args); code >= 0 {
+		return code
+	}
+	if f.attack && (f.duration <= 0 || f.duration > time.Minute/3 || f.warmup < 0 || f.warmup > 10*time.Second) {
+		fmt.Fprintln(e.stderr, "portcullis demo: --duration must be in (0, 20s] and --warmup in [0, 10s], so the demo ends within a minute")
+		return exitUsage
+	}
+	if f.attackConns < 1 || f.backendConns < 1 {
+		fmt.Fprintln(e.stderr, "portcullis demo: --attack-conns and --backend-conns must be at least 1")
+		return exitUsage
+	}
+	if f.attack {
+		return e.demoAttack(&f)
+	}
+	return e.demoServe(&f)
+}
+
+// demoConfig returns the embedded configuration with its addresses filled in.
+func demoConfig(listen, admin, backendURL string) (*config.Config, error) {
+	text := strings.NewReplacer("{{listen}}", listen, "{{admin}}", admin, "{{backend}}", backendURL).Replace(demoYAML)
+	return config.Parse("demo.yaml", []byte(text))
+}
+
+// startBackend serves the built-in backend on a free loopback port, at
+// most conns connections at once (0: no cap).
+func startBackend(conns int) (*backend.Server, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("portcullis demo: backend: %w", err)
+	}
+	if conns > 0 {
+		ln = netutil.LimitListener(ln, conns)
+	}
+	return backend.Serve(ln, backend.Config{})
+}
+
+func (e env) demoServe(f *demoFlags) int {
+	b, err := startBackend(0)
+	if err != nil {
+		fmt.Fprintln(e.stderr, err)
+		return exitFailure
+	}
+	defer b.Close()
+	cfg, err := demoConfig(f.listen, f.admin, b.URL())
+	if err != nil {
+		fmt.Fprintf(e.stderr, "portcullis demo: %v\n", err)
+		return exitUsage
+	}
+	started := e.started
+	e.started = func(srv *proxy.Server) {
+		printTryList(e.stdout, srv.Addr("web").String(), srv.AdminAddr().String())
+		if started != nil {
+			started(srv)
+		}
+	}
+	return e.serve(cfg, nil)
+}
+
+func printTryList(w io.Writer, proxyAddr, adminAddr string) {
+	p, a := "http://"+proxyAddr, "http://"+adminAddr
+	fmt.Fprintf(w, `Portcullis demo: proxy on %[1]s, admin on %[2]s, built-in backend behind it.
+
+Things to try:
+  curl %[1]s/                          # proxied to the backend
+  curl '%[1]s/slow?ms=2000'            # a slow request
+  for i in $(seq 10); do curl -s -o /dev/null -w '%%{http_code}\n' '%[1]s/slow?ms=3000' & done; wait
+                                        # 4 run, 4 wait, 2 get 429 at once: the route limit of /slow
+  curl %[2]s/debug/limits              # who holds which connections and permits
+  curl -s %[2]s/metrics | grep '^portcullis_'
+  portcullis siege --scenario flood %[1]s/   # a flood from 127.0.0.2
+  portcullis demo --attack              # before/after: the same flood without and with Portcullis
+
+Press Ctrl-C to stop.
+`, p, a)
+}
+
+// attackRun is one run of the comparison.
+type attackRun struct {
+	label  string
+	report *siege.Report
+}
+
+func (e env) demoAttack(f *demoFlags) int {
+	b, err := startBackend(f.backendConns)
+	if err != nil {
+		fmt.Fprintln(e.stderr, err)
+		return exitFailure
+	}
+	defer b.Close()
+	cfg, err := demoConfig(f.listen, f.admin, b.URL())
+	if err != nil {
+		fmt.Fprintf(e.stderr, "portcullis demo: %v\n", err)
+		return exitUsage
+	}
+	cfg.Log.Level = config.LevelWarn // the refusals would drown the table
+	srv, err := proxy.Start(cfg, proxy.Options{LogOutput: e.stderr})
+	if err != nil {
+		fmt.Fprintf(e.stderr, "portcullis demo: %v\n", err)
+		return exitFailure
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}()
+	if e.started != nil {
+		e.started(srv)
+	}
+	ctx, stop := e.signalContext()
+	defer stop()
+
+	fmt.Fprintf(e.stdout, "Flooding from 127.0.0.2 (%d connections: half slowloris, half slow requests) while 8 clients on 127.0.0.3-10 use the site.\n", f.attackConns)
+	fmt.Fprintf(e.stdout, "The backend serves %d connections at once, like a server with a fixed worker pool.\n\n", f.backendConns)
+	var runs []attackRun
+	for _, target := range []struct{ label, url string }{
+		{"without portcullis", b.URL() + "/"},
+		{"with portcullis", "http://" + srv.Addr("web").String() + "/"},
+	} {
+		fmt.Fprintf(e.stdout, "running %s: %v...\n", target.label, f.warmup+f.duration)
+		rep, err := siege.Run(ctx, siege.Config{
+			Target:         target.url,
+			Scenario:       siege.ScenarioFlood,
+			Duration:       f.duration,
+			Warmup:         f.warmup,
+			Clients:        8,
+			AttackConns:    f.attackConns,
+			Timeout:        2 * time.Second,
+			Grace:          300 * time.Millisecond,
+			MaxConnectRate: 2000,
+		})
+		if err != nil {
+			fmt.Fprintf(e.stderr, "portcullis demo: %s: %v\n", target.label, err)
+			return exitFailure
+		}
+		runs = append(runs, attackRun{target.label, rep})
+	}
+	fmt.Fprintln(e.stdout)
+	writeAttackTable(e.stdout, runs)
+	return exitOK
+}
+
+// signalContext is a context that ends at SIGINT or SIGTERM.
+func (e env) signalContext() (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 1)
+	stop := e.notify(sigs)
+	go func() {
+		select {
+		case s := <-sigs:
+			if s != syscall.SIGHUP {
+				cancel()
+			}
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { stop(); cancel() }
+}
+
+// writeAttackTable prints the before/after comparison.
+func writeAttackTable(w io.Writer, runs []attackRun) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	row := func(name string, cell func(r *siege.Report) string) {
+		fmt.Fprintf(tw, "%s\t", name)
+		for _, r := range runs {
+			fmt.Fprintf(tw, "%s\t", cell(r.report))
+		}
+		fmt.Fprintln(tw)
+	}
+	fmt.Fprintf(tw, "\t")
+	for _, r := range runs {
+		fmt.Fprintf(tw, "%s\t", r.label)
+	}
+	fmt.Fprintln(tw)
+	attack := func(get func(a *siege.AttackStats) uint64) func(r *siege.Report) string {
+		return func(r *siege.Report) string {
+			if r.Attack == nil {
+				return "-"
+			}
+			return fmt.Sprint(get(r.Attack))
+		}
+	}
+	row("attacker connections admitted", attack(func(a *siege.AttackStats) uint64 { return a.Admitted }))
+	row("attacker connections refused", attack(func(a *siege.AttackStats) uint64 { return a.Refused }))
+	row("attacker peak connections held", attack(func(a *siege.AttackStats) uint64 { return uint64(a.PeakHeld) }))
+	row("legitimate requests", func(r *siege.Report) string { return fmt.Sprint(r.Legit.Requests) })
+	row("legitimate success rate", func(r *siege.Report) string { return fmt.Sprintf("%.1f%%", 100*r.Legit.SuccessRate) })
+	row("legitimate latency p50", func(r *siege.Report) string { return latency(r.Legit.P50, r.Legit.Successes) })
+	row("legitimate latency p99", func(r *siege.Report) string { return latency(r.Legit.P99, r.Legit.Successes) })
+	_ = tw.Flush()
+}
+
+func latency(d time.Duration, successes uint64) string {
+	if successes == 0 {
+		return "none served"
+	}
+	return d.Round(10 * time.Microsecond).String()
+}

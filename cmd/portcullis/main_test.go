@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/backend"
+	"github.com/seed-a07d1050/portcullis/internal/proxy"
+)
+
+const waitLimit = 10 * time.Second
+
+func writeFile(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "portcullis.yaml")
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestUsageAndExitCodes(t *testing.T) {
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{"no command", nil, exitUsage, "", "Usage:"},
+		{"unknown command", []string{"frobnicate"}, exitUsage, "", `unknown command "frobnicate"`},
+		{"help", []string{"help"}, exitOK, "portcullis run --config FILE", ""},
+		{"version", []string{"version"}, exitOK, "portcullis ", ""},
+		{"run help", []string{"run", "--help"}, exitOK, "--max-concurrent-per-client", ""},
+		{"check help", []string{"check", "--help"}, exitOK, "-config", ""},
+		{"demo help", []string{"demo", "--help"}, exitOK, "-attack", ""},
+		{"siege help", []string{"siege", "-help"}, exitOK, "scenario", ""},
+		{"run without anything", []string{"run"}, exitUsage, "", "give --config FILE, or --listen and --upstream"},
+		{"run unknown flag", []string{"run", "--nope"}, exitUsage, "", "flag provided but not defined: -nope"},
+		{"run stray argument", []string{"run", "--listen", "127.0.0.1:0", "x"}, exitUsage, "", `unexpected argument "x"`},
+		{"run config and flags", []string{"run", "--config", "x.yaml", "--listen", ":80"}, exitUsage, "", "--config excludes"},
+		{"run bad upstream", []string{"run", "--listen", "127.0.0.1:0", "--upstream", "ftp://x"}, exitUsage, "", "upstreams[0]"},
+		{"run bad trusted proxy", []string{"run", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--trusted-proxy", "10.0.0.1/8"}, exitUsage, "", "host bits set; did you mean 10.0.0.0/8"},
+		{"run not an address", []string{"run", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--trusted-proxy", "proxy"}, exitUsage, "", `"proxy" is not an IP address or CIDR`},
+		{"run negative concurrency", []string{"run", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--max-concurrent-per-client", "-2"}, exitUsage, "", "--max-concurrent-per-client must be 0"},
+		{"run missing file", []string{"run", "--config", "/nonexistent/p.yaml"}, exitUsage, "", "no such file"},
+		{"check without file", []string{"check"}, exitUsage, "", "--config is required"},
+		{"demo attack too long", []string{"demo", "--attack", "--duration", "1m"}, exitUsage, "", "within a minute"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run(tt.args, &out, &errOut)
+			if code != tt.code {
+				t.Errorf("exit code %d, want %d\nstdout: %s\nstderr: %s", code, tt.code, out.String(), errOut.String())
+			}
+			if !strings.Contains(out.String(), tt.stdout) {
+				t.Errorf("stdout lacks %q:\n%s", tt.stdout, out.String())
+			}
+			if !strings.Contains(errOut.String(), tt.stderr) {
+				t.Errorf("stderr lacks %q:\n%s", tt.stderr, errOut.String())
+			}
+		})
+	}
+}
+
+// Every bad configuration is refused with its file, line and field, exit
+// code 2, and nothing starts (the port stays free: run would otherwise
+// serve until a signal and the test would time out).
+func TestBadConfigsExit2WithPosition(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want string
+	}{
+		{"unknown key", "listeners:\n  - protocol: http\n    listen: 127.0.0.1:0\n    max_conn_per_client: 3\n", ":4:"},
+		{"wrong type", "listeners:\n  - protocol: http\n    listen: 127.0.0.1:0\n    max_conns_per_client: many\n    routes: [{upstreams: [\"http://127.0.0.1:1\"]}]\n", "max_conns_per_client"},
+		{"bad address", "listeners:\n  - protocol: http\n    listen: 127.0.0.1\n    routes: [{upstreams: [\"http://127.0.0.1:1\"]}]\n", "listen"},
+		{"bad cidr", "listeners:\n  - protocol: http\n    listen: 127.0.0.1:0\n    trusted_proxies: [10.0.0.0/33]\n    routes: [{upstreams: [\"http://127.0.0.1:1\"]}]\n", "trusted_proxies"},
+		{"impossible value", "listeners:\n  - protocol: http\n    listen: 127.0.0.1:0\n    routes:\n      - upstreams: [\"http://127.0.0.1:1\"]\n        limit: {permits: -5}\n", "permits"},
+		{"no listener", "log: {level: info}\n", "listeners"},
+		{"not yaml", "listeners: [\n", "portcullis.yaml"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := writeFile(t, tt.yaml)
+			for _, cmd := range []string{"check", "run"} {
+				var out, errOut bytes.Buffer
+				done := make(chan int, 1)
+				go func() { done <- run([]string{cmd, "--config", file}, &out, &errOut) }()
+				select {
+				case code := <-done:
+					if code != exitUsage {
+						t.Errorf("%s: exit code %d, want 2", cmd, code)
+					}
+				case <-time.After(waitLimit):
+					t.Fatalf("%s started with a bad config", cmd)
+				}
+				msg := errOut.String()
+				if !strings.Contains(msg, file+":") || !strings.Contains(msg, tt.want) {
+					t.Errorf("%s: error %q lacks the file position and %q", cmd, msg, tt.want)
+				}
+			}
+		})
+	}
+}
+
+func TestCheckPrintsEffectiveConfig(t *testing.T) {
+	file := writeFile(t, "listeners:\n  - protocol: http\n    listen: 127.0.0.1:0\n    routes: [{upstreams: [\"http://127.0.0.1:1\"], limit: {}}]\n")
+	var out, errOut bytes.Buffer
+	if code := run([]string{"check", "--config", file}, &out, &errOut); code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{"max_conns_per_client: 64", "name: http-0", "permits: 64", "shutdown_timeout: 30s"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("effective config lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// signals is a fake signal source for env.notify.
+type signals struct {
+	mu sync.Mutex
+	ch chan<- os.Signal
+}
+
+func (s *signals) notify(ch chan<- os.Signal) func() {
+	s.mu.Lock()
+	s.ch = ch
+	s.mu.Unlock()
+	return func() {}
+}
+
+func (s *signals) send(sig os.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ch <- sig
+}
+
+// startRun runs the command in the background and returns the server once
+// it serves, and a channel with the exit code.
+func startRun(t *testing.T, args []string, sig *signals, stdout io.Writer, stderr ...io.Writer) (*proxy.Server, <-chan int) {
+	t.Helper()
+	started := make(chan *proxy.Server, 1)
+	var errOut io.Writer = io.Discard
+	if len(stderr) > 0 {
+		errOut = stderr[0]
+	}
+	e := env{stdout: stdout, stderr: errOut, notify: sig.notify, started: func(s *proxy.Server) { started <- s }}
+	code := make(chan int, 1)
+	go func() { code <- e.main(args) }()
+	select {
+	case s := <-started:
+		return s, code
+	case c := <-code:
+		t.Fatalf("exited with %d before serving", c)
+	case <-time.After(waitLimit):
+		t.Fatal("did not start")
+	}
+	return nil, nil
+}
+
+func waitCode(t *testing.T, code <-chan int) int {
+	t.Helper()
+	select {
+	case c := <-code:
+		return c
+	case <-time.After(2 * waitLimit):
+		t.Fatal("did not exit")
+		return -1
+	}
+}
+
+func TestRunFromFlagsServesAndStopsOnSIGTERM(t *testing.T) {
+	b, err := backend.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	sig := &signals{}
+	srv, code := startRun(t, []string{"run", "--listen", "127.0.0.1:0", "--upstream", b.URL(),
+		"--max-concurrent-per-client", "1", "--trusted-proxy", "10.0.0.0/8", "--admin", "127.0.0.1:0"}, sig, io.Discard)
+
+	slow := make(chan int, 1)
+	go func() {
+		resp, err := http.Get("http://" + srv.Addr("http").String() + "/slow?ms=500")
+		if err != nil {
+			slow <- 0
+			return
+		}
+		resp.Body.Close()
+		slow <- resp.StatusCode
+	}()
+	if !waitFor(func() bool { return b.Handler().InFlight() == 1 }) {
+		t.Fatal("slow request did not reach the backend")
+	}
+	resp, err := http.Get("http://" + srv.Addr("http").String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("second concurrent request: %d, want 429 from --max-concurrent-per-client 1", resp.StatusCode)
+	}
+	sig.send(syscall.SIGTERM) // the slow request in flight finishes
+	if c := waitCode(t, code); c != exitOK {
+		t.Fatalf("exit code %d after SIGTERM, want 0", c)
+	}
+	if st := <-slow; st != http.StatusOK {
+		t.Fatalf("request in flight at SIGTERM: %d, want 200", st)
+	}
+}
+
+func TestRunReloadsOnSIGHUPAndRefusesBadFile(t *testing.T) {
+	b, err := backend.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	cfg := func(permits int) string {
+		return "admin: {listen: \"127.0.0.1:0\"}\nlisteners:\n  - name: web\n    protocol: http\n    listen: 127.0.0.1:0\n" +
+			"    routes: [{name: r, upstreams: [\"" + b.URL() + "\"], limit: {permits: " + strconv.Itoa(permits) + "}}]\n"
+	}
+	file := writeFile(t, cfg(5))
+	sig := &signals{}
+	logs := &syncBuffer{}
+	srv, code := startRun(t, []string{"run", "--config", file}, sig, io.Discard, logs)
+	addr := srv.Addr("web").String()
+	permits := func() int {
+		for _, l := range srv.Snapshot().Listeners {
+			for _, r := range l.Routes {
+				if r.Limit != nil {
+					return r.Limit.Permits
+				}
+			}
+		}
+		return 0
+	}
+	if got := permits(); got != 5 {
+		t.Fatalf("route permits %d, want 5", got)
+	}
+	// A broken file is refused; the old configuration keeps serving.
+	if err := os.WriteFile(file, []byte("listeners: [\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sig.send(syscall.SIGHUP)
+	if !waitFor(func() bool { return strings.Contains(logs.String(), "reload refused") }) {
+		t.Fatalf("no logged refusal of the broken file:\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), file+":1:") {
+		t.Errorf("the refusal does not name the file and line:\n%s", logs.String())
+	}
+	if got := permits(); got != 5 {
+		t.Fatalf("after a refused reload the route has %d permits, want the old 5", got)
+	}
+	// A good file is applied: the listener keeps its address.
+	if err := os.WriteFile(file, []byte(cfg(1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sig.send(syscall.SIGHUP)
+	if !waitFor(func() bool { return permits() == 1 }) {
+		t.Fatal("reload did not apply permits: 1")
+	}
+	if got := srv.Addr("web").String(); got != addr {
+		t.Fatalf("listener moved from %s to %s on reload", addr, got)
+	}
+	sig.send(syscall.SIGINT)
+	if c := waitCode(t, code); c != exitOK {
+		t.Fatalf("exit code %d, want 0", c)
+	}
+}
+
+func waitFor(cond func() bool) bool {
+	deadline := time.Now().Add(waitLimit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,328 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"reflect"
+	"sync/atomic"
+	"time"
+
+	"github.com/seed-a07d1050/portcullis/connlimit"
+	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/promlimit"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// front is one listener of the daemon: a bound socket, its connection caps,
+// and what serves the connections it admits (an http.Server or the TCP
+// proxy).
+type front struct {
+	cfg   config.Listener // effective
+	id    identity
+	log   *slog.Logger
+	raw   net.Listener        // the bound TCP socket; nil for http3
+	conns *connlimit.Listener // nil for http3
+	h3    *h3Front            // http3 listeners only
+	stats prometheus.Collector
+
+	// altSvc, when set, is the Alt-Svc header of every response: the port of
+	// an http3 listener sharing this listener's routes.
+	altSvc atomic.Pointer[string]
+
+	// HTTP listeners.
+	srv    *http.Server
+	table  *atomic.Pointer[routeTable] // shared with listeners that use RoutesFrom
+	active atomic.Int64                // handlers running, tunnels included
+
+	// TCP listeners.
+	tcp *tcpProxy
+
+	// cert is the certificate of https and http3 listeners, read again on
+	// every reload so that a renewed file is picked up without a restart.
+	cert atomic.Pointer[tls.Certificate]
+
+	served chan struct{} // closed when the serving goroutine returns
+}
+
+// loadCert reads the listener's certificate files into f.cert. On error
+// f.cert is left as it was.
+func (f *front) loadCert() error {
+	cert, err := f.cfg.TLS.Certificate()
+	if err != nil {
+		return fmt.Errorf("proxy: listener %s: load certificate: %w", f.cfg.Name, err)
+	}
+	f.cert.Store(&cert)
+	return nil
+}
+
+// getCertificate is the tls.Config hook that serves the current f.cert.
+func (f *front) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return f.cert.Load(), nil
+}
+
+// socketConfig is the part of a listener's configuration that its socket,
+// its connection caps and its http.Server are built from: when it does not
+// change across a reload, the listener keeps its socket and its counts.
+func socketConfig(lc config.Listener) config.Listener {
+	lc.Routes = nil
+	lc.ClientLimit = nil
+	return lc
+}
+
+// sameSocket reports whether a reload to lc can keep f's socket. A listen
+// address naming the port f was given for port 0 counts as unchanged.
+func (f *front) sameSocket(lc config.Listener) bool {
+	old := f.cfg
+	if f.sameAddr(lc.Listen) {
+		old.Listen = lc.Listen
+	}
+	return reflect.DeepEqual(socketConfig(old), socketConfig(lc))
+}
+
+// sameAddr reports whether listen names the address f is bound to.
+func (f *front) sameAddr(listen string) bool {
+	return listen == f.cfg.Listen || sameBoundAddr(f.addr(), listen)
+}
+
+// bindFront binds the socket of lc and wraps it in its connection caps; it
+// does not serve yet. On error nothing is left open.
+func bindFront(lc config.Listener, log *slog.Logger) (*front, error) {
+	id, err := newIdentity(&lc)
+	if err != nil {
+		return nil, err
+	}
+	if lc.Protocol == config.ProtocolHTTP3 {
+		f := &front{cfg: lc, id: id, log: log.With("listener", lc.Name), served: make(chan struct{})}
+		if err := bindH3(f); err != nil {
+			return nil, err
+		}
+		f.stats = newQUICCollector(f.h3, lc.Name)
+		return f, nil
+	}
+	raw, err := net.Listen("tcp", lc.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
+	}
+	f := &front{cfg: lc, id: id, log: log.With("listener", lc.Name), raw: raw, served: make(chan struct{})}
+	f.conns, err = connlimit.NewListener(raw, f.connConfig())
+	if err != nil {
+		_ = raw.Close()
+		return nil, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
+	}
+	f.stats = promlimit.NewConnCollector(f.conns, promlimit.Opts{ConstLabels: prometheus.Labels{"listener": lc.Name}})
+	return f, nil
+}
+
+func (f *front) connConfig() connlimit.Config {
+	lc := &f.cfg
+	c := connlimit.Config{
+		PerClient:          lc.MaxConnsPerClient,
+		Keyer:              f.id.keyer,
+		EnforceAbove:       lc.EnforceAbove,
+		MaxConns:           lc.MaxConns,
+		Trusted:            f.id.resolver.Trusted,
+		ProxyProtocol:      lc.ProxyProtocol,
+		ProxyHeaderTimeout: lc.ProxyProtocolTimeout,
+		ResetOnRefuse:      lc.ResetOnRefuse,
+		Logger:             f.log,
+		Name:               lc.Name,
+	}
+	for _, pl := range lc.PrefixLevels {
+		c.Levels = append(c.Levels, connlimit.Level{IPv4Bits: pl.IPv4Prefix, IPv6Bits: pl.IPv6Prefix, Max: pl.Max})
+	}
+	for _, o := range lc.ConnOverrides {
+		c.Overrides = append(c.Overrides, connlimit.Override{Prefix: o.CIDR, Max: o.Max})
+	}
+	return c
+}
+
+// addr returns the address the listener is bound to.
+func (f *front) addr() net.Addr {
+	if f.h3 != nil {
+		return f.h3.udp.LocalAddr()
+	}
+	return f.raw.Addr()
+}
+
+// serving reports whether f was started.
+func (f *front) serving() bool {
+	return f.srv != nil || f.tcp != nil || (f.h3 != nil && f.h3.srv != nil)
+}
+
+// closeSocket closes the bound socket only, so that a reload can bind its
+// address again; f's goroutines then end by themselves.
+func (f *front) closeSocket() {
+	if f.h3 != nil {
+		_ = f.h3.udp.Close()
+		return
+	}
+	_ = f.raw.Close()
+}
+
+// connStats returns the listener's connection counts.
+func (f *front) connStats() connlimit.Stats {
+	if f.h3 != nil {
+		return f.h3.stats()
+	}
+	return f.conns.Stats()
+}
+
+// busyClients lists the client keys holding connections, busiest first.
+func (f *front) busyClients(top int) []KeySnapshot {
+	if f.h3 != nil {
+		return f.h3.busy(top)
+	}
+	return connKeys(f.conns, top)
+}
+
+// serveH3 starts serving HTTP/3 with the route table in table.
+func (f *front) serveH3(table *atomic.Pointer[routeTable]) {
+	f.table = table
+	f.h3.serve(f)
+}
+
+// serveHTTP starts serving HTTP (or HTTPS with HTTP/2) from the admitted
+// connections, with the route table in table.
+func (f *front) serveHTTP(table *atomic.Pointer[routeTable], base context.Context) error {
+	lc := &f.cfg
+	srv := &http.Server{
+		Handler:           f,
+		ReadHeaderTimeout: lc.ReadHeaderTimeout,
+		ReadTimeout:       lc.ReadTimeout,
+		WriteTimeout:      lc.WriteTimeout,
+		IdleTimeout:       lc.IdleTimeout,
+		MaxHeaderBytes:    lc.MaxHeaderBytes,
+		ErrorLog:          newServerErrorLog(f.log),
+		BaseContext:       func(net.Listener) context.Context { return base },
+	}
+	if lc.Protocol == config.ProtocolHTTPS {
+		if err := f.loadCert(); err != nil {
+			return err
+		}
+		srv.TLSConfig = &tls.Config{
+			GetCertificate: f.getCertificate,
+			MinVersion:     tls.VersionTLS12,
+			NextProtos:     []string{"h2", "http/1.1"},
+		}
+	}
+	f.table = table
+	f.srv = srv
+	go func() {
+		defer close(f.served)
+		var err error
+		if lc.Protocol == config.ProtocolHTTPS {
+			// The connection cap runs before the TLS handshake: ServeTLS
+			// wraps f.conns in tls.NewListener.
+			err = srv.ServeTLS(f.conns, "", "")
+		} else {
+			err = srv.Serve(f.conns)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			f.log.Error("listener stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// ServeHTTP serves one request on the route table current when it arrived.
+func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.active.Add(1)
+	defer f.active.Add(-1)
+	if alt := f.altSvc.Load(); alt != nil {
+		w.Header().Set("Alt-Svc", *alt)
+	}
+	f.table.Load().handler.ServeHTTP(w, r)
+}
+
+// serveTCP starts proxying the admitted connections to the listener's
+// upstream.
+func (f *front) serveTCP(base context.Context, accessLog bool) {
+	f.tcp = newTCPProxy(f.cfg.Upstream, f.log, accessLog)
+	go func() {
+		defer close(f.served)
+		f.tcp.serve(base, f.conns)
+	}()
+}
+
+// drainPoll is how often a draining listener looks whether its exchanges
+// have ended.
+const drainPoll = 10 * time.Millisecond
+
+// shutdown stops accepting and waits for the listener's exchanges and
+// tunnels to end, until ctx ends; then it closes what is left. It returns
+// ctx.Err() if it had to cut something off, nil otherwise.
+func (f *front) shutdown(ctx context.Context) error {
+	if !f.serving() {
+		f.closeUnserved()
+		return nil
+	}
+	var err error
+	if f.h3 != nil {
+		err = f.h3.shutdown(ctx, f)
+	} else if f.srv != nil {
+		err = f.srv.Shutdown(ctx) // closes the listener, waits for idle
+		if err == nil {
+			err = waitZero(ctx, &f.active) // hijacked tunnels are not tracked by Shutdown
+		}
+		if err != nil {
+			_ = f.srv.Close()
+		}
+	} else {
+		_ = f.conns.Close()
+		if f.tcp != nil {
+			err = f.tcp.shutdown(ctx)
+		}
+	}
+	<-f.served
+	return err
+}
+
+// close stops the listener at once, cutting every connection.
+func (f *front) close() {
+	if !f.serving() {
+		f.closeUnserved()
+		return
+	}
+	if f.h3 != nil {
+		f.h3.closeAll()
+	} else if f.srv != nil {
+		_ = f.srv.Close()
+	} else {
+		_ = f.conns.Close()
+		if f.tcp != nil {
+			f.tcp.closeAll()
+		}
+	}
+	select {
+	case <-f.served:
+	case <-time.After(time.Second):
+	}
+}
+
+// closeUnserved closes a listener that was bound but never served.
+func (f *front) closeUnserved() {
+	if f.h3 != nil {
+		f.h3.closeAll()
+		return
+	}
+	_ = f.conns.Close()
+}
+
+func waitZero(ctx context.Context, n *atomic.Int64) error {
+	t := time.NewTicker(drainPoll)
+	defer t.Stop()
+	for n.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}

@@ -1,0 +1,305 @@
+package proxy_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/backend"
+	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/proxy"
+)
+
+// waitLimit bounds every wait in these tests.
+const waitLimit = 10 * time.Second
+
+// testBackend answers every path: after ?ms=N milliseconds when asked,
+// with the headers it received under /headers, and a WebSocket echo at /ws.
+type testBackend struct {
+	srv      *http.Server
+	ln       net.Listener
+	inFlight atomic.Int64
+	requests atomic.Int64
+}
+
+func startBackend(t testing.TB) *testBackend {
+	t.Helper()
+	ws, err := backend.New(backend.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &testBackend{}
+	mux := http.NewServeMux()
+	mux.Handle("/ws", ws)
+	mux.HandleFunc("/headers", func(w http.ResponseWriter, r *http.Request) {
+		out := map[string]string{"Host": r.Host}
+		for k := range r.Header {
+			out[k] = strings.Join(r.Header.Values(k), ", ")
+		}
+		_ = json.NewEncoder(w).Encode(out)
+	})
+	mux.HandleFunc("/abort", func(w http.ResponseWriter, r *http.Request) {
+		// Half a body, then the connection is cut: the proxy's copy fails
+		// after the head was sent.
+		w.Header().Set("Content-Length", "100")
+		_, _ = w.Write([]byte("0123456789"))
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		b.requests.Add(1)
+		b.inFlight.Add(1)
+		defer b.inFlight.Add(-1)
+		if ms, _ := strconv.Atoi(r.URL.Query().Get("ms")); ms > 0 {
+			select {
+			case <-time.After(time.Duration(ms) * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		_, _ = fmt.Fprintf(w, "ok %s\n", r.URL.Path)
+	})
+	b.ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.srv = &http.Server{Handler: mux}
+	go func() { _ = b.srv.Serve(b.ln) }()
+	t.Cleanup(func() { _ = b.srv.Close() })
+	return b
+}
+
+func (b *testBackend) URL() string { return "http://" + b.ln.Addr().String() }
+
+// daemon is a proxy.Server under test with the clients the test made.
+type daemon struct {
+	t       *testing.T
+	srv     *proxy.Server
+	backend *testBackend
+	mu      sync.Mutex
+	clients []*http.Client
+	// manualStop is set by tests that stop the daemon themselves: the
+	// final check then reads the snapshot in process, the admin listener
+	// being gone.
+	manualStop bool
+}
+
+// parseConfig parses YAML text after replacing {{backend}} with url.
+func parseConfig(t testing.TB, text, url string) *config.Config {
+	t.Helper()
+	text = strings.ReplaceAll(text, "{{backend}}", url)
+	cfg, err := config.Parse("test.yaml", []byte(text))
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	return cfg
+}
+
+// startDaemon starts a backend and a daemon from text, and checks after the
+// test that the daemon holds nothing (no connection, permit or waiter).
+func startDaemon(t *testing.T, text string) *daemon {
+	t.Helper()
+	b := startBackend(t)
+	srv, err := proxy.Start(parseConfig(t, text, b.URL()), proxy.Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	d := &daemon{t: t, srv: srv, backend: b}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			d.checkIdle()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	return d
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// url returns the http URL of path on the named listener.
+func (d *daemon) url(listener, path string) string {
+	return "http://" + d.srv.Addr(listener).String() + path
+}
+
+func (d *daemon) adminURL(path string) string {
+	return "http://" + d.srv.AdminAddr().String() + path
+}
+
+// client returns an HTTP client whose connections come from source address
+// ip (127.0.0.X).
+func (d *daemon) client(ip string) *http.Client {
+	c := clientFrom(ip)
+	d.mu.Lock()
+	d.clients = append(d.clients, c)
+	d.mu.Unlock()
+	return c
+}
+
+func clientFrom(ip string) *http.Client {
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: waitLimit}
+	return &http.Client{
+		Timeout: 2 * waitLimit,
+		Transport: &http.Transport{
+			DialContext:         dialer.DialContext,
+			MaxIdleConnsPerHost: 64,
+			DisableCompression:  true,
+		},
+	}
+}
+
+// snapshot reads /debug/limits.
+func (d *daemon) snapshot() proxy.Snapshot {
+	d.t.Helper()
+	resp, err := http.Get(d.adminURL("/debug/limits"))
+	if err != nil {
+		d.t.Fatalf("debug/limits: %v", err)
+	}
+	defer resp.Body.Close()
+	var s proxy.Snapshot
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		d.t.Fatalf("debug/limits: %v", err)
+	}
+	return s
+}
+
+// checkIdle closes the test's idle client connections and waits until
+// /debug/limits shows nothing in use.
+func (d *daemon) checkIdle() {
+	d.t.Helper()
+	d.mu.Lock()
+	for _, c := range d.clients {
+		c.CloseIdleConnections()
+	}
+	d.mu.Unlock()
+	var last proxy.Snapshot
+	read := d.snapshot
+	if d.manualStop {
+		read = d.srv.Snapshot
+	}
+	ok := waitUntil(func() bool { last = read(); return last.InUse() == 0 })
+	if !ok {
+		b, _ := json.MarshalIndent(last, "", "  ")
+		d.t.Errorf("daemon not idle after the test:\n%s", b)
+	}
+}
+
+// waitUntil polls cond until it holds or waitLimit passes.
+func waitUntil(cond func() bool) bool {
+	deadline := time.Now().Add(waitLimit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
+func (d *daemon) waitFor(what string, cond func() bool) {
+	d.t.Helper()
+	if !waitUntil(cond) {
+		d.t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// get sends GET url with c and returns the status and body.
+func get(t *testing.T, c *http.Client, url string) (int, string, http.Header) {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: read body: %v", url, err)
+	}
+	return resp.StatusCode, string(body), resp.Header
+}
+
+// result is the outcome of a request made in the background.
+type result struct {
+	status int
+	err    error
+}
+
+func getAsync(c *http.Client, url string) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		resp, err := c.Get(url)
+		if err != nil {
+			ch <- result{err: err}
+			return
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		ch <- result{status: resp.StatusCode, err: err}
+	}()
+	return ch
+}
+
+func await(t *testing.T, ch <-chan result) result {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(2 * waitLimit):
+		t.Fatal("request did not end in time")
+		return result{}
+	}
+}
+
+// route returns the snapshot of the named route of the named listener.
+func (s routeFinder) route(listener, name string) proxy.RouteSnapshot {
+	for _, l := range s.Listeners {
+		if l.Name != listener {
+			continue
+		}
+		for _, r := range l.Routes {
+			if r.Name == name {
+				return r
+			}
+		}
+	}
+	return proxy.RouteSnapshot{}
+}
+
+type routeFinder struct{ proxy.Snapshot }
+
+func (d *daemon) route(listener, name string) proxy.RouteSnapshot {
+	return routeFinder{d.snapshot()}.route(listener, name)
+}
+
+func (d *daemon) listener(name string) proxy.ListenerSnapshot {
+	for _, l := range d.snapshot().Listeners {
+		if l.Name == name {
+			return l
+		}
+	}
+	d.t.Fatalf("no listener %s in snapshot", name)
+	return proxy.ListenerSnapshot{}
+}

@@ -1,0 +1,221 @@
+package proxy
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"reflect"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seed-a07d1050/portcullis/clientkey"
+	"github.com/seed-a07d1050/portcullis/httplimit"
+	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/promlimit"
+)
+
+// limitKind says which slot of a listener a limiter fills, for its metric
+// labels and its place in /debug/limits.
+type limitKind string
+
+const (
+	kindRoute  limitKind = "limit"
+	kindShadow limitKind = "shadow_limit"
+	kindClient limitKind = "client_limit"
+)
+
+// identity is what a listener knows about who its clients are; it shapes
+// client_ip keys, so a limiter is only reused across a reload when its
+// identity is the same.
+type identity struct {
+	keyer    clientkey.Keyer
+	resolver *clientkey.Resolver
+}
+
+func newIdentity(lc *config.Listener) (identity, error) {
+	keyer, err := clientkey.NewKeyer(lc.IPv4Prefix, lc.IPv6Prefix)
+	if err != nil {
+		return identity{}, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
+	}
+	trusted, err := proxySet(lc.TrustedProxies)
+	if err != nil {
+		return identity{}, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
+	}
+	res := &clientkey.Resolver{Trusted: trusted, Keyer: keyer}
+	switch lc.ForwardedHeader {
+	case config.ForwardedXFF, "":
+		res.Header = clientkey.HeaderXForwardedFor
+	case config.ForwardedRFC7239:
+		res.Header = clientkey.HeaderForwarded
+	}
+	return identity{keyer: keyer, resolver: res}, nil
+}
+
+func proxySet(prefixes []netip.Prefix) (*clientkey.ProxySet, error) {
+	entries := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		entries[i] = p.String()
+	}
+	return clientkey.ParseProxySet(entries)
+}
+
+// limiter is one httplimit.Limiter of the daemon with what exports it.
+type limiter struct {
+	cfg   config.Limit // effective
+	id    identity
+	lim   *httplimit.Limiter
+	store io.Closer // the limiter's cluster Store; nil without a cluster
+	total *promlimit.Collector
+	wait  *promlimit.WaitHistogram
+}
+
+// sameAs reports whether l was built from cfg for a listener with identity
+// id, so that a reload can keep it, with its counts and its waiters.
+func (l *limiter) sameAs(cfg *config.Limit, id identity) bool {
+	return reflect.DeepEqual(&l.cfg, cfg) &&
+		l.id.keyer == id.keyer &&
+		l.id.resolver.Header == id.resolver.Header &&
+		reflect.DeepEqual(l.id.resolver.Trusted.Prefixes(), id.resolver.Trusted.Prefixes())
+}
+
+// close stops the limiter and its cluster Store. Permits held stay valid.
+func (l *limiter) close() {
+	_ = l.lim.Close()
+	if l.store != nil {
+		_ = l.store.Close()
+	}
+}
+
+func (l *limiter) collectors() []prometheus.Collector {
+	return []prometheus.Collector{l.total, l.wait}
+}
+
+// limiterDeps are what every limiter of a server is built with.
+type limiterDeps struct {
+	log      *slog.Logger
+	cluster  *cluster // nil: counts in this process only
+	onReject func(key string, r *http.Request, err error)
+}
+
+// newLimiter builds the limiter of cfg (effective) for listener ln, route
+// route ("" for the listener's client limit) in slot kind.
+func newLimiter(cfg *config.Limit, id identity, ln, route string, kind limitKind, deps limiterDeps) (*limiter, error) {
+	labels := prometheus.Labels{"listener": ln, "route": route, "limit": string(kind)}
+	opts := promlimit.Opts{Subsystem: "exchanges", ConstLabels: labels}
+	wait := promlimit.NewWaitHistogram(opts, nil)
+	key, err := keyFunc(cfg.Key, id)
+	if err != nil {
+		return nil, err
+	}
+	name := limiterName(ln, route, kind)
+	store, closer, err := deps.cluster.store(name)
+	if err != nil {
+		return nil, err
+	}
+	hc := httplimit.Config{
+		Key:            key,
+		Permits:        cfg.Permits,
+		QueueSize:      cfg.Queue.Size,
+		QueueTimeout:   cfg.Queue.Timeout,
+		Shadow:         cfg.Shadow || kind == kindShadow,
+		Status:         cfg.Status,
+		RetryAfter:     cfg.RetryAfter,
+		TunnelPermits:  cfg.TunnelPermits,
+		ReleaseTunnels: cfg.ReleaseTunnels,
+		Store:          store,
+		Observer:       promlimit.ObserverFor[string](wait),
+		Logger:         deps.log,
+		Name:           name,
+	}
+	if cfg.RetryAfter == config.NoRetryAfter {
+		hc.RetryAfter = -1
+	}
+	hc.OnReject = deps.onReject
+	if cfg.Key == config.KeyClientIP || cfg.Key == "" {
+		hc.PermitsFor = cidrPermits(cfg.Overrides)
+	} else {
+		hc.Overrides = cfg.Overrides
+	}
+	lim, err := httplimit.New(hc)
+	if err != nil {
+		if closer != nil {
+			_ = closer.Close()
+		}
+		return nil, fmt.Errorf("proxy: %s: %w", hc.Name, err)
+	}
+	return &limiter{
+		cfg:   *cfg,
+		id:    id,
+		lim:   lim,
+		store: closer,
+		total: promlimit.NewCollector(lim, opts),
+		wait:  wait,
+	}, nil
+}
+
+func limiterName(ln, route string, kind limitKind) string {
+	if route == "" {
+		return ln + "/" + string(kind)
+	}
+	return ln + "/" + route + "/" + string(kind)
+}
+
+// keyFunc returns the httplimit key function of a config key.
+func keyFunc(k config.LimitKey, id identity) (httplimit.KeyFunc, error) {
+	switch k {
+	case config.KeyClientIP, "":
+		return httplimit.ByClientIP(id.resolver), nil
+	case config.KeyUser:
+		return httplimit.ByBasicAuthUser(), nil
+	case config.KeyHost:
+		return httplimit.ByHost(), nil
+	}
+	if name, ok := k.Header(); ok {
+		return httplimit.ByHeader(name), nil
+	}
+	return nil, fmt.Errorf("proxy: unknown limit key %q", k)
+}
+
+// cidrPermits turns client_ip overrides, written as addresses or CIDRs, into
+// a permits function over client keys: the longest override prefix holding
+// the whole key wins. Nil when there is no override.
+func cidrPermits(overrides map[string]int) func(string) int {
+	if len(overrides) == 0 {
+		return nil
+	}
+	type entry struct {
+		pfx netip.Prefix
+		n   int
+	}
+	var entries []entry
+	for s, n := range overrides {
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			addr, err := netip.ParseAddr(s)
+			if err != nil {
+				continue // Validate refuses these
+			}
+			pfx = netip.PrefixFrom(addr, addr.BitLen())
+		}
+		if pfx.Addr().Is4In6() {
+			pfx = netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits()-96)
+		}
+		entries = append(entries, entry{pfx.Masked(), n})
+	}
+	return func(key string) int {
+		k, err := clientkey.ParseKey(key)
+		if err != nil {
+			return 0
+		}
+		kp := k.Prefix()
+		best, bestBits := 0, -1
+		for _, e := range entries {
+			if e.pfx.Bits() <= kp.Bits() && e.pfx.Contains(kp.Addr()) && e.pfx.Bits() > bestBits {
+				best, bestBits = e.n, e.pfx.Bits()
+			}
+		}
+		return best
+	}
+}

@@ -1,0 +1,152 @@
+package proxy
+
+import (
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+func TestPickRoute(t *testing.T) {
+	mk := func(name, prefix string, hosts ...string) *route {
+		r := &route{name: name, prefix: prefix}
+		for _, h := range hosts {
+			r.hosts = append(r.hosts, parseHostPattern(h))
+		}
+		return r
+	}
+	routes := []*route{
+		mk("root", "/"),
+		mk("api", "/api"),
+		mk("api-v2", "/api/v2"),
+		mk("shop-root", "/", "shop.example.com"),
+		mk("wild", "/", "*.example.net"),
+		mk("wild-api", "/api", "*.example.net"),
+		mk("ip", "/", "192.0.2.1", "2001:db8::1"),
+	}
+	tests := []struct {
+		name, host, path, want string
+	}{
+		{"any host, root", "a.test", "/", "root"},
+		{"longest prefix wins", "a.test", "/api/v2/users", "api-v2"},
+		{"prefix by whole segments", "a.test", "/apix", "root"},
+		{"prefix itself", "a.test", "/api", "api"},
+		{"exact host beats a longer prefix", "shop.example.com", "/api/x", "shop-root"},
+		{"host is case-insensitive", "SHOP.Example.COM", "/", "shop-root"},
+		{"wildcard below its suffix", "a.example.net", "/x", "wild"},
+		{"wildcard with longer prefix", "a.example.net", "/api/x", "wild-api"},
+		{"wildcard not the suffix itself", "example.net", "/x", "root"},
+		{"IPv4 host", "192.0.2.1", "/x", "ip"},
+		{"IPv6 host", "2001:db8::1", "/x", "ip"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := pick(routes, requestHostOf(tt.host), tt.path)
+			if r == nil || r.name != tt.want {
+				t.Fatalf("got %v, want %s", r, tt.want)
+			}
+		})
+	}
+	if r := pick(routes[3:4], "other.test", "/"); r != nil {
+		t.Fatalf("a host-only route took another host: %s", r.name)
+	}
+}
+
+// requestHostOf runs requestHost on a request for host h with a port.
+func requestHostOf(h string) string {
+	req := httptest.NewRequest("GET", "/", nil)
+	if len(h) > 0 && h[0] != '[' && contains(h, ':') {
+		h = "[" + h + "]"
+	}
+	req.Host = h + ":8080"
+	return requestHost(req)
+}
+
+func contains(s string, c byte) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return true
+		}
+	}
+	return false
+}
+
+func TestRequestHost(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"example.com", "example.com"},
+		{"Example.COM:443", "example.com"},
+		{"example.com.", "example.com"},
+		{"[2001:DB8::1]:443", "2001:db8::1"},
+		{"[2001:db8::1]", "2001:db8::1"},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Host = tt.in
+		if got := requestHost(req); got != tt.want {
+			t.Errorf("requestHost(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestCIDRPermits(t *testing.T) {
+	f := cidrPermits(map[string]int{"10.0.0.0/8": 10, "10.1.0.0/16": 20, "192.0.2.7": -1, "2001:db8::/32": 5})
+	tests := []struct {
+		key  string
+		want int
+	}{
+		{"10.2.3.4", 10},
+		{"10.1.3.4", 20},
+		{"192.0.2.7", -1},
+		{"192.0.2.8", 0},
+		{"2001:db8:1:2::/64", 5},
+		{"invalid", 0},
+	}
+	for _, tt := range tests {
+		if got := f(tt.key); got != tt.want {
+			t.Errorf("permits(%s) = %d, want %d", tt.key, got, tt.want)
+		}
+	}
+	if cidrPermits(nil) != nil {
+		t.Error("no overrides should give a nil func")
+	}
+}
+
+func TestPoolSkipsDownUpstreams(t *testing.T) {
+	p, err := newPool([]string{"http://a:1", "http://b:1", "http://c:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.markDown(p.ups[1])
+	seen := map[string]int{}
+	for range 30 {
+		seen[p.pickExcept(nil).host]++
+	}
+	if seen["b:1"] != 0 || seen["a:1"] != 15 || seen["c:1"] != 15 {
+		t.Fatalf("picks %v, want a and c in turn and never b", seen)
+	}
+	p.markDown(p.ups[0])
+	p.markDown(p.ups[2])
+	if u := p.pickExcept(nil); u == nil {
+		t.Fatal("all down: want a guess rather than nothing")
+	}
+	if _, err := newPool([]string{"ftp://x"}); err == nil {
+		t.Fatal("ftp upstream accepted")
+	}
+}
+
+func TestLogGateLetsOneLinePerInterval(t *testing.T) {
+	g := &logGate{interval: time.Second}
+	t0 := time.Unix(1000, 0)
+	if ok, _ := g.allow(t0); !ok {
+		t.Fatal("first line held back")
+	}
+	for range 5 {
+		if ok, _ := g.allow(t0.Add(500 * time.Millisecond)); ok {
+			t.Fatal("line let through within the interval")
+		}
+	}
+	ok, held := g.allow(t0.Add(time.Second))
+	if !ok || held != 5 {
+		t.Fatalf("after the interval: %v with %d held, want true with 5", ok, held)
+	}
+}

@@ -1,0 +1,187 @@
+package proxy
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+
+	"github.com/seed-a07d1050/portcullis/clientkey"
+
+	"github.com/seed-a07d1050/portcullis/internal/config"
+)
+
+// routeTable is everything an HTTP listener needs to serve one request under
+// one configuration. A listener holds its table in an atomic.Pointer: a
+// reload stores a new table, and a request that already loaded the old one
+// finishes on it, with its limiters and upstreams.
+type routeTable struct {
+	handler http.Handler // the listener's client limit, then the router
+	client  *limiter     // nil without a client limit
+	routes  []*routeState
+}
+
+// routeState is a route's limiters, kept for snapshots, metrics and reuse.
+type routeState struct {
+	name   string
+	limit  *limiter // nil: no limit
+	shadow *limiter // nil: no shadow limit
+}
+
+// limiters returns every limiter of t.
+func (t *routeTable) limiters() []*limiter {
+	var out []*limiter
+	if t == nil {
+		return nil
+	}
+	if t.client != nil {
+		out = append(out, t.client)
+	}
+	for _, r := range t.routes {
+		for _, l := range []*limiter{r.limit, r.shadow} {
+			if l != nil {
+				out = append(out, l)
+			}
+		}
+	}
+	return out
+}
+
+// tableBuilder builds the route table of one listener.
+type tableBuilder struct {
+	lc        *config.Listener // effective
+	id        identity
+	old       *routeTable // the table it replaces, whose equal limiters it keeps; nil at start
+	deps      limiterDeps
+	transport http.RoundTripper
+	bufs      httputil.BufferPool
+	accessLog bool
+}
+
+func (b *tableBuilder) build() (*routeTable, error) {
+	t := &routeTable{}
+	var routes []*route
+	for i := range b.lc.Routes {
+		rc := &b.lc.Routes[i]
+		rs, h, err := b.route(rc)
+		if err != nil {
+			t.closeNew(b.old)
+			return nil, err
+		}
+		t.routes = append(t.routes, rs)
+		r := &route{name: rc.Name, prefix: rc.PathPrefix, handler: h}
+		if r.prefix == "" {
+			r.prefix = "/"
+		}
+		for _, h := range rc.Host {
+			r.hosts = append(r.hosts, parseHostPattern(h))
+		}
+		routes = append(routes, r)
+	}
+	var h http.Handler = &router{routes: routes}
+	if cl := b.lc.ClientLimit; cl != nil {
+		l, err := b.limiter(cl, "", kindClient)
+		if err != nil {
+			t.closeNew(b.old)
+			return nil, err
+		}
+		t.client = l
+		h = l.lim.Wrap(h)
+	}
+	if b.accessLog {
+		h = accessLog(h, b.deps.log, b.lc.Name)
+	}
+	t.handler = h
+	return t, nil
+}
+
+func (b *tableBuilder) route(rc *config.Route) (*routeState, http.Handler, error) {
+	p, err := newPool(rc.Upstreams)
+	if err != nil {
+		return nil, nil, fmt.Errorf("proxy: listener %s route %s: %w", b.lc.Name, rc.Name, err)
+	}
+	rs := &routeState{name: rc.Name}
+	fw := forwarding{trusted: b.id.resolver.Trusted}
+	if b.id.resolver.Header == clientkey.HeaderNone {
+		fw.trusted = nil // forwarded_header: none believes no proxy's headers
+	}
+	var h http.Handler = newReverseProxy(p, fw, b.transport, b.bufs, b.deps.log)
+	if rc.Limit != nil {
+		if rs.limit, err = b.limiter(rc.Limit, rc.Name, kindRoute); err != nil {
+			return nil, nil, err
+		}
+		h = rs.limit.lim.Wrap(h)
+	}
+	if rc.ShadowLimit != nil {
+		// Outside the enforcing limit, so it sees every request of the
+		// route, including those the enforcing limit refuses or queues.
+		if rs.shadow, err = b.limiter(rc.ShadowLimit, rc.Name, kindShadow); err != nil {
+			if rs.limit != nil && !b.old.owns(rs.limit) {
+				rs.limit.close()
+			}
+			return nil, nil, err
+		}
+		h = rs.shadow.lim.Wrap(h)
+	}
+	return rs, h, nil
+}
+
+// limiter returns the old table's limiter in the same slot when it was
+// built from the same settings, so its counts and waiters carry over a
+// reload; otherwise a new one.
+func (b *tableBuilder) limiter(cfg *config.Limit, route string, kind limitKind) (*limiter, error) {
+	if old := b.old.find(route, kind); old != nil && old.sameAs(cfg, b.id) {
+		return old, nil
+	}
+	return newLimiter(cfg, b.id, b.lc.Name, route, kind, b.deps)
+}
+
+// find returns t's limiter for route in slot kind, or nil.
+func (t *routeTable) find(route string, kind limitKind) *limiter {
+	if t == nil {
+		return nil
+	}
+	if kind == kindClient {
+		return t.client
+	}
+	for _, r := range t.routes {
+		if r.name != route {
+			continue
+		}
+		if kind == kindRoute {
+			return r.limit
+		}
+		return r.shadow
+	}
+	return nil
+}
+
+// owns reports whether l is one of t's limiters.
+func (t *routeTable) owns(l *limiter) bool {
+	for _, x := range t.limiters() {
+		if x == l {
+			return true
+		}
+	}
+	return false
+}
+
+// closeNew closes the limiters of a table that failed to build and are not
+// borrowed from old.
+func (t *routeTable) closeNew(old *routeTable) {
+	for _, l := range t.limiters() {
+		if !old.owns(l) {
+			l.close()
+		}
+	}
+}
+
+// retired returns the limiters of old that t no longer uses.
+func (t *routeTable) retired(old *routeTable) []*limiter {
+	var out []*limiter
+	for _, l := range old.limiters() {
+		if !t.owns(l) {
+			out = append(out, l)
+		}
+	}
+	return out
+}

@@ -1,0 +1,247 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/seed-a07d1050/portcullis/clientkey"
+)
+
+// upstreamDownFor is how long an upstream that refused a connection is
+// skipped by the round robin, unless every upstream of the route is down.
+const upstreamDownFor = 5 * time.Second
+
+// upstream is one origin of a route.
+type upstream struct {
+	scheme, host string
+	downUntil    atomic.Int64 // unix nanoseconds; zero when up
+}
+
+func (u *upstream) isDown(now time.Time) bool { return u.downUntil.Load() > now.UnixNano() }
+
+// pool picks the upstreams of one route in turn, skipping those that refused
+// a connection recently.
+type pool struct {
+	ups  []*upstream
+	next atomic.Uint64
+	now  func() time.Time
+}
+
+func newPool(urls []string) (*pool, error) {
+	p := &pool{now: time.Now}
+	for _, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("proxy: upstream %q is not an http or https URL with a host", raw)
+		}
+		p.ups = append(p.ups, &upstream{scheme: u.Scheme, host: u.Host})
+	}
+	if len(p.ups) == 0 {
+		return nil, errors.New("proxy: route has no upstream")
+	}
+	return p, nil
+}
+
+// pickExcept returns the next upstream in turn that is up and is not skip;
+// if every other upstream is down it returns the next one other than skip
+// anyway (a down mark is a guess, and a request must go somewhere), and nil
+// only when skip is the only upstream.
+func (p *pool) pickExcept(skip *upstream) *upstream {
+	n := uint64(len(p.ups))
+	now := p.now()
+	var fallback *upstream
+	// Each look advances the shared counter, so that the upstreams that are
+	// up share the requests evenly instead of the one after a down upstream
+	// getting its turns too.
+	for range n {
+		u := p.ups[p.next.Add(1)%n]
+		if u == skip {
+			continue
+		}
+		if !u.isDown(now) {
+			return u
+		}
+		if fallback == nil {
+			fallback = u
+		}
+	}
+	return fallback
+}
+
+func (p *pool) find(scheme, host string) *upstream {
+	for _, u := range p.ups {
+		if u.host == host && u.scheme == scheme {
+			return u
+		}
+	}
+	return nil
+}
+
+func (p *pool) markDown(u *upstream) {
+	u.downUntil.Store(p.now().Add(upstreamDownFor).UnixNano())
+}
+
+// poolTransport sends a request to the upstream its URL names and, when that
+// upstream refuses the connection, marks it down and (for a request without
+// a body, which nothing has consumed) tries the next upstream once more per
+// upstream of the route. A refused connection means the upstream received
+// nothing, so the retry cannot repeat an effect.
+type poolTransport struct {
+	pool *pool
+	base http.RoundTripper
+}
+
+func (t *poolTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	for tries := 1; err != nil && isRefused(err) && tries < len(t.pool.ups); tries++ {
+		failed := t.pool.find(req.URL.Scheme, req.URL.Host)
+		if failed != nil {
+			t.pool.markDown(failed)
+		}
+		if req.Body != nil && req.Body != http.NoBody {
+			return nil, err
+		}
+		next := t.pool.pickExcept(failed)
+		if next == nil {
+			return nil, err
+		}
+		retry := req.WithContext(req.Context())
+		u := *req.URL
+		u.Scheme, u.Host = next.scheme, next.host
+		retry.URL = &u
+		req = retry
+		resp, err = t.base.RoundTrip(req)
+	}
+	if err != nil && isRefused(err) {
+		if failed := t.pool.find(req.URL.Scheme, req.URL.Host); failed != nil {
+			t.pool.markDown(failed)
+		}
+	}
+	return resp, err
+}
+
+// isRefused reports whether err is a refused TCP connection.
+func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+// newTransport returns the transport shared by every route: many idle
+// connections per upstream (Go's default of 2 would make a busy proxy open
+// and close upstream connections all the time), bounded dial and TLS
+// handshake times so that a dead upstream answers 502/504 instead of hanging,
+// and HTTP/1.1 to upstreams so that WebSocket upgrades work.
+func newTransport() *http.Transport {
+	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                 nil, // never send upstream traffic through $HTTP_PROXY
+		DialContext:           d.DialContext,
+		ForceAttemptHTTP2:     false,
+		MaxIdleConns:          0, // no cap over all upstreams; the per-host cap bounds it
+		MaxIdleConnsPerHost:   1024,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true, // pass encodings through untouched
+	}
+}
+
+// bufferPool lends the 32 KiB copy buffers of httputil.ReverseProxy.
+type bufferPool struct{ p sync.Pool }
+
+func newBufferPool() *bufferPool {
+	return &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+}
+
+func (b *bufferPool) Get() []byte  { return *(b.p.Get().(*[]byte)) }
+func (b *bufferPool) Put(p []byte) { b.p.Put(&p) }
+
+var _ httputil.BufferPool = (*bufferPool)(nil)
+
+// forwarding is how a listener treats the X-Forwarded-* headers it receives.
+type forwarding struct {
+	trusted *clientkey.ProxySet // peers whose forwarding headers are kept
+}
+
+// newReverseProxy returns the handler that sends a route's requests to its
+// upstreams.
+func newReverseProxy(p *pool, fw forwarding, base http.RoundTripper, bufs httputil.BufferPool, log *slog.Logger) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite:       func(pr *httputil.ProxyRequest) { rewrite(pr, p.pickExcept(nil), fw) },
+		Transport:     &poolTransport{pool: p, base: base},
+		FlushInterval: -1, // flush at once: streaming and server-sent events must not stall
+		BufferPool:    bufs,
+		ErrorHandler:  proxyErrorHandler(log),
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+}
+
+// rewrite points the outbound request at u and sets X-Forwarded-For, -Host
+// and -Proto. ReverseProxy has already removed the client's X-Forwarded-*
+// headers from pr.Out; a trusted peer's chain is put back and extended, and
+// its -Host and -Proto kept, so that a CDN's view of the request reaches the
+// upstream. An untrusted peer's Forwarded and X-Real-Ip are dropped too: an
+// upstream must not believe a client about its own address.
+func rewrite(pr *httputil.ProxyRequest, u *upstream, fw forwarding) {
+	pr.Out.URL.Scheme = u.scheme
+	pr.Out.URL.Host = u.host
+	pr.Out.Host = pr.In.Host // the upstream sees the name the client asked for
+	trusted := fw.trusted.Contains(peerAddr(pr.In))
+	if trusted {
+		if prior := pr.In.Header.Values("X-Forwarded-For"); len(prior) > 0 {
+			pr.Out.Header["X-Forwarded-For"] = prior
+		}
+	} else {
+		pr.Out.Header.Del("Forwarded")
+		pr.Out.Header.Del("X-Real-Ip")
+	}
+	pr.SetXForwarded()
+	if trusted {
+		for _, h := range [...]string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
+			if v := pr.In.Header.Get(h); v != "" {
+				pr.Out.Header.Set(h, v)
+			}
+		}
+	}
+}
+
+// peerAddr returns the address of the connection's peer (after PROXY
+// protocol, the client it names), or the invalid Addr.
+func peerAddr(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr()
+}
+
+// proxyErrorHandler answers a failed upstream exchange: 504 when the
+// upstream timed out, 502 otherwise, with a short body. It never waits.
+func proxyErrorHandler(log *slog.Logger) func(http.ResponseWriter, *http.Request, error) {
+	gate := &logGate{interval: time.Second}
+	return func(w http.ResponseWriter, r *http.Request, err error) {
+		if r.Context().Err() != nil {
+			// The client went away or the server is stopping: nobody reads this.
+			log.Debug("upstream exchange abandoned", "path", r.URL.Path, "err", err)
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		status, body := http.StatusBadGateway, "bad gateway: upstream failed\n"
+		var ne net.Error
+		if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+			status, body = http.StatusGatewayTimeout, "gateway timeout: upstream did not answer in time\n"
+		}
+		if ok, held := gate.allow(time.Now()); ok {
+			log.Warn("upstream failed", "path", r.URL.Path, "status", status, "err", err, "not_logged_since_last", held)
+		}
+		writeShort(w, status, body)
+	}
+}
