@@ -251,8 +251,9 @@ type Listener struct {
 	// http3 listeners only.
 	QUIC QUIC `yaml:"quic"`
 
-	// Routes map requests to upstreams, tried in order; the first route whose Host and
-	// PathPrefix match takes the request, and a request no route matches gets 404. HTTP
+	// Routes map requests to upstreams. Among the routes whose Host and PathPrefix match a
+	// request, the most specific host wins (an exact name, then a wildcard, then a route
+	// without Host), then the longest PathPrefix; a request no route matches gets 404. HTTP
 	// listeners need at least one unless they use RoutesFrom; tcp listeners have none.
 	Routes []Route `yaml:"routes"`
 }
@@ -343,6 +344,11 @@ type Route struct {
 	// no path (other than "/"), query or user. The request path is forwarded unchanged. At
 	// least one is required; no duplicates.
 	Upstreams []string `yaml:"upstreams"`
+
+	// UpstreamTimeout is the longest the route waits for an upstream's response head once
+	// the request was sent; past it the client gets 504. Zero means DefaultUpstreamTimeout
+	// (60s). Negative is invalid. It does not bound a response body, a stream or a tunnel.
+	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`
 
 	// Limit caps the exchanges this route runs at once per key. Nil means no limit.
 	Limit *Limit `yaml:"limit"`

@@ -20,6 +20,7 @@ const (
 	DefaultProxyProtocolTimeout = 3 * time.Second
 	DefaultReadHeaderTimeout    = 10 * time.Second
 	DefaultIdleTimeout          = 60 * time.Second
+	DefaultUpstreamTimeout      = 60 * time.Second
 	DefaultMaxHeaderBytes       = 1 << 20
 	DefaultPermits              = 64
 	DefaultStatus               = 429
@@ -129,6 +130,7 @@ func (r *Route) effective(i int) Route {
 	e.Host = slices.Clone(r.Host)
 	e.PathPrefix = orDefault(e.PathPrefix, "/")
 	e.Upstreams = slices.Clone(r.Upstreams)
+	e.UpstreamTimeout = orDefault(e.UpstreamTimeout, DefaultUpstreamTimeout)
 	if r.Limit != nil {
 		l := r.Limit.effective(false)
 		e.Limit = &l

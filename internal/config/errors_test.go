@@ -310,6 +310,8 @@ var badConfigs = []struct {
 		`portcullis.yaml:6:22: listeners[0].routes[0].path_prefix: must be a clean path, without "//", "." or ".." segments (got "/api/../admin")`},
 	{"path_prefix with query", base + "        path_prefix: /api?x=1\n",
 		`portcullis.yaml:6:22: listeners[0].routes[0].path_prefix: must not contain spaces, control characters, '?' or '#' (got "/api?x=1")`},
+	{"negative upstream_timeout", base + "        upstream_timeout: -5s\n",
+		`portcullis.yaml:6:27: listeners[0].routes[0].upstream_timeout: must be 0 or more (got -5s)`},
 	{"no upstreams", "listeners:\n  - protocol: http\n    listen: :80\n    routes:\n      - path_prefix: /\n",
 		`portcullis.yaml:5:9: listeners[0].routes[0].upstreams: at least one upstream URL is required, such as http://127.0.0.1:9000`},
 	{"upstream without scheme", strings.Replace(base, "http://127.0.0.1:9000", "\"127.0.0.1:9000\"", 1),

@@ -344,6 +344,7 @@ func (v *validator) route(r *Route, p string) {
 		}
 	}
 	v.upstreams(r.Upstreams, p+".upstreams")
+	v.nonNegativeDuration(p+".upstream_timeout", r.UpstreamTimeout)
 	v.limit(r.Limit, p+".limit", routeLimit)
 	v.limit(r.ShadowLimit, p+".shadow_limit", shadowLimit)
 }

@@ -118,4 +118,7 @@ listeners:
 	if m := d.metrics(); !strings.Contains(m, `portcullis_quic_attempts_total{listener="quic",outcome="completed"}`) {
 		t.Errorf("/metrics lacks QUIC attempts")
 	}
+	if m := d.metrics(); !strings.Contains(m, `portcullis_quic_retry_on{listener="quic"} 0`) {
+		t.Errorf("/metrics lacks whether Retry is on")
+	}
 }

@@ -215,6 +215,7 @@ func TestShutdownTimeoutCutsOffWhatIsLeft(t *testing.T) {
 
 func TestUpstreamFailures(t *testing.T) {
 	deadURL := "http://" + refusingAddr(t)
+	silentURL := "http://" + silentAddr(t)
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -225,6 +226,11 @@ listeners:
       - name: dead
         path_prefix: /dead
         upstreams: ["`+deadURL+`"]
+        limit: {permits: 4}
+      - name: silent
+        path_prefix: /silent
+        upstreams: ["`+silentURL+`"]
+        upstream_timeout: 300ms
         limit: {permits: 4}
       - name: half
         upstreams: ["`+deadURL+`", "{{backend}}"]
@@ -238,6 +244,17 @@ listeners:
 		}
 		if took := time.Since(start); took > 5*time.Second {
 			t.Fatalf("502 took %v", took)
+		}
+	})
+	t.Run("silent upstream gives 504 after upstream_timeout", func(t *testing.T) {
+		start := time.Now()
+		st, body, _ := get(t, c, d.url("web", "/silent/x"))
+		took := time.Since(start)
+		if st != http.StatusGatewayTimeout || len(body) > 200 || !strings.Contains(body, "gateway timeout") {
+			t.Fatalf("%d %q, want 504 and a short body", st, body)
+		}
+		if took < 300*time.Millisecond || took > 5*time.Second {
+			t.Fatalf("504 after %v, want about the 300ms upstream_timeout", took)
 		}
 	})
 	t.Run("a refusing upstream is skipped", func(t *testing.T) {
@@ -431,4 +448,33 @@ listeners:
 	if n := d.srv.Snapshot().InUse(); n != 0 {
 		t.Fatalf("%d still in use", n)
 	}
+}
+
+// silentAddr returns the address of a listener that accepts connections and
+// reads them but never answers, as a hung upstream does.
+func silentAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		conns.Wait()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Go(func() {
+				defer c.Close()
+				_ = c.SetReadDeadline(time.Now().Add(waitLimit))
+				_, _ = io.Copy(io.Discard, c)
+			})
+		}
+	}()
+	return ln.Addr().String()
 }

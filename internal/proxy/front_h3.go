@@ -193,6 +193,7 @@ type quicCollector struct {
 	attempts  *prometheus.Desc
 	progress  *prometheus.Desc
 	threshold *prometheus.Desc
+	retryOn   *prometheus.Desc
 }
 
 func newQUICCollector(h *h3Front, listener string) *quicCollector {
@@ -203,6 +204,7 @@ func newQUICCollector(h *h3Front, listener string) *quicCollector {
 		attempts:  prometheus.NewDesc("portcullis_quic_attempts_total", "QUIC connection attempts by outcome.", []string{"outcome"}, labels),
 		progress:  prometheus.NewDesc("portcullis_quic_in_progress", "QUIC handshakes in progress.", nil, labels),
 		threshold: prometheus.NewDesc("portcullis_quic_retry_threshold", "Handshakes in progress above which unproven clients get a Retry.", nil, labels),
+		retryOn:   prometheus.NewDesc("portcullis_quic_retry_on", "1 while unproven clients are answered with a Retry, else 0.", nil, labels),
 	}
 }
 
@@ -210,6 +212,7 @@ func (c *quicCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.attempts
 	ch <- c.progress
 	ch <- c.threshold
+	ch <- c.retryOn
 	c.clients.Describe(ch)
 }
 
@@ -227,6 +230,11 @@ func (c *quicCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.progress, prometheus.GaugeValue, float64(s.InProgress))
 	ch <- prometheus.MustNewConstMetric(c.threshold, prometheus.GaugeValue, float64(s.Threshold))
+	retryOn := 0.0
+	if s.RetryOn {
+		retryOn = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.retryOn, prometheus.GaugeValue, retryOn)
 	c.clients.Collect(ch)
 }
 

@@ -104,7 +104,7 @@ func (b *tableBuilder) route(rc *config.Route) (*routeState, http.Handler, error
 	if b.id.resolver.Header == clientkey.HeaderNone {
 		fw.trusted = nil // forwarded_header: none believes no proxy's headers
 	}
-	var h http.Handler = newReverseProxy(p, fw, b.transport, b.bufs, b.deps.log)
+	var h http.Handler = newReverseProxy(p, fw, b.transport, rc.UpstreamTimeout, b.bufs, b.deps.log)
 	if rc.Limit != nil {
 		if rs.limit, err = b.limiter(rc.Limit, rc.Name, kindRoute); err != nil {
 			return nil, nil, err

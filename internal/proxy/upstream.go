@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/clientkey"
+	"github.com/seed-a07d1050/portcullis/internal/config"
 )
 
 // upstreamDownFor is how long an upstream that refused a connection is
@@ -154,6 +155,37 @@ func newTransport() *http.Transport {
 	}
 }
 
+// errUpstreamTimeout ends an exchange whose upstream did not send its
+// response head within the route's upstream_timeout. It wraps
+// context.DeadlineExceeded, so the error handler answers 504.
+var errUpstreamTimeout = fmt.Errorf("proxy: no response head from the upstream in time: %w", context.DeadlineExceeded)
+
+// headTimeout bounds the wait for an upstream's response head, retries
+// included. It is per route, unlike http.Transport.ResponseHeaderTimeout,
+// so that every route shares one transport and its idle connections. Once
+// the head has arrived the body, a stream or a tunnel may take as long as
+// it takes.
+type headTimeout struct {
+	base http.RoundTripper
+	d    time.Duration
+}
+
+func (t *headTimeout) RoundTrip(req *http.Request) (*http.Response, error) {
+	// The derived context needs no cancel of its own once the head is in:
+	// it ends with the request's context, when the exchange ends.
+	ctx, cancel := context.WithCancelCause(req.Context())
+	timer := time.AfterFunc(t.d, func() { cancel(errUpstreamTimeout) })
+	resp, err := t.base.RoundTrip(req.WithContext(ctx))
+	if timer.Stop() {
+		return resp, err
+	}
+	// The timer fired: whatever came back is cut off.
+	if err == nil {
+		resp.Body.Close()
+	}
+	return nil, errUpstreamTimeout
+}
+
 // bufferPool lends the 32 KiB copy buffers of httputil.ReverseProxy.
 type bufferPool struct{ p sync.Pool }
 
@@ -173,10 +205,13 @@ type forwarding struct {
 
 // newReverseProxy returns the handler that sends a route's requests to its
 // upstreams.
-func newReverseProxy(p *pool, fw forwarding, base http.RoundTripper, bufs httputil.BufferPool, log *slog.Logger) *httputil.ReverseProxy {
+func newReverseProxy(p *pool, fw forwarding, base http.RoundTripper, timeout time.Duration, bufs httputil.BufferPool, log *slog.Logger) *httputil.ReverseProxy {
+	if timeout <= 0 {
+		timeout = config.DefaultUpstreamTimeout
+	}
 	return &httputil.ReverseProxy{
 		Rewrite:       func(pr *httputil.ProxyRequest) { rewrite(pr, p.pickExcept(nil), fw) },
-		Transport:     &poolTransport{pool: p, base: base},
+		Transport:     &headTimeout{base: &poolTransport{pool: p, base: base}, d: timeout},
 		FlushInterval: -1, // flush at once: streaming and server-sent events must not stall
 		BufferPool:    bufs,
 		ErrorHandler:  proxyErrorHandler(log),
