@@ -275,6 +275,9 @@ func (f *front) shutdown(ctx context.Context) error {
 		}
 	} else {
 		_ = f.conns.Close()
+		// Once the accept loop has returned no connection can join the
+		// proxy's count, so the wait below sees every one of them.
+		<-f.served
 		if f.tcp != nil {
 			err = f.tcp.shutdown(ctx)
 		}
