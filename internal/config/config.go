@@ -86,6 +86,13 @@ type Cluster struct {
 	// whole limit on every node, so a cluster of N nodes may admit up to N times the limit
 	// during the outage). Negative, above 1 and NaN are invalid.
 	NodeShare float64 `yaml:"node_share"`
+
+	// LocalConnectionCaps keeps the accept-time per-client connection caps
+	// (max_conns_per_client, prefix_levels, conn_overrides) counting on each node alone.
+	// False, the zero value, counts them across the cluster too: a connection is then
+	// admitted on its own goroutine after one Redis round trip, never in the accept loop.
+	// max_conns always counts per node.
+	LocalConnectionCaps bool `yaml:"local_connection_caps"`
 }
 
 // Redis is how the daemon connects to Redis.

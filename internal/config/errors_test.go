@@ -167,6 +167,8 @@ var badConfigs = []struct {
 		`portcullis.yaml:6:45: cluster.timeout: must be 0 or more (got -1ms)`},
 	{"on_error", base + "cluster: {redis: {addrs: [\"a:1\"]}, on_error: fail}\n",
 		`portcullis.yaml:6:46: cluster.on_error: must be open or closed (got "fail")`},
+	{"string for local_connection_caps", base + "cluster: {redis: {addrs: [\"a:1\"]}, local_connection_caps: sometimes}\n",
+		`portcullis.yaml:6:59: cluster.local_connection_caps: must be true or false (got "sometimes")`},
 	{"node_share above 1", base + "cluster: {redis: {addrs: [\"a:1\"]}, node_share: 1.5}\n",
 		`portcullis.yaml:6:48: cluster.node_share: must be from 0 to 1, 0 meaning 1 (got 1.5)`},
 	{"node_share NaN", base + "cluster: {redis: {addrs: [\"a:1\"]}, node_share: .nan}\n",

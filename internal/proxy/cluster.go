@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed-a07d1050/portcullis/clientkey"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/limit"
 	"github.com/seed-a07d1050/portcullis/limit/redisstore"
@@ -60,9 +61,31 @@ func (c *cluster) store(name string) (limit.Store[string], io.Closer, error) {
 	if c == nil {
 		return nil, nil, nil
 	}
-	policy, err := redisstore.ParsePolicy(string(c.cfg.OnError))
+	s, err := newStore(c, name, func(k string) string { return k })
 	if err != nil {
 		return nil, nil, err
+	}
+	return s, s, nil
+}
+
+// connStore returns the Store for the accept-time connection caps of the
+// listener named name, or nil when there is no cluster or its connection
+// caps stay local.
+func (c *cluster) connStore(name string) (limit.Store[clientkey.Key], io.Closer, error) {
+	if c == nil || c.cfg.LocalConnectionCaps {
+		return nil, nil, nil
+	}
+	s, err := newStore(c, "conns/"+name, clientkey.Key.String)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, s, nil
+}
+
+func newStore[K comparable](c *cluster, name string, keyString func(K) string) (*redisstore.Store[K], error) {
+	policy, err := redisstore.ParsePolicy(string(c.cfg.OnError))
+	if err != nil {
+		return nil, err
 	}
 	s, err := redisstore.New(redisstore.Config{
 		Client:    c.client,
@@ -72,11 +95,11 @@ func (c *cluster) store(name string) (limit.Store[string], io.Closer, error) {
 		OnError:   policy,
 		NodeShare: c.cfg.NodeShare,
 		Logger:    c.log,
-	}, func(k string) string { return k })
+	}, keyString)
 	if err != nil {
-		return nil, nil, fmt.Errorf("proxy: cluster store %s: %w", name, err)
+		return nil, fmt.Errorf("proxy: cluster store %s: %w", name, err)
 	}
-	return s, s, nil
+	return s, nil
 }
 
 func (c *cluster) close() {

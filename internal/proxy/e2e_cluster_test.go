@@ -65,3 +65,58 @@ listeners:
 	}
 	c.CloseIdleConnections()
 }
+
+// Two nodes sharing one Redis count a client's connections together: a
+// client holding its cap of connections on node A is refused at accept on
+// node B, and admitted there again once it closes one on A.
+func TestClusterSharesConnectionCapsAcrossNodes(t *testing.T) {
+	redis := redistest.Start(t)
+	text := `
+admin: {listen: "127.0.0.1:0"}
+cluster:
+  redis: {addrs: ["` + redis.Addr() + `"]}
+  timeout: 2s        # this machine is shared: never fall back to the node's own count
+  on_error: closed
+  prefix: "test:` + strings.ReplaceAll(t.Name(), "/", "-") + `:"
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    max_conns_per_client: 2
+    routes:
+      - upstreams: ["{{backend}}"]
+`
+	a := startDaemon(t, text)
+	b := startDaemon(t, text)
+	addrA, addrB := a.srv.Addr("web").String(), b.srv.Addr("web").String()
+
+	first := dialFrom(t, "127.0.0.2", addrA)
+	dialFrom(t, "127.0.0.2", addrA)
+	a.waitFor("2 open connections on node A", func() bool { return a.listener("web").Connections.Open == 2 })
+
+	if !refusedAtOnce(t, dialFrom(t, "127.0.0.2", addrB)) {
+		t.Fatal("node B served a third connection of 127.0.0.2 over a cluster-wide cap of 2")
+	}
+	if st, _, _ := get(t, b.client("127.0.0.3"), b.url("web", "/")); st != http.StatusOK {
+		t.Fatalf("another client on node B got %d, want 200", st)
+	}
+	if n := b.listener("web").Connections.Refused.ClientCap; n != 1 {
+		t.Fatalf("node B client_cap refusals = %d, want 1", n)
+	}
+
+	first.Close()
+	a.waitFor("1 open connection on node A", func() bool { return a.listener("web").Connections.Open == 1 })
+	c := b.client("127.0.0.2")
+	ok := waitUntil(func() bool {
+		resp, err := c.Get(b.url("web", "/"))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if !ok {
+		t.Fatal("node B never admitted 127.0.0.2 after it closed a connection on node A")
+	}
+	c.CloseIdleConnections()
+}

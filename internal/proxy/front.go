@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -28,6 +29,7 @@ type front struct {
 	log   *slog.Logger
 	raw   net.Listener        // the bound TCP socket; nil for http3
 	conns *connlimit.Listener // nil for http3
+	store io.Closer           // the cluster Store of the connection caps; nil without
 	h3    *h3Front            // http3 listeners only
 	stats prometheus.Collector
 
@@ -92,7 +94,7 @@ func (f *front) sameAddr(listen string) bool {
 
 // bindFront binds the socket of lc and wraps it in its connection caps; it
 // does not serve yet. On error nothing is left open.
-func bindFront(lc config.Listener, log *slog.Logger) (*front, error) {
+func bindFront(lc config.Listener, log *slog.Logger, cl *cluster) (*front, error) {
 	id, err := newIdentity(&lc)
 	if err != nil {
 		return nil, err
@@ -110,9 +112,13 @@ func bindFront(lc config.Listener, log *slog.Logger) (*front, error) {
 		return nil, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
 	}
 	f := &front{cfg: lc, id: id, log: log.With("listener", lc.Name), raw: raw, served: make(chan struct{})}
-	f.conns, err = connlimit.NewListener(raw, f.connConfig())
+	cc := f.connConfig()
+	if cc.Store, f.store, err = cl.connStore(lc.Name); err == nil {
+		f.conns, err = connlimit.NewListener(raw, cc)
+	}
 	if err != nil {
 		_ = raw.Close()
+		f.closeStore()
 		return nil, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
 	}
 	f.stats = promlimit.NewConnCollector(f.conns, promlimit.Opts{ConstLabels: prometheus.Labels{"listener": lc.Name}})
@@ -283,6 +289,7 @@ func (f *front) shutdown(ctx context.Context) error {
 		}
 	}
 	<-f.served
+	f.closeStore()
 	return err
 }
 
@@ -306,6 +313,7 @@ func (f *front) close() {
 	case <-f.served:
 	case <-time.After(time.Second):
 	}
+	f.closeStore()
 }
 
 // closeUnserved closes a listener that was bound but never served.
@@ -315,6 +323,15 @@ func (f *front) closeUnserved() {
 		return
 	}
 	_ = f.conns.Close()
+	f.closeStore()
+}
+
+// closeStore closes the cluster Store of the connection caps, once the
+// listener holds no connection, so that this node's counts leave Redis.
+func (f *front) closeStore() {
+	if f.store != nil {
+		_ = f.store.Close()
+	}
 }
 
 func waitZero(ctx context.Context, n *atomic.Int64) error {

@@ -144,7 +144,7 @@ func (s *Server) bindAll(cfg *config.Config, keep map[string]*front) ([]*front, 
 			out = append(out, f) // its routes come from cfg, in installTables
 			continue
 		}
-		f, err := bindFront(lc, s.log)
+		f, err := bindFront(lc, s.log, s.cluster)
 		if err != nil {
 			closeUnserved(bound)
 			return nil, err
