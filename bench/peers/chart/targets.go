@@ -1,0 +1,104 @@
+package main
+
+import "fmt"
+
+// The issue's targets for Portcullis under attack.
+const (
+	minGoodputRatio = 0.99
+	maxP99Ratio     = 1.5
+	maxHeld         = 64
+	// cpuTie is the relative CPU difference below which two proxies tie.
+	cpuTie = 0.10
+)
+
+// TargetCheck is one of the issue's targets, checked on the medians.
+type TargetCheck struct {
+	Target string `json:"target"`
+	// Met is nil when the run lacks what the check needs.
+	Met    *bool  `json:"met"`
+	Detail string `json:"detail"`
+}
+
+func checkTargets(s Summary) []TargetCheck {
+	var out []TargetCheck
+	for _, sc := range attackScenarios {
+		pc, ok := findProtection(s, "portcullis", sc)
+		if !ok {
+			continue
+		}
+		out = append(out,
+			check(fmt.Sprintf("%s: goodput ≥ %.2f of no-attack", sc, minGoodputRatio),
+				pc.GoodputRatio, func(v float64) bool { return v >= minGoodputRatio }, "%.3f"),
+			check(fmt.Sprintf("%s: p99 ≤ %.1fx no-attack", sc, maxP99Ratio),
+				pc.P99Ratio, func(v float64) bool { return v <= maxP99Ratio }, "%.2fx"),
+			check(fmt.Sprintf("%s: ≤ %d attacker connections held", sc, maxHeld),
+				pc.PeakHeld, func(v float64) bool { return v <= maxHeld }, "%.0f"),
+		)
+		if hp, ok := findProtection(s, "haproxy", sc); ok {
+			out = append(out, cpuCheck(sc, pc, hp))
+		}
+	}
+	pt, ok := findThroughput(s, "portcullis")
+	if !ok {
+		return out
+	}
+	for _, peer := range []string{"nginx", "haproxy"} {
+		if t, ok := findThroughput(s, peer); ok {
+			out = append(out, throughputCheck(pt, t))
+		}
+	}
+	return out
+}
+
+func check(target string, v Num, pass func(float64) bool, format string) TargetCheck {
+	c := TargetCheck{Target: target, Detail: "n/a"}
+	if v.Known() {
+		met := pass(float64(v))
+		c.Met, c.Detail = &met, fmt.Sprintf(format, float64(v))
+	}
+	return c
+}
+
+func cpuCheck(sc string, pc, hp ProtectionRow) TargetCheck {
+	c := TargetCheck{Target: sc + ": less CPU on the attacker than HAProxy", Detail: "n/a"}
+	if pc.AttackCPUPct.Known() && hp.AttackCPUPct.Known() {
+		// Closer than cpuTie is inside the noise of these machines: a tie,
+		// which does not meet "less".
+		met := pc.AttackCPUPct < (1-cpuTie)*hp.AttackCPUPct
+		c.Met = &met
+		c.Detail = fmt.Sprintf("%.1f%% vs %.1f%% of a core", float64(pc.AttackCPUPct), float64(hp.AttackCPUPct))
+		if d := float64(pc.AttackCPUPct/hp.AttackCPUPct) - 1; d > -cpuTie && d < cpuTie {
+			c.Detail += fmt.Sprintf(" (a tie: within %.0f%%)", 100*cpuTie)
+		}
+	}
+	return c
+}
+
+func throughputCheck(pt, peer ThroughputRow) TargetCheck {
+	c := TargetCheck{Target: "throughput with limits ≥ " + peer.Proxy, Detail: "n/a"}
+	if pt.ReqPerSec.Known() && peer.ReqPerSec.Known() {
+		met := pt.ReqPerSec >= peer.ReqPerSec
+		c.Met = &met
+		c.Detail = fmt.Sprintf("%.0f vs %.0f req/s (%.2fx)", float64(pt.ReqPerSec), float64(peer.ReqPerSec),
+			float64(pt.ReqPerSec/peer.ReqPerSec))
+	}
+	return c
+}
+
+func findProtection(s Summary, proxy, sc string) (ProtectionRow, bool) {
+	for _, r := range s.Protection {
+		if r.Proxy == proxy && r.Scenario == sc && r.Rounds > 0 {
+			return r, true
+		}
+	}
+	return ProtectionRow{}, false
+}
+
+func findThroughput(s Summary, proxy string) (ThroughputRow, bool) {
+	for _, r := range s.Throughput {
+		if r.Proxy == proxy && r.Rounds > 0 {
+			return r, true
+		}
+	}
+	return ThroughputRow{}, false
+}

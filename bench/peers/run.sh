@@ -1,0 +1,345 @@
+#!/usr/bin/env bash
+# Peer comparison: the same siege scenarios against Portcullis, nginx and
+# HAProxy, each on loopback in front of the same backend (2 ms per response).
+#
+# Usage: bench/peers/run.sh [--quick] [--rounds N] [--duration D] [--warmup D]
+#                           [--proxies "portcullis nginx haproxy"] [--no-profile]
+#                           [--no-throughput] [--attack-rate R] [--out DIR]
+#
+#   --quick       1 round of 3 s windows (about 2 minutes): a smoke test
+#   --rounds N    interleaved rounds; the table shows medians (default 3)
+#   --duration D  measured window of each run (default 10s)
+#   --warmup D    attacker alone before each attack window (default 3s)
+#   --proxies L   which proxies to run (default all three; "portcullis-rst"
+#                 adds Portcullis refusing with RST, bench/peers/portcullis-rst.yaml)
+#   --no-profile  skip the pprof CPU profile of Portcullis
+#   --no-throughput  skip the throughput scenario (attacks only)
+#   --attack-rate R  attacker connection attempts per second, reconnects
+#                 included (siege -max-connect-rate; default 5000)
+#   --out DIR     where results.md, results.json, peers.png and pprof-top.txt
+#                 go (default docs/benchmarks)
+#
+# Needs root (it binds 127.0.0.2.. as source addresses and may apt-get
+# install nginx-light and haproxy). It never starts or stops a system service:
+# every process it starts runs in the foreground from a config under a temp
+# directory, and is stopped by its PID when the script ends, however it ends.
+# Traffic goes to 127.0.0.1 only. A full run takes about 9 minutes.
+set -euo pipefail
+
+ROUNDS=3
+DURATION=10s
+WARMUP=3s
+PROXIES="portcullis nginx haproxy"
+PROFILE=1
+THROUGHPUT=1
+ATTACK_RATE=5000
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+OUT=$REPO/docs/benchmarks
+CMDLINE="bench/peers/run.sh $*"
+
+while (($#)); do
+	case $1 in
+	--quick) ROUNDS=1 DURATION=3s WARMUP=1s ;;
+	--rounds) ROUNDS=$2; shift ;;
+	--duration) DURATION=$2; shift ;;
+	--warmup) WARMUP=$2; shift ;;
+	--proxies) PROXIES=$2; shift ;;
+	--no-profile) PROFILE=0 ;;
+	--no-throughput) THROUGHPUT=0 PROFILE=0 ;;
+	--attack-rate) ATTACK_RATE=$2; shift ;;
+	--out) OUT=$2; shift ;;
+	-h | --help) sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	*) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+	esac
+	shift
+done
+for p in $PROXIES; do
+	case $p in portcullis | portcullis-rst | nginx | haproxy) ;;
+	*) echo "run.sh: unknown proxy $p" >&2; exit 2 ;;
+	esac
+done
+[[ $ROUNDS =~ ^[1-9][0-9]?$ ]] || { echo "run.sh: --rounds must be 1..99" >&2; exit 2; }
+for d in "$DURATION" "$WARMUP"; do
+	[[ $d =~ ^[1-9][0-9]{0,2}s$ ]] || { echo "run.sh: durations are whole seconds, 1s..999s (got $d)" >&2; exit 2; }
+done
+[[ $ATTACK_RATE =~ ^[1-9][0-9]{0,5}$ ]] || { echo "run.sh: --attack-rate must be a positive integer" >&2; exit 2; }
+
+# Loopback ports; each is checked free before use.
+HOST=127.0.0.1
+BACKEND_PORT=18480
+declare -A PORT=([portcullis]=18481 [nginx]=18482 [haproxy]=18483 [profiled]=18484 [portcullis-rst]=18486
+	[direct]=$BACKEND_PORT)
+PPROF_PORT=18485
+ATTACK_CONNS=3000
+LEGIT_CLIENTS=18 # fresh connections, one per address, in the attack scenarios
+CAP=64
+
+TMP=$(mktemp -d /tmp/portcullis-peers.XXXXXX)
+RAW=$TMP/raw
+mkdir -p "$RAW" "$OUT"
+declare -A PID=()
+STARTED=()         # every PID this script started, stopped in reverse order
+declare -A REAPED=() # PIDs already stopped and waited for: never signalled again
+
+log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+
+# stop_pid sends SIGTERM, waits up to 10 s, then SIGKILL: only to a PID we started.
+stop_pid() {
+	local pid=$1 i
+	[[ -z ${REAPED[$pid]:-} ]] || return 0
+	REAPED[$pid]=1
+	kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+	kill -TERM "$pid" 2>/dev/null || true
+	for ((i = 0; i < 100; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		log "pid $pid did not stop in 10 s; killing it"
+		kill -KILL "$pid" 2>/dev/null || true
+	fi
+	wait "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+	local i
+	for ((i = ${#STARTED[@]} - 1; i >= 0; i--)); do
+		stop_pid "${STARTED[i]}"
+	done
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+need_root() {
+	if ((EUID != 0)); then
+		echo "run.sh: run as root (source addresses 127.0.0.2.. and apt-get)" >&2
+		exit 2
+	fi
+}
+
+# install_peers installs nginx and HAProxy from Debian when missing, without
+# letting the packages start their services.
+install_peers() {
+	local missing=()
+	command -v nginx >/dev/null || missing+=(nginx-light)
+	command -v haproxy >/dev/null || missing+=(haproxy)
+	((${#missing[@]})) || return 0
+	log "installing ${missing[*]} from Debian's packages"
+	local policy=/usr/sbin/policy-rc.d made_policy=0
+	if [[ ! -e $policy ]]; then
+		printf '#!/bin/sh\nexit 101\n' >"$policy"
+		chmod +x "$policy"
+		made_policy=1
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+	((made_policy)) && rm -f "$policy"
+	return 0
+}
+
+port_free() { ! (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+
+# wait_http waits up to 10 s for an HTTP answer at $1.
+wait_http() {
+	local i
+	for ((i = 0; i < 100; i++)); do
+		curl -s -o /dev/null -m 1 "$1" && return 0
+		sleep 0.1
+	done
+	echo "run.sh: nothing answered at $1 within 10 s" >&2
+	return 1
+}
+
+# start NAME CMD...: start a foreground process, remember its PID.
+start() {
+	local name=$1
+	shift
+	"$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
+	PID[$name]=$!
+	STARTED+=("$!")
+}
+
+render() { # render TEMPLATE LISTEN > file
+	sed -e "s|@TMP@|$TMP|g" -e "s|@LISTEN@|$2|g" -e "s|@BACKEND@|$HOST:$BACKEND_PORT|g" "$1"
+}
+
+start_proxy() {
+	local p=$1 addr=$HOST:${PORT[$1]}
+	port_free "${PORT[$p]}" || { echo "run.sh: port ${PORT[$p]} is in use" >&2; exit 1; }
+	case $p in
+	portcullis)
+		start portcullis "$TMP/bin/portcullis" run --listen "$addr" \
+			--upstream "http://$HOST:$BACKEND_PORT" --max-conns-per-client "$CAP" ;;
+	portcullis-rst)
+		render "$REPO/bench/peers/portcullis-rst.yaml" "$addr" >"$TMP/portcullis-rst.yaml"
+		start portcullis-rst "$TMP/bin/portcullis" run --config "$TMP/portcullis-rst.yaml" ;;
+	nginx)
+		mkdir -p "$TMP/nginx"
+		render "$REPO/bench/peers/nginx.conf" "$addr" >"$TMP/nginx.conf"
+		nginx -t -q -p "$TMP/nginx" -e "$TMP/nginx-error.log" -c "$TMP/nginx.conf"
+		start nginx nginx -p "$TMP/nginx" -e "$TMP/nginx-error.log" -c "$TMP/nginx.conf" ;;
+	haproxy)
+		render "$REPO/bench/peers/haproxy.cfg" "$addr" >"$TMP/haproxy.cfg"
+		haproxy -c -q -f "$TMP/haproxy.cfg"
+		start haproxy haproxy -db -f "$TMP/haproxy.cfg" ;;
+	esac
+	wait_http "http://$addr/"
+	log "$p is up on $addr (pid ${PID[$p]})"
+}
+
+# tree_cpu prints the CPU ticks (utime+stime, 1/100 s) of a PID and its
+# children: nginx's master and workers; HAProxy and Portcullis are one process.
+tree_cpu() {
+	local root=$1 total=0 pid stat f
+	for pid in "$root" $(ps -o pid= --ppid "$root" 2>/dev/null); do
+		stat=$(<"/proc/$pid/stat") || continue
+		read -r -a f <<<"${stat##*) }"
+		total=$((total + f[11] + f[12]))
+	done
+	echo "$total"
+}
+
+# busy_ticks prints the CPU ticks the whole machine (all cores) spent busy.
+busy_ticks() {
+	local cpu user nice system idle iowait irq softirq steal rest
+	read -r cpu user nice system idle iowait irq softirq steal rest </proc/stat
+	echo $((user + nice + system + irq + softirq + steal))
+}
+
+# children_ticks prints the CPU ticks of this shell's waited-for children.
+children_ticks() {
+	local stat f
+	stat=$(</proc/$$/stat)
+	read -r -a f <<<"${stat##*) }"
+	echo $((f[13] + f[14]))
+}
+
+# siege_run NAME PROXY SCENARIO ROUND ARGS...: one siege run, its JSON report
+# and the proxy's CPU ticks and wall time around it.
+siege_run() {
+	local target=$1 scenario=$2 round=$3
+	shift 3
+	local pid=${PID[$target]} file="$RAW/$target.$scenario.$round"
+	local c0 c1 t0 t1 m0 m1 b0 b1 s0 s1 rc=0
+	c0=$(tree_cpu "$pid")
+	b0=$(tree_cpu "${PID[direct]}")
+	s0=$(children_ticks)
+	m0=$(busy_ticks)
+	t0=$(date +%s%N)
+	# In the background, so that a signal to this script is handled at once.
+	"$TMP/bin/portcullis" siege -json -cpu-pid "$pid" -duration "$DURATION" "$@" \
+		"http://$HOST:${PORT[$target]}/" >"$file.json" 2>"$file.err" &
+	local siege=$!
+	STARTED+=("$siege")
+	wait "$siege" || rc=$?
+	REAPED[$siege]=1
+	t1=$(date +%s%N)
+	m1=$(busy_ticks)
+	s1=$(children_ticks)
+	b1=$(tree_cpu "${PID[direct]}")
+	c1=$(tree_cpu "$pid")
+	[[ $target == direct ]] && b1=$b0 # the backend is the target: counted once
+	printf '{"proxy":"%s","scenario":"%s","round":%d,"exit":%d,"cpu_ticks":%d,"wall_ns":%d,"machine_busy_ticks":%d,"backend_ticks":%d,"siege_ticks":%d}\n' \
+		"$target" "$scenario" "$round" "$rc" "$((c1 - c0))" "$((t1 - t0))" \
+		"$((m1 - m0))" "$((b1 - b0))" "$((s1 - s0))" >"$file.meta.json"
+	log "round $round $target $scenario: exit $rc, cpu $((c1 - c0))0 ms; $(summary "$file.json")"
+	sleep 1 # let closed connections settle before the next run
+}
+
+summary() {
+	jq -r '"\(.legit.goodput_per_s|floor)/s ok, p99 \(.legit.p99_ns/1e6)ms" +
+		(if .attack then ", attacker peak held \(.attack.peak_held), reconnects \(.attack.reconnects_per_s|floor)/s" else "" end)' \
+		"$1" 2>/dev/null || echo "no report (see $(basename "$1" .json).err)"
+}
+
+throughput() { siege_run "$1" throughput "$2" -scenario throughput -clients 16 -conns-per-client 16; }
+baseline() { siege_run "$1" none "$2" -scenario none -clients "$LEGIT_CLIENTS" -connections fresh; }
+attack() {
+	siege_run "$1" "$2" "$3" -scenario "$2" -clients "$LEGIT_CLIENTS" -connections fresh \
+		-attack-conns "$ATTACK_CONNS" -max-connect-rate "$ATTACK_RATE" -warmup "$WARMUP"
+}
+
+# rotate prints the proxies list rotated by $1, so no proxy always runs first.
+rotate() {
+	local -a l=($PROXIES)
+	local n=${#l[@]} i
+	for ((i = 0; i < n; i++)); do printf '%s ' "${l[(i + $1) % n]}"; done
+}
+
+profile_portcullis() {
+	log "profiling Portcullis under the throughput scenario"
+	start profiled "$TMP/bin/profiled" -listen "$HOST:${PORT[profiled]}" \
+		-upstream "http://$HOST:$BACKEND_PORT" -max-conns-per-client "$CAP" -pprof "$HOST:$PPROF_PORT"
+	wait_http "http://$HOST:${PORT[profiled]}/"
+	local secs=${DURATION%s}
+	"$TMP/bin/portcullis" siege -json -scenario throughput -clients 16 -conns-per-client 16 \
+		-duration "$((secs + 2))s" "http://$HOST:${PORT[profiled]}/" >"$TMP/profile-siege.json" 2>&1 &
+	local siege=$!
+	STARTED+=("$siege")
+	sleep 1
+	curl -s -m $((secs + 10)) -o "$OUT/portcullis-throughput.pprof" \
+		"http://$HOST:$PPROF_PORT/debug/pprof/profile?seconds=$secs"
+	wait "$siege" || true
+	REAPED[$siege]=1
+	stop_pid "${PID[profiled]}"
+	go tool pprof -top -nodecount=35 "$TMP/bin/profiled" "$OUT/portcullis-throughput.pprof" \
+		>"$OUT/pprof-top.txt" 2>/dev/null
+	go tool pprof -top -cum -nodecount=35 "$TMP/bin/profiled" "$OUT/portcullis-throughput.pprof" \
+		>"$OUT/pprof-top-cum.txt" 2>/dev/null
+	log "profile written to $OUT/pprof-top.txt"
+}
+
+write_meta() {
+	local rev dirty=""
+	rev=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
+	[[ -n $(git -C "$REPO" status --porcelain 2>/dev/null) ]] && dirty=" (with uncommitted changes)"
+	jq -n --arg nginx "$(nginx -v 2>&1)" --arg haproxy "$(haproxy -v | head -1)" \
+		--arg go "$(go version)" --arg portcullis "$rev$dirty" --arg kernel "$(uname -r)" \
+		--arg cpus "$(nproc)" --arg cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')" \
+		--arg cmd "$CMDLINE" --arg start "$1" --arg end "$(date -u +%FT%TZ)" \
+		--arg load_start "$2" --arg load_end "$(cut -d' ' -f1-3 /proc/loadavg)" \
+		--arg rounds "$ROUNDS" --arg duration "$DURATION" --arg warmup "$WARMUP" \
+		--arg attack_conns "$ATTACK_CONNS" --arg attack_rate "$ATTACK_RATE" --arg legit "$LEGIT_CLIENTS" --arg cap "$CAP" \
+		'$ARGS.named' >"$RAW/meta.json"
+}
+
+main() {
+	need_root
+	install_peers
+	local start_time load_start
+	start_time=$(date -u +%FT%TZ)
+	load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+	log "building into $TMP/bin (load average $load_start)"
+	mkdir -p "$TMP/bin"
+	(cd "$REPO" && go build -o "$TMP/bin/portcullis" ./cmd/portcullis &&
+		go build -o "$TMP/bin/backend" ./bench/peers/backend &&
+		go build -o "$TMP/bin/profiled" ./bench/peers/profiled &&
+		go build -o "$TMP/bin/chart" ./bench/peers/chart)
+
+	port_free "$BACKEND_PORT" || { echo "run.sh: port $BACKEND_PORT is in use" >&2; exit 1; }
+	start direct "$TMP/bin/backend" -listen "$HOST:$BACKEND_PORT" -delay 2ms
+	wait_http "http://$HOST:$BACKEND_PORT/"
+	local p r
+	for p in $PROXIES; do start_proxy "$p"; done
+
+	for ((r = 1; r <= ROUNDS; r++)); do
+		log "round $r of $ROUNDS"
+		if ((THROUGHPUT)); then
+			throughput direct "$r"
+			for p in $(rotate "$r"); do throughput "$p" "$r"; done
+		fi
+		for p in $(rotate "$r"); do
+			baseline "$p" "$r"
+			attack "$p" slowloris "$r"
+			attack "$p" slow-requests "$r"
+		done
+	done
+	for p in $PROXIES; do stop_pid "${PID[$p]}"; done
+	if ((PROFILE)) && [[ " $PROXIES " == *" portcullis "* ]]; then profile_portcullis; fi
+	write_meta "$start_time" "$load_start"
+	"$TMP/bin/chart" -raw "$RAW" -md "$OUT/results.md" -png "$OUT/peers.png" -json "$OUT/results.json"
+	log "wrote $OUT/results.md, $OUT/results.json and $OUT/peers.png"
+}
+
+main
