@@ -68,7 +68,8 @@ type Config struct {
 	// Shadow lets every request through, even over the limit, while
 	// counting (Totals.ShadowRefused) and reporting (OnReject, with
 	// ErrShadowRefused, and the log) those the limit would have refused.
-	// Requests never wait in shadow mode.
+	// Requests never wait in shadow mode. False, the zero value, enforces
+	// the limit.
 	Shadow bool
 
 	// Status is the status code of a refusal by the limit (over the limit,
@@ -90,14 +91,14 @@ type Config struct {
 	// limit.ErrLimited, limit.ErrQueueFull, limit.ErrQueueTimeout,
 	// limit.ErrClosed or limit.ErrStore, or the request context's error
 	// when the client went away while waiting. It is called on the
-	// request's goroutine after OnReject.
+	// request's goroutine after OnReject. Nil means the default response.
 	Reject func(w http.ResponseWriter, r *http.Request, key string, err error)
 
 	// OnReject, if set, is called for every refused request, and in shadow
 	// mode for every request let through over the limit (with
 	// ErrShadowRefused), on the request's goroutine, before any response is
 	// written. err is as for Reject. It must be fast and must not block;
-	// it must not write the response.
+	// it must not write the response. Nil means no callback.
 	OnReject func(key string, r *http.Request, err error)
 
 	// TunnelPermits, when not zero, gives tunnels (CONNECT requests,
@@ -111,7 +112,8 @@ type Config struct {
 	TunnelPermits int
 
 	// TunnelPermitsFor, used only with TunnelPermits set, gives a key its
-	// own number of tunnel permits, as PermitsFor does for exchanges.
+	// own number of tunnel permits, as PermitsFor does for exchanges. Nil
+	// means every key gets TunnelPermits.
 	TunnelPermitsFor func(key string) int
 
 	// ReleaseTunnels releases a tunnel's permit as soon as the tunnel is

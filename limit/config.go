@@ -51,7 +51,8 @@ type Config[K comparable] struct {
 
 	// Shadow grants every request, even over the limit, and counts those
 	// the limit would have refused as shadow-refused. Use it to try a limit
-	// before enforcing it. Requests never wait in shadow mode.
+	// before enforcing it. Requests never wait in shadow mode. False, the
+	// zero value, enforces the limit.
 	Shadow bool
 
 	// ReclaimAfter is how long a permit may be held before the limiter

@@ -2,9 +2,6 @@ package quicadmit
 
 import (
 	"context"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"log/slog"
 	"reflect"
 	"strings"
@@ -13,46 +10,14 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/seed-a07d1050/portcullis/internal/doctest"
 )
 
-// TestConfigFieldsDocumented walks Config by reflection and fails when a
-// field has no doc comment in config.go or does not say what its zero (or
-// nil) value means.
+// TestConfigFieldsDocumented fails when a Config field has no doc comment
+// in config.go or does not say what its zero (or nil) value means.
 func TestConfigFieldsDocumented(t *testing.T) {
-	docs := configFieldDocs(t)
-	typ := reflect.TypeFor[Config]()
-	for i := range typ.NumField() {
-		name := typ.Field(i).Name
-		doc, ok := docs[name]
-		switch {
-		case !ok || strings.TrimSpace(doc) == "":
-			t.Errorf("Config.%s has no doc comment", name)
-		case !strings.Contains(strings.ToLower(doc), "zero") && !strings.Contains(strings.ToLower(doc), "nil"):
-			t.Errorf("Config.%s does not say what its zero value means:\n%s", name, doc)
-		}
-	}
-}
-
-func configFieldDocs(t *testing.T) map[string]string {
-	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), "config.go", nil, parser.ParseComments)
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs := map[string]string{}
-	ast.Inspect(f, func(n ast.Node) bool {
-		ts, ok := n.(*ast.TypeSpec)
-		if !ok || ts.Name.Name != "Config" {
-			return true
-		}
-		for _, field := range ts.Type.(*ast.StructType).Fields.List {
-			for _, name := range field.Names {
-				docs[name.Name] = field.Doc.Text()
-			}
-		}
-		return false
-	})
-	return docs
+	doctest.ZeroValuesDocumented(t, "config.go", reflect.TypeFor[Config]())
 }
 
 // recordHandler keeps the messages of the records it handles.

@@ -18,7 +18,7 @@ import (
 type ClientOptions struct {
 	// Addrs are "host:port" addresses. One address (and no MasterName)
 	// means a single server; several mean Redis Cluster seed nodes; with
-	// MasterName they are Sentinels. Required.
+	// MasterName they are Sentinels. Required: empty is an error.
 	Addrs []string
 
 	// MasterName, if set, is the Sentinel master name: Addrs are then
@@ -29,11 +29,12 @@ type ClientOptions struct {
 	Username string
 
 	// Password, if set, authenticates the connection. At most one of
-	// Password and PasswordFile may be set.
+	// Password and PasswordFile may be set; both empty means no password.
 	Password string
 
 	// PasswordFile, if set, names a file whose content, without a trailing
-	// newline, is the password. It is read once, by NewClient.
+	// newline, is the password. It is read once, by NewClient. Empty means
+	// none.
 	PasswordFile string
 
 	// DB is the database number on a single server or Sentinel master.

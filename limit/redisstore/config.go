@@ -68,7 +68,7 @@ type Config struct {
 	// Build it with [NewClient], which sets MaxRetries to -1 (go-redis
 	// would otherwise retry a script that may already have run) and
 	// ContextTimeoutEnabled (otherwise go-redis ignores the per-call
-	// deadline). Required. The Store does not close it.
+	// deadline). Required: nil is an error. The Store does not close it.
 	Client redis.UniversalClient
 
 	// Prefix starts the name of every Redis key and of the pub/sub channel

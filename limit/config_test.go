@@ -1,0 +1,14 @@
+package limit_test
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/seed-a07d1050/portcullis/internal/doctest"
+	"github.com/seed-a07d1050/portcullis/limit"
+)
+
+// Every Config field says what its zero value means.
+func TestConfigFieldsDocumentZero(t *testing.T) {
+	doctest.ZeroValuesDocumented(t, "config.go", reflect.TypeFor[limit.Config[string]]())
+}
