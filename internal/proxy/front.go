@@ -92,6 +92,20 @@ func (f *front) sameAddr(listen string) bool {
 	return listen == f.cfg.Listen || sameBoundAddr(f.addr(), listen)
 }
 
+// listenTCP binds the TCP socket of lc. HTTP listeners leave TCP keep-alive
+// off on the connections they accept, as nginx does by default: their idle
+// and read-header timeouts already end silent clients, and every accepted
+// socket, refused ones included, is then spared four setsockopt calls,
+// which matters under a reconnect storm. tcp listeners keep Go's default
+// keep-alive, since their connections may stay silent for long.
+func listenTCP(lc config.Listener) (net.Listener, error) {
+	var lcfg net.ListenConfig
+	if lc.Protocol.IsHTTP() {
+		lcfg.KeepAlive = -1
+	}
+	return lcfg.Listen(context.Background(), "tcp", lc.Listen)
+}
+
 // bindFront binds the socket of lc and wraps it in its connection caps; it
 // does not serve yet. On error nothing is left open.
 func bindFront(lc config.Listener, log *slog.Logger, cl *cluster) (*front, error) {
@@ -107,7 +121,7 @@ func bindFront(lc config.Listener, log *slog.Logger, cl *cluster) (*front, error
 		f.stats = newQUICCollector(f.h3, lc.Name)
 		return f, nil
 	}
-	raw, err := net.Listen("tcp", lc.Listen)
+	raw, err := listenTCP(lc)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
 	}
