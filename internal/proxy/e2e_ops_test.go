@@ -406,27 +406,14 @@ func TestReloadThatCannotBindChangesNothing(t *testing.T) {
 }
 
 func TestShutdownCutsTCPConnectionsAfterTheTimeout(t *testing.T) {
-	upstream, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer upstream.Close()
-	go func() {
-		for {
-			c, err := upstream.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
-		}
-	}()
+	upstream := startEcho(t)
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
   - name: db
     protocol: tcp
     listen: "127.0.0.1:0"
-    upstream: "`+upstream.Addr().String()+`"
+    upstream: "`+upstream+`"
 `)
 	d.manualStop = true
 	c := dialFrom(t, "127.0.0.2", d.srv.Addr("db").String())

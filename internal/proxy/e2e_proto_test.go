@@ -123,27 +123,14 @@ listeners:
 }
 
 func TestTCPListenerCapsAtAccept(t *testing.T) {
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer echo.Close()
-	go func() {
-		for {
-			c, err := echo.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
-		}
-	}()
+	echo := startEcho(t)
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
   - name: db
     protocol: tcp
     listen: "127.0.0.1:0"
-    upstream: "`+echo.Addr().String()+`"
+    upstream: "`+echo+`"
     max_conns_per_client: 2
 `)
 	addr := d.srv.Addr("db").String()
@@ -329,4 +316,25 @@ listeners:
 	}
 	ws.Close()
 	d.waitFor("the tunnel's permit back", func() bool { return d.route("web", "ws").Limit.Totals.InUse == 0 })
+}
+
+// startEcho starts a TCP server on loopback that echoes what it reads, for
+// tcp listeners to proxy to, and returns its address. It stops with the test.
+func startEcho(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	return ln.Addr().String()
 }
