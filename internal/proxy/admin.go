@@ -90,6 +90,9 @@ func (m metricsOf) Collect(ch chan<- prometheus.Metric) {
 	seen := make(map[*routeTable]bool)
 	for _, f := range m.s.frontList() {
 		f.stats.Collect(ch)
+		if f.redis != nil {
+			f.redis.Collect(ch)
+		}
 		if f.table == nil {
 			continue
 		}

@@ -2,16 +2,16 @@ package proxy
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
 	"reflect"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-a07d1050/portcullis/clientkey"
 	"github.com/seed-a07d1050/portcullis/internal/config"
-	"github.com/seed-a07d1050/portcullis/limit"
 	"github.com/seed-a07d1050/portcullis/limit/redisstore"
+	"github.com/seed-a07d1050/portcullis/limit/redisstore/redisprom"
 )
 
 // cluster shares the route and client limits of every node that uses the
@@ -56,33 +56,33 @@ func (c *cluster) sameAs(cfg *config.Cluster) bool {
 // store returns a new Store for the limiter named name (listener/route/kind),
 // whose keys in Redis start with the cluster prefix and that name, so that
 // every limiter of every node counts apart from the others and equal
-// limiters of different nodes count together. Nil c means no store.
-func (c *cluster) store(name string) (limit.Store[string], io.Closer, error) {
+// limiters of different nodes count together, and the collector of its
+// Redis metrics labelled with labels. Nil c means no store (a nil result).
+func (c *cluster) store(name string, labels prometheus.Labels) (*clusterStore[string], error) {
 	if c == nil {
-		return nil, nil, nil
+		return nil, nil
 	}
-	s, err := newStore(c, name, func(k string) string { return k })
-	if err != nil {
-		return nil, nil, err
-	}
-	return s, s, nil
+	return newStore(c, name, func(k string) string { return k }, labels)
 }
 
 // connStore returns the Store for the accept-time connection caps of the
 // listener named name, or nil when there is no cluster or its connection
 // caps stay local.
-func (c *cluster) connStore(name string) (limit.Store[clientkey.Key], io.Closer, error) {
+func (c *cluster) connStore(name string) (*clusterStore[clientkey.Key], error) {
 	if c == nil || c.cfg.LocalConnectionCaps {
-		return nil, nil, nil
+		return nil, nil
 	}
-	s, err := newStore(c, "conns/"+name, clientkey.Key.String)
-	if err != nil {
-		return nil, nil, err
-	}
-	return s, s, nil
+	return newStore(c, "conns/"+name, clientkey.Key.String, prometheus.Labels{"listener": name, "route": "", "limit": "connections"})
 }
 
-func newStore[K comparable](c *cluster, name string, keyString func(K) string) (*redisstore.Store[K], error) {
+// A clusterStore is a limiter's Store with the collector of its Redis
+// metrics (calls, errors, latency, fallbacks, breaker state).
+type clusterStore[K comparable] struct {
+	*redisstore.Store[K]
+	metrics prometheus.Collector
+}
+
+func newStore[K comparable](c *cluster, name string, keyString func(K) string, labels prometheus.Labels) (*clusterStore[K], error) {
 	policy, err := redisstore.ParsePolicy(string(c.cfg.OnError))
 	if err != nil {
 		return nil, err
@@ -99,7 +99,7 @@ func newStore[K comparable](c *cluster, name string, keyString func(K) string) (
 	if err != nil {
 		return nil, fmt.Errorf("proxy: cluster store %s: %w", name, err)
 	}
-	return s, nil
+	return &clusterStore[K]{Store: s, metrics: redisprom.NewCollector(s, "", labels)}, nil
 }
 
 func (c *cluster) close() {

@@ -48,6 +48,9 @@ listeners:
 	if st, _, _ := get(t, a.client("127.0.0.3"), urlB); st != http.StatusOK {
 		t.Fatalf("another client on node B: %d", st)
 	}
+	if m := a.metrics(); !strings.Contains(m, `portcullis_redisstore_calls_total{kind="acquire",limit="limit",listener="web",route="r"}`) {
+		t.Errorf("/metrics lacks the route limit's Redis calls")
+	}
 	if r := await(t, slow); r.status != http.StatusOK {
 		t.Fatalf("slow on node A: %d %v", r.status, r.err)
 	}
@@ -102,6 +105,17 @@ listeners:
 	}
 	if n := b.listener("web").Connections.Refused.ClientCap; n != 1 {
 		t.Fatalf("node B client_cap refusals = %d, want 1", n)
+	}
+	// An operator sees the Redis side of the connection caps in /metrics.
+	metrics := b.metrics()
+	for _, want := range []string{
+		`portcullis_redisstore_breaker_state{limit="connections",listener="web",route=""} 0`,
+		`portcullis_redisstore_calls_total{kind="acquire",limit="connections",listener="web",route=""}`,
+		`portcullis_redisstore_call_duration_seconds_count{limit="connections",listener="web",route=""}`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 
 	first.Close()

@@ -27,10 +27,11 @@ type front struct {
 	cfg   config.Listener // effective
 	id    identity
 	log   *slog.Logger
-	raw   net.Listener        // the bound TCP socket; nil for http3
-	conns *connlimit.Listener // nil for http3
-	store io.Closer           // the cluster Store of the connection caps; nil without
-	h3    *h3Front            // http3 listeners only
+	raw   net.Listener         // the bound TCP socket; nil for http3
+	conns *connlimit.Listener  // nil for http3
+	store io.Closer            // the cluster Store of the connection caps; nil without
+	redis prometheus.Collector // that Store's Redis metrics; nil without
+	h3    *h3Front             // http3 listeners only
 	stats prometheus.Collector
 
 	// altSvc, when set, is the Alt-Svc header of every response: the port of
@@ -127,7 +128,11 @@ func bindFront(lc config.Listener, log *slog.Logger, cl *cluster) (*front, error
 	}
 	f := &front{cfg: lc, id: id, log: log.With("listener", lc.Name), raw: raw, served: make(chan struct{})}
 	cc := f.connConfig()
-	if cc.Store, f.store, err = cl.connStore(lc.Name); err == nil {
+	cs, err := cl.connStore(lc.Name)
+	if cs != nil { // a nil *clusterStore must not become a non-nil Store
+		cc.Store, f.store, f.redis = cs, cs, cs.metrics
+	}
+	if err == nil {
 		f.conns, err = connlimit.NewListener(raw, cc)
 	}
 	if err != nil {

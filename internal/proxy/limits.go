@@ -66,7 +66,8 @@ type limiter struct {
 	cfg   config.Limit // effective
 	id    identity
 	lim   *httplimit.Limiter
-	store io.Closer // the limiter's cluster Store; nil without a cluster
+	store io.Closer            // the limiter's cluster Store; nil without a cluster
+	redis prometheus.Collector // the Store's Redis metrics; nil without a cluster
 	total *promlimit.Collector
 	wait  *promlimit.WaitHistogram
 }
@@ -89,6 +90,9 @@ func (l *limiter) close() {
 }
 
 func (l *limiter) collectors() []prometheus.Collector {
+	if l.redis != nil {
+		return []prometheus.Collector{l.total, l.wait, l.redis}
+	}
 	return []prometheus.Collector{l.total, l.wait}
 }
 
@@ -110,7 +114,7 @@ func newLimiter(cfg *config.Limit, id identity, ln, route string, kind limitKind
 		return nil, err
 	}
 	name := limiterName(ln, route, kind)
-	store, closer, err := deps.cluster.store(name)
+	cs, err := deps.cluster.store(name, labels)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +128,6 @@ func newLimiter(cfg *config.Limit, id identity, ln, route string, kind limitKind
 		RetryAfter:     cfg.RetryAfter,
 		TunnelPermits:  cfg.TunnelPermits,
 		ReleaseTunnels: cfg.ReleaseTunnels,
-		Store:          store,
 		Observer:       promlimit.ObserverFor[string](wait),
 		Logger:         deps.log,
 		Name:           name,
@@ -133,6 +136,11 @@ func newLimiter(cfg *config.Limit, id identity, ln, route string, kind limitKind
 		hc.RetryAfter = -1
 	}
 	hc.OnReject = deps.onReject
+	var closer io.Closer
+	var redisMetrics prometheus.Collector
+	if cs != nil { // a nil *clusterStore must not become a non-nil Store
+		hc.Store, closer, redisMetrics = cs, cs, cs.metrics
+	}
 	if cfg.Key == config.KeyClientIP || cfg.Key == "" {
 		hc.PermitsFor = cidrPermits(cfg.Overrides)
 	} else {
@@ -150,6 +158,7 @@ func newLimiter(cfg *config.Limit, id identity, ln, route string, kind limitKind
 		id:    id,
 		lim:   lim,
 		store: closer,
+		redis: redisMetrics,
 		total: promlimit.NewCollector(lim, opts),
 		wait:  wait,
 	}, nil
