@@ -37,6 +37,9 @@ type Config[K comparable] struct {
 	// GlobalPermits caps the permits held over all keys together. Zero
 	// means no global cap; it must not be negative. A request refused by the
 	// global cap does not wait: it fails at once with [ErrGlobalLimited].
+	// Waiters in a key's queue are handed permits that key releases; while
+	// the global cap is reached they wait for one of their own key's
+	// permits, not for another key's.
 	GlobalPermits int
 
 	// QueueSize is how many requests may wait for a permit of one key, in
