@@ -35,16 +35,38 @@ func (l *Listener) admitNow(c net.Conn) *Conn {
 // connection, or one with no address to key, takes no slot. On refusal
 // nothing is held and c is left open for the caller to refuse.
 func (l *Listener) admit(ctx context.Context, wait bool, c net.Conn, peer, client netip.Addr, exempt bool) (*Conn, reason, error) {
-	key := l.levels[0].keyer.FromAddr(client)
-	exempt = exempt || !key.IsValid()
-	var ps permits
-	if exempt {
-		l.stats.exempt.Add(1)
-	} else if why, err := l.acquire(ctx, wait, client, &ps); why != admitted {
+	cl, why, err := l.claim(ctx, wait, client, exempt)
+	if why != admitted {
 		return nil, why, err
 	}
+	return l.wrap(c, cl), admitted, nil
+}
+
+// claim is what one admitted connection holds before it has a Conn: its
+// key, whether it is exempt, and its slots.
+type claim struct {
+	key    clientkey.Key
+	exempt bool
+	ps     permits
+}
+
+// claim takes client's slots, as admit describes, without needing the
+// connection itself.
+func (l *Listener) claim(ctx context.Context, wait bool, client netip.Addr, exempt bool) (claim, reason, error) {
+	cl := claim{key: l.levels[0].keyer.FromAddr(client), exempt: exempt}
+	cl.exempt = cl.exempt || !cl.key.IsValid()
+	if cl.exempt {
+		l.stats.exempt.Add(1)
+	} else if why, err := l.acquire(ctx, wait, client, &cl.ps); why != admitted {
+		return claim{}, why, err
+	}
+	return cl, admitted, nil
+}
+
+// wrap makes the Conn that holds cl for c, and counts it open.
+func (l *Listener) wrap(c net.Conn, cl claim) *Conn {
 	l.stats.open.Add(1)
-	return &Conn{conn: c, l: l, key: key, exempt: exempt, ps: ps}, admitted, nil
+	return &Conn{conn: c, l: l, key: cl.key, exempt: cl.exempt, ps: cl.ps}
 }
 
 // acquire takes one slot at each level that applies to client, into ps. A
@@ -99,7 +121,17 @@ func (l *Listener) refuse(c net.Conn, why reason, peer, client netip.Addr, err e
 		}
 	}
 	_ = c.Close() // nothing to do about a failed close of a refused socket
+	l.refused(why, peer, client, err)
+}
+
+// refused does what every refusal does once its connection is closed:
+// it gives back the MaxConns token, turns the raw accept path on for a
+// while and logs.
+func (l *Listener) refused(why reason, peer, client netip.Addr, err error) {
 	l.giveToken()
+	if l.raw != nil {
+		l.rawRun.Store(rawRunLength)
+	}
 	l.logRefusal(why, peer, client, err)
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,6 +43,12 @@ type Listener struct {
 	levels []level // levels[0] is the per-client cap
 	tokens chan struct{}
 	async  bool // admission may block: it runs on per-connection goroutines
+
+	// The raw accept path (see rawAcceptor), used for the next rawRun
+	// accepts after a refusal. Nil when inner is not a TCP listener or
+	// admission is async.
+	raw    *rawAcceptor
+	rawRun atomic.Int32
 
 	stats                      counters
 	refusalGate, acceptErrGate logGate
@@ -98,6 +105,9 @@ func NewListener(inner net.Listener, cfg Config) (*Listener, error) {
 	}
 	if err := l.buildLevels(); err != nil {
 		return nil, err
+	}
+	if !l.async {
+		l.raw = newRawAcceptor(inner)
 	}
 	if l.async {
 		l.ctx, l.cancel = context.WithCancel(context.Background())
@@ -158,6 +168,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 	}
 	var delay time.Duration
 	for {
+		if conn, err := l.acceptRaw(); conn != nil || err != nil {
+			return conn, err
+		}
 		c, err := l.acceptInner(&delay)
 		if err != nil {
 			return nil, err
@@ -170,6 +183,60 @@ func (l *Listener) Accept() (net.Conn, error) {
 			return conn, nil
 		}
 	}
+}
+
+// rawRunLength is how many accepts after a refusal go through the raw
+// path. Under a reconnect flood, refusals keep it on; once they stop, it
+// turns itself off within this many connections, so that admitted
+// connections go back to the poller's cheaper accept.
+const rawRunLength = 64
+
+// acceptRaw accepts through the raw path while it is on, refusing
+// connections there at the cost of two system calls each, until it admits
+// one or finds none pending. It returns nil, nil when the caller should
+// accept through the inner listener.
+func (l *Listener) acceptRaw() (*Conn, error) {
+	for l.raw != nil && l.rawRun.Load() > 0 {
+		l.rawRun.Add(-1)
+		if err := l.takeToken(); err != nil {
+			return nil, err
+		}
+		fd, peer, ok := l.raw.try()
+		if !ok {
+			l.giveToken()
+			return nil, nil
+		}
+		if conn := l.admitRaw(fd, peer); conn != nil {
+			l.stats.accepted.Add(1)
+			return conn, nil
+		}
+	}
+	return nil, nil
+}
+
+// admitRaw is admitNow for a connection accepted on the raw path: a
+// refusal closes the descriptor, an admission makes it a net.Conn. It
+// returns nil when the connection was refused or could not be made a
+// net.Conn (then closed, its slots given back).
+func (l *Listener) admitRaw(fd int, peer netip.Addr) *Conn {
+	cl, why, err := l.claim(context.Background(), false, peer, l.s.Trusted.Contains(peer))
+	if why != admitted {
+		l.stats.refused[why].Add(1)
+		l.stats.rawRefused.Add(1)
+		closeRaw(fd, l.s.ResetOnRefuse)
+		l.refused(why, peer, peer, err)
+		return nil
+	}
+	c, err := rawConn(fd)
+	if err != nil {
+		cl.ps.release()
+		l.giveToken()
+		l.stats.acceptErrors.Add(1)
+		l.logAcceptError(err, 0)
+		return nil
+	}
+	l.stats.rawAdmitted.Add(1)
+	return l.wrap(c, cl)
 }
 
 // acceptInner takes a MaxConns token and accepts one connection from the

@@ -83,6 +83,10 @@ type counters struct {
 	accepted, exempt, acceptErrors atomic.Uint64
 	open, pending                  atomic.Int64
 	refused                        [numReasons]atomic.Uint64
+
+	// Connections the raw accept path refused and admitted; not in Stats,
+	// since which path took a connection is the listener's business.
+	rawRefused, rawAdmitted atomic.Uint64
 }
 
 func (c *counters) stats() Stats {
