@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -307,4 +308,40 @@ func startEcho(t *testing.T) string {
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// Streams reach the client as the upstream sends them: server-sent events
+// and bodies of unknown length are flushed at once, whatever else the
+// proxy buffers. A known-length body is not held back past its end.
+func TestStreamsAreNotBuffered(t *testing.T) {
+	d := startDaemon(t, `
+admin: {listen: "127.0.0.1:0"}
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    routes:
+      - upstreams: ["{{backend}}"]
+`)
+	for _, tc := range []struct{ name, query string }{
+		{"server-sent events", "type=text/event-stream"},
+		{"unknown length", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "GET", d.url("web", "/stream?"+tc.query), nil)
+			resp, err := d.client("127.0.0.2").Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			// The upstream holds the rest of the body until the client
+			// goes, so this read returns only if the proxy flushed.
+			line, err := bufio.NewReader(resp.Body).ReadString('\n')
+			if err != nil || line != "first part\n" {
+				t.Fatalf("first part = %q, %v; want it before the stream ends", line, err)
+			}
+		})
+	}
 }

@@ -56,6 +56,19 @@ func startBackend(t testing.TB) *testBackend {
 		w.(http.Flusher).Flush()
 		panic(http.ErrAbortHandler)
 	})
+	mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
+		// A first part, flushed, then nothing until the client goes: a
+		// proxy that buffers never shows the first part.
+		if ct := r.URL.Query().Get("type"); ct != "" {
+			w.Header().Set("Content-Type", ct)
+		}
+		if n := r.URL.Query().Get("length"); n != "" {
+			w.Header().Set("Content-Length", n)
+		}
+		_, _ = io.WriteString(w, "first part\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		b.requests.Add(1)
 		b.inFlight.Add(1)

@@ -210,9 +210,15 @@ func newReverseProxy(p *pool, fw forwarding, base http.RoundTripper, timeout tim
 		timeout = config.DefaultUpstreamTimeout
 	}
 	return &httputil.ReverseProxy{
-		Rewrite:       func(pr *httputil.ProxyRequest) { rewrite(pr, p.pickExcept(nil), fw) },
-		Transport:     &headTimeout{base: &poolTransport{pool: p, base: base}, d: timeout},
-		FlushInterval: -1, // flush at once: streaming and server-sent events must not stall
+		Rewrite:   func(pr *httputil.ProxyRequest) { rewrite(pr, p.pickExcept(nil), fw) },
+		Transport: &headTimeout{base: &poolTransport{pool: p, base: base}, d: timeout},
+		// Zero: a body of known length is written as the server's buffer
+		// fills, so that a small response leaves in one write with its
+		// head. ReverseProxy flushes server-sent events and bodies of
+		// unknown length (chunked streams) after every read whatever this
+		// says. -1 would cost a second write and a timer goroutine per
+		// response.
+		FlushInterval: 0,
 		BufferPool:    bufs,
 		ErrorHandler:  proxyErrorHandler(log),
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
