@@ -7,13 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
 // ErrClosed is returned by [Server.Reload] after Shutdown or Close.
@@ -44,7 +44,7 @@ type Options struct {
 type Server struct {
 	log       *slog.Logger
 	level     *slog.LevelVar // nil when Options.Logger was given
-	transport *http.Transport
+	transport *uptransport.Transport
 	bufs      *bufferPool
 
 	base       context.Context // the context of every request; cancelled to cut off
@@ -77,7 +77,7 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 	eff := cfg.Effective()
 	s := &Server{
 		log:       opts.Logger,
-		transport: newTransport(),
+		transport: newUpstreamTransport(),
 		bufs:      newBufferPool(),
 		tables:    make(map[string]*atomic.Pointer[routeTable]),
 	}

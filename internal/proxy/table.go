@@ -8,6 +8,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/clientkey"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
 // routeTable is everything an HTTP listener needs to serve one request under
@@ -52,7 +53,7 @@ type tableBuilder struct {
 	id        identity
 	old       *routeTable // the table it replaces, whose equal limiters it keeps; nil at start
 	deps      limiterDeps
-	transport http.RoundTripper
+	transport *uptransport.Transport
 	bufs      httputil.BufferPool
 	accessLog bool
 }

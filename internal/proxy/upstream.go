@@ -17,6 +17,7 @@ import (
 
 	"github.com/seed-a07d1050/portcullis/clientkey"
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
 // upstreamDownFor is how long an upstream that refused a connection is
@@ -135,14 +136,17 @@ func (t *poolTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // isRefused reports whether err is a refused TCP connection.
 func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
 
-// newTransport returns the transport shared by every route: many idle
-// connections per upstream (Go's default of 2 would make a busy proxy open
-// and close upstream connections all the time), bounded dial and TLS
-// handshake times so that a dead upstream answers 502/504 instead of hanging,
-// and HTTP/1.1 to upstreams so that WebSocket upgrades work.
-func newTransport() *http.Transport {
+// newUpstreamTransport returns the transport shared by every route. Plain
+// http requests without a body (most of a proxy's traffic) are sent on the
+// handler's own goroutine by package upstream; the rest (https upstreams,
+// bodies, WebSocket and other upgrades) go to an *http.Transport. Both
+// keep many idle connections per upstream (Go's default of 2 would make a
+// busy proxy open and close upstream connections all the time), bound dial
+// and TLS handshake times so that a dead upstream answers 502/504 instead
+// of hanging, and speak HTTP/1.1 to upstreams so that upgrades work.
+func newUpstreamTransport() *uptransport.Transport {
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
-	return &http.Transport{
+	fallback := &http.Transport{
 		Proxy:                 nil, // never send upstream traffic through $HTTP_PROXY
 		DialContext:           d.DialContext,
 		ForceAttemptHTTP2:     false,
@@ -153,37 +157,16 @@ func newTransport() *http.Transport {
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true, // pass encodings through untouched
 	}
-}
-
-// errUpstreamTimeout ends an exchange whose upstream did not send its
-// response head within the route's upstream_timeout. It wraps
-// context.DeadlineExceeded, so the error handler answers 504.
-var errUpstreamTimeout = fmt.Errorf("proxy: no response head from the upstream in time: %w", context.DeadlineExceeded)
-
-// headTimeout bounds the wait for an upstream's response head, retries
-// included. It is per route, unlike http.Transport.ResponseHeaderTimeout,
-// so that every route shares one transport and its idle connections. Once
-// the head has arrived the body, a stream or a tunnel may take as long as
-// it takes.
-type headTimeout struct {
-	base http.RoundTripper
-	d    time.Duration
-}
-
-func (t *headTimeout) RoundTrip(req *http.Request) (*http.Response, error) {
-	// The derived context needs no cancel of its own once the head is in:
-	// it ends with the request's context, when the exchange ends.
-	ctx, cancel := context.WithCancelCause(req.Context())
-	timer := time.AfterFunc(t.d, func() { cancel(errUpstreamTimeout) })
-	resp, err := t.base.RoundTrip(req.WithContext(ctx))
-	if timer.Stop() {
-		return resp, err
+	t, err := uptransport.New(uptransport.Config{
+		DialContext:         d.DialContext,
+		MaxIdleConnsPerHost: 1024,
+		IdleConnTimeout:     90 * time.Second,
+		Fallback:            fallback,
+	})
+	if err != nil {
+		panic(err) // the Config above is valid
 	}
-	// The timer fired: whatever came back is cut off.
-	if err == nil {
-		resp.Body.Close()
-	}
-	return nil, errUpstreamTimeout
+	return t
 }
 
 // bufferPool lends the 32 KiB copy buffers of httputil.ReverseProxy.
@@ -205,13 +188,16 @@ type forwarding struct {
 
 // newReverseProxy returns the handler that sends a route's requests to its
 // upstreams.
-func newReverseProxy(p *pool, fw forwarding, base http.RoundTripper, timeout time.Duration, bufs httputil.BufferPool, log *slog.Logger) *httputil.ReverseProxy {
+//
+// The route's timeout bounds the wait for each upstream's response head, a
+// retry on another upstream after a refused connection getting its own.
+func newReverseProxy(p *pool, fw forwarding, base *uptransport.Transport, timeout time.Duration, bufs httputil.BufferPool, log *slog.Logger) *httputil.ReverseProxy {
 	if timeout <= 0 {
 		timeout = config.DefaultUpstreamTimeout
 	}
 	return &httputil.ReverseProxy{
 		Rewrite:   func(pr *httputil.ProxyRequest) { rewrite(pr, p.pickExcept(nil), fw) },
-		Transport: &headTimeout{base: &poolTransport{pool: p, base: base}, d: timeout},
+		Transport: &poolTransport{pool: p, base: base.WithHeadTimeout(timeout)},
 		// Zero: a body of known length is written as the server's buffer
 		// fills, so that a small response leaves in one write with its
 		// head. ReverseProxy flushes server-sent events and bodies of

@@ -1,0 +1,302 @@
+package upstream
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// aLongTimeAgo is a deadline in the past: setting it makes blocked I/O on a
+// connection return at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// roundTripFast sends a fast-path request, retrying once on a new
+// connection when a reused one turns out stale.
+func (t *Transport) roundTripFast(req *http.Request, headTimeout time.Duration) (*http.Response, error) {
+	method, target, host, err := requestTarget(req)
+	if err != nil {
+		return nil, err
+	}
+	if err := validateHeader(req.Header); err != nil {
+		return nil, err
+	}
+	var deadline time.Time
+	if headTimeout > 0 {
+		deadline = time.Now().Add(headTimeout)
+	}
+	ctx := req.Context()
+	addr := hostPort(req.URL.Host)
+	head := requestHead{req: req, method: method, target: target, host: host}
+	c := t.takeIdle(addr, req)
+	if c != nil {
+		resp, stale, err := t.exchange(ctx, c, head, deadline, true)
+		if !stale || !isReplayable(req) {
+			return resp, err
+		}
+		t.retries.Add(1)
+	}
+	if c, err = t.dial(ctx, addr, deadline); err != nil {
+		return nil, err
+	}
+	resp, _, err := t.exchange(ctx, c, head, deadline, false)
+	return resp, err
+}
+
+// maxPeeks bounds how many idle connections a request that cannot be
+// replayed checks before it dials.
+const maxPeeks = 4
+
+// takeIdle returns an idle connection to addr, or nil. A request that
+// cannot be sent again after a failure first checks that the connection is
+// still open, since a connection the upstream closed while idle would fail
+// it; a replayable request skips the check (a syscall) and is retried if
+// the connection turns out stale.
+func (t *Transport) takeIdle(addr string, req *http.Request) *conn {
+	replayable := isReplayable(req)
+	for range maxPeeks {
+		c := t.idle.take(addr)
+		if c == nil || replayable || !c.peerGone() {
+			return c
+		}
+		c.nc.Close()
+	}
+	return nil
+}
+
+// dial opens a connection to addr, bounded by deadline if it is not zero.
+func (t *Transport) dial(ctx context.Context, addr string, deadline time.Time) (*conn, error) {
+	dctx := ctx
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	nc, err := t.cfg.DialContext(dctx, "tcp", addr)
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			err = context.Cause(ctx)
+		case dctx.Err() != nil:
+			err = ErrHeadTimeout
+		}
+		return nil, fmt.Errorf("upstream: dial %s: %w", addr, err)
+	}
+	t.dials.Add(1)
+	return &conn{nc: nc, addr: addr}, nil
+}
+
+// requestHead is a validated fast-path request.
+type requestHead struct {
+	req                  *http.Request
+	method, target, host string
+}
+
+// Exchange states: live until the body reaches EOF or fails (ended) or the
+// caller closes it (closed); the first transition settles the connection.
+const (
+	stateLive uint32 = iota
+	stateEnded
+	stateClosed
+)
+
+// exchange is one request and response on one connection. Once the head is
+// in it is the response body, and it settles the connection exactly once:
+// back to the idle pool or closed.
+type exchange struct {
+	t        *Transport
+	c        *conn
+	ctx      context.Context
+	br       *bufio.Reader
+	stop     func() bool   // stops the context watch; nil when the context cannot end
+	body     io.ReadCloser // the body http.ReadResponse made
+	deadline bool          // a head deadline is set on the connection
+	reused   bool          // c came from the idle pool
+	reusable bool          // the response allows another exchange on c
+	state    atomic.Uint32
+	endErr   error // what Read returns after the body ended; reader's goroutine only
+}
+
+// exchange sends head on c and reads the response head. On failure c is
+// closed, and stale reports whether c was a reused connection that failed
+// before any response byte arrived, so that the request may be sent again.
+func (t *Transport) exchange(ctx context.Context, c *conn, head requestHead, deadline time.Time, reused bool) (resp *http.Response, stale bool, err error) {
+	x := &exchange{t: t, c: c, ctx: ctx, reused: reused}
+	c.beginExchange(t.cfg.MaxResponseHeaderBytes)
+	if !deadline.IsZero() {
+		c.nc.SetDeadline(deadline)
+		x.deadline = true
+	}
+	// Registered after the head deadline is set, so that the past deadline
+	// the watch sets is never overwritten by it.
+	if ctx.Done() != nil {
+		x.stop = context.AfterFunc(ctx, x.abort)
+	}
+	if err := x.writeHead(head); err != nil {
+		return nil, x.isStale(err), x.fail("write request", err)
+	}
+	x.br = readerPool.Get().(*bufio.Reader)
+	x.br.Reset(c)
+	resp, err = x.readHead(head.req)
+	if err != nil {
+		return nil, x.isStale(c.readErr), x.fail("read response head", err)
+	}
+	if x.deadline {
+		c.nc.SetDeadline(time.Time{})
+		// A watch that fired before the line above had its deadline erased.
+		if ctx.Err() != nil {
+			return nil, false, x.fail("read response head", ctx.Err())
+		}
+	}
+	x.reusable = resp.ProtoAtLeast(1, 1) && !resp.Close && !wantsClose(head.req)
+	if resp.Body == http.NoBody {
+		x.end(stateEnded, x.reusable)
+		return resp, false, nil
+	}
+	x.body = resp.Body
+	resp.Body = x
+	return resp, false, nil
+}
+
+// abort makes the connection's blocked I/O return; it runs when the
+// request's context ends during the exchange.
+func (x *exchange) abort() { x.c.nc.SetDeadline(aLongTimeAgo) }
+
+func (x *exchange) writeHead(head requestHead) error {
+	bw := writerPool.Get().(*bufio.Writer)
+	bw.Reset(x.c.nc)
+	writeRequest(bw, head.req, head.method, head.target, head.host)
+	err := bw.Flush()
+	bw.Reset(nil)
+	writerPool.Put(bw)
+	return err
+}
+
+// readHead reads response heads until a final one, passing informational
+// ones to the request's trace hook.
+func (x *exchange) readHead(req *http.Request) (*http.Response, error) {
+	trace := httptrace.ContextClientTrace(x.ctx)
+	for {
+		resp, err := http.ReadResponse(x.br, req)
+		if err != nil {
+			return nil, err
+		}
+		code := resp.StatusCode
+		if code < 100 || code > 199 {
+			x.c.liftReadLimit()
+			return resp, nil
+		}
+		if code == http.StatusSwitchingProtocols {
+			return nil, ErrUnexpectedSwitch
+		}
+		if trace != nil && trace.Got1xxResponse != nil {
+			if err := trace.Got1xxResponse(code, textproto.MIMEHeader(resp.Header)); err != nil {
+				return nil, fmt.Errorf("got1xxResponse hook: %w", err)
+			}
+		}
+	}
+}
+
+// isStale reports whether err, on a reused connection before any response
+// byte, means the server had closed the connection while it was idle.
+func (x *exchange) isStale(err error) bool {
+	if !x.reused || x.c.nread != 0 || x.ctx.Err() != nil {
+		return false
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// fail settles the connection as closed and returns err explained.
+func (x *exchange) fail(what string, err error) error {
+	x.end(stateEnded, false)
+	return x.explain(what, err)
+}
+
+// explain wraps err with what was being done, preferring the reason the
+// context ended, then the head bound and the head deadline, to the bare I/O
+// error those cause.
+func (x *exchange) explain(what string, err error) error {
+	switch {
+	case x.ctx.Err() != nil:
+		err = context.Cause(x.ctx)
+	case errors.Is(err, errHeadLimit):
+		return fmt.Errorf("upstream: %s: %w (limit %d bytes)", what, ErrHeadTooLarge, x.t.cfg.MaxResponseHeaderBytes)
+	case x.deadline && errors.Is(err, os.ErrDeadlineExceeded):
+		err = ErrHeadTimeout
+	}
+	return fmt.Errorf("upstream: %s: %w", what, err)
+}
+
+// end settles the connection once: to the idle pool when reuse holds and
+// the exchange left nothing unread, closed otherwise. Later calls do nothing.
+func (x *exchange) end(state uint32, reuse bool) {
+	if !x.state.CompareAndSwap(stateLive, state) {
+		return
+	}
+	if x.stop != nil && !x.stop() {
+		// The context ended: its watch has set, or is setting, a past
+		// deadline on the connection.
+		reuse = false
+	}
+	if reuse && x.br.Buffered() != 0 {
+		reuse = false // bytes after the response: the stream cannot be trusted
+	}
+	if reuse {
+		x.releaseReader()
+		x.t.idle.put(x.c)
+		return
+	}
+	x.c.nc.Close()
+	// A Close from another goroutine may race with a Read still using the
+	// reader: only the reading side hands it back.
+	if state != stateClosed {
+		x.releaseReader()
+	}
+}
+
+func (x *exchange) releaseReader() {
+	if x.br != nil {
+		x.br.Reset(nil)
+		readerPool.Put(x.br)
+		x.br = nil
+	}
+}
+
+// Read reads the response body. At EOF the connection is settled, and
+// later reads return io.EOF; after Close they return
+// [http.ErrBodyReadAfterClose].
+func (x *exchange) Read(p []byte) (int, error) {
+	switch x.state.Load() {
+	case stateEnded:
+		return 0, x.endErr
+	case stateClosed:
+		return 0, http.ErrBodyReadAfterClose
+	}
+	n, err := x.body.Read(p)
+	switch {
+	case err == nil:
+		return n, nil
+	case err == io.EOF:
+		x.endErr = io.EOF
+		x.end(stateEnded, x.reusable)
+		return n, io.EOF
+	}
+	x.endErr = x.explain("read response body", err)
+	x.end(stateEnded, false)
+	return n, x.endErr
+}
+
+// Close ends the body. Before EOF it closes the connection, unblocking a
+// concurrent Read; after EOF it does nothing. It always returns nil.
+func (x *exchange) Close() error {
+	x.end(stateClosed, false)
+	return nil
+}

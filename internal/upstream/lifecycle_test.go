@@ -1,0 +1,452 @@
+package upstream
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestStaleConnectionRetry has the server read the second request on each
+// connection and close it without an answer, as an upstream does that
+// closes an idle connection just as a request arrives.
+func TestStaleConnectionRetry(t *testing.T) {
+	cases := []struct {
+		name    string
+		method  string
+		header  http.Header
+		retried bool
+	}{
+		{"GET", http.MethodGet, nil, true},
+		{"HEAD", http.MethodHead, nil, true},
+		{"OPTIONS", http.MethodOptions, nil, true},
+		{"POST", http.MethodPost, nil, false},
+		{"DELETE", http.MethodDelete, nil, false},
+		{"POST with Idempotency-Key", http.MethodPost, http.Header{"Idempotency-Key": {"k1"}}, true},
+		{"POST with X-Idempotency-Key", http.MethodPost, http.Header{"X-Idempotency-Key": {"k2"}}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var requests atomic.Int64
+			srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+				for n := 1; ; n++ {
+					if _, err := http.ReadRequest(br); err != nil {
+						return
+					}
+					requests.Add(1)
+					if n == 2 {
+						return // closes without an answer
+					}
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				}
+			})
+			tr := newTransport(t, Config{})
+			resp, err := get(t, tr, srv.url())
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, resp)
+			resp, err = doReq(t, tr, tc.method, srv.url(), tc.header)
+			if !tc.retried {
+				if err == nil {
+					resp.Body.Close()
+					t.Fatalf("%s without idempotency key succeeded: it was sent again", tc.method)
+				}
+				if n := requests.Load(); n != 2 || tr.Stats().Retries != 0 {
+					t.Fatalf("server got %d requests, stats %+v; want 2 and no retry", n, tr.Stats())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("request on a stale connection failed: %v", err)
+			}
+			readAll(t, resp)
+			if s := tr.Stats(); s.Retries != 1 || s.Dials != 2 || requests.Load() != 3 {
+				t.Fatalf("stats %+v, %d requests; want 1 retry over 2 connections, 3 requests", s, requests.Load())
+			}
+		})
+	}
+}
+
+// TestIdleClosedByServer has the server close each connection after one
+// response: a replayable request finds out on the stale connection and is
+// retried, one that is not checks the connection first and dials.
+func TestIdleClosedByServer(t *testing.T) {
+	cases := []struct {
+		method  string
+		retries uint64
+	}{
+		{http.MethodGet, 1},
+		{http.MethodPost, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.method, func(t *testing.T) {
+			closed := make(chan struct{}, 4)
+			srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+				serveFixed("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 1)(c, br)
+				c.Close()
+				closed <- struct{}{}
+			})
+			tr := newTransport(t, Config{})
+			resp, err := get(t, tr, srv.url())
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, resp)
+			waitChan(t, closed)
+			if tr.Stats().Idle != 1 {
+				t.Fatal("the first connection was not pooled")
+			}
+			resp, err = doReq(t, tr, tc.method, srv.url(), nil)
+			if err != nil {
+				t.Fatalf("%s after the server closed the idle connection: %v", tc.method, err)
+			}
+			readAll(t, resp)
+			if s := tr.Stats(); s.Retries != tc.retries || s.Dials != 2 {
+				t.Fatalf("stats %+v, want %d retries and 2 dials", s, tc.retries)
+			}
+		})
+	}
+}
+
+// hangingServer reads one request per connection, sends prefix and then
+// waits for the client to close the connection, reporting it on closed.
+func hangingServer(t *testing.T, prefix string) (srv *rawServer, closed chan struct{}) {
+	closed = make(chan struct{}, 16)
+	srv = newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		io.WriteString(c, prefix)
+		io.Copy(io.Discard, br)
+		closed <- struct{}{}
+	})
+	return srv, closed
+}
+
+var errClientGone = errors.New("client went away")
+
+func TestCancelWhileWaitingForHead(t *testing.T) {
+	checkNoLeak(t)
+	srv, closed := hangingServer(t, "")
+	tr := newTransport(t, Config{})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	time.AfterFunc(50*time.Millisecond, func() { cancel(errClientGone) })
+	start := time.Now()
+	_, err := doReqCtx(t, ctx, tr, http.MethodGet, srv.url(), nil)
+	if !errors.Is(err, errClientGone) {
+		t.Fatalf("err = %v, want the context's cause", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("RoundTrip returned %v after the cancel", d)
+	}
+	waitChan(t, closed)
+	if s := tr.Stats(); s.Idle != 0 {
+		t.Fatalf("a cancelled connection was pooled: %+v", s)
+	}
+}
+
+func TestCancelWhileReadingBody(t *testing.T) {
+	checkNoLeak(t)
+	srv, closed := hangingServer(t, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
+	tr := newTransport(t, Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	resp, err := doReqCtx(t, ctx, tr, http.MethodGet, srv.url(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 10)
+	if _, err := io.ReadFull(resp.Body, buf); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(50*time.Millisecond, cancel)
+	done := make(chan error, 1)
+	go func() { _, err := resp.Body.Read(buf); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("body read error %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the body read did not end within 5s of the cancel")
+	}
+	waitChan(t, closed)
+	if s := tr.Stats(); s.Idle != 0 {
+		t.Fatalf("a cancelled connection was pooled: %+v", s)
+	}
+}
+
+func TestCloseBeforeEOFClosesConnection(t *testing.T) {
+	checkNoLeak(t)
+	srv, closed := hangingServer(t, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
+	tr := newTransport(t, Config{})
+	resp, err := get(t, tr, srv.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadFull(resp.Body, make([]byte, 10))
+	resp.Body.Close()
+	resp.Body.Close() // twice is harmless
+	if _, err := resp.Body.Read(make([]byte, 1)); !errors.Is(err, http.ErrBodyReadAfterClose) {
+		t.Fatalf("read after close: %v, want ErrBodyReadAfterClose", err)
+	}
+	waitChan(t, closed)
+	if s := tr.Stats(); s.Idle != 0 {
+		t.Fatalf("an unfinished connection was pooled: %+v", s)
+	}
+}
+
+// TestConcurrentReadAndClose races a body's EOF against its Close: the
+// connection must end up pooled or closed, once, never both.
+func TestConcurrentReadAndClose(t *testing.T) {
+	srv := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "0123456789")
+	}))
+	tr := newTransport(t, Config{})
+	for range 200 {
+		resp, err := get(t, tr, srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); io.Copy(io.Discard, resp.Body) }()
+		go func() { defer wg.Done(); resp.Body.Close() }()
+		waitGroup(t, &wg)
+		resp.Body.Close()
+		if s := tr.Stats(); s.Idle > 1 {
+			t.Fatalf("%d idle connections with one in use at a time", s.Idle)
+		}
+		assertPoolDistinct(t, tr)
+	}
+}
+
+// assertPoolDistinct fails if a connection sits in the idle pool twice.
+func assertPoolDistinct(t *testing.T, tr *Transport) {
+	t.Helper()
+	tr.idle.mu.Lock()
+	defer tr.idle.mu.Unlock()
+	seen := map[*conn]bool{}
+	for _, stack := range tr.idle.hosts {
+		for _, c := range stack {
+			if seen[c] {
+				t.Fatal("a connection is in the idle pool twice")
+			}
+			seen[c] = true
+		}
+	}
+}
+
+func TestHeadTimeout(t *testing.T) {
+	checkNoLeak(t)
+	srv, closed := hangingServer(t, "")
+	tr := newTransport(t, Config{})
+	rt := tr.WithHeadTimeout(100 * time.Millisecond)
+	_, err := get(t, rt, srv.url())
+	var ne net.Error
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrHeadTimeout) || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("err = %v, want ErrHeadTimeout matching DeadlineExceeded", err)
+	}
+	waitChan(t, closed)
+	if s := tr.Stats(); s.Idle != 0 {
+		t.Fatalf("a timed-out connection was pooled: %+v", s)
+	}
+}
+
+// TestHeadTimeoutSpareSlowBody checks that the bound ends with the head: a
+// body slower than the bound arrives whole.
+func TestHeadTimeoutSparesSlowBody(t *testing.T) {
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nsl")
+			time.Sleep(300 * time.Millisecond)
+			io.WriteString(c, "ow")
+		}
+	})
+	tr := newTransport(t, Config{})
+	rt := tr.WithHeadTimeout(100 * time.Millisecond)
+	for range 2 {
+		resp, err := get(t, rt, srv.url())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readAll(t, resp); got != "slow" {
+			t.Fatalf("body %q, want %q", got, "slow")
+		}
+	}
+	if n := srv.conns.Load(); n != 1 {
+		t.Fatalf("%d connections, want 1: the connection must be reusable after a slow body", n)
+	}
+}
+
+// TestRoutesShareThePool sends requests through two head timeouts and the
+// bare Transport: one connection serves them all.
+func TestRoutesShareThePool(t *testing.T) {
+	srv := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	tr := newTransport(t, Config{})
+	for _, rt := range []http.RoundTripper{tr.WithHeadTimeout(time.Second), tr.WithHeadTimeout(2 * time.Second), tr, tr.WithHeadTimeout(0)} {
+		resp, err := get(t, rt, srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+	}
+	if n := srv.conns.Load(); n != 1 {
+		t.Fatalf("%d connections, want 1 shared by every route", n)
+	}
+}
+
+func TestIdleTimeout(t *testing.T) {
+	srv := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	tr := newTransport(t, Config{IdleConnTimeout: time.Minute})
+	var mu sync.Mutex
+	now := time.Now()
+	tr.idle.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	fetch := func() {
+		t.Helper()
+		resp, err := get(t, tr, srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+	}
+
+	fetch()
+	advance(59 * time.Second)
+	fetch() // still fresh: reused
+	if n := srv.conns.Load(); n != 1 {
+		t.Fatalf("%d connections before the timeout, want 1", n)
+	}
+	advance(time.Minute)
+	fetch() // expired when taken: a new connection
+	if n := tr.Stats().Dials; n != 2 {
+		t.Fatalf("%d dials, want 2 after the idle timeout", n)
+	}
+	advance(time.Minute)
+	tr.idle.sweep()
+	if s := tr.Stats(); s.Idle != 0 {
+		t.Fatalf("the sweep left %d idle connections", s.Idle)
+	}
+}
+
+func TestIdleCapPerHost(t *testing.T) {
+	srv := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	tr := newTransport(t, Config{MaxIdleConnsPerHost: 2})
+	var resps []*http.Response
+	for range 5 { // five at once: five connections
+		resp, err := get(t, tr, srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resps = append(resps, resp)
+	}
+	for _, resp := range resps {
+		readAll(t, resp)
+	}
+	if s := tr.Stats(); s.Dials != 5 || s.Idle != 2 {
+		t.Fatalf("stats %+v, want 5 dials and 2 idle", s)
+	}
+	tr.CloseIdleConnections()
+	if s := tr.Stats(); s.Idle != 0 {
+		t.Fatalf("CloseIdleConnections left %d", s.Idle)
+	}
+}
+
+// waitGroup waits for wg, failing the test after 5s.
+func waitGroup(t *testing.T, wg *sync.WaitGroup) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("goroutines did not finish within 5s")
+	}
+}
+
+// TestCancelAfterWholeBodyBuffered cancels once the whole body sits in the
+// read buffer: reading it succeeds, but the connection, whose deadline the
+// cancel poisons, must not go back to the pool.
+func TestCancelAfterWholeBodyBuffered(t *testing.T) {
+	srv := newRawServer(t, serveFixed("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 0))
+	tr := newTransport(t, Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	resp, err := doReqCtx(t, ctx, tr, http.MethodGet, srv.url(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "ok" {
+		t.Fatalf("body %q, want the buffered %q", b, "ok")
+	}
+	if s := tr.Stats(); s.Idle != 0 {
+		t.Fatalf("a connection whose context ended was pooled: %+v", s)
+	}
+}
+
+// TestCancelWhileWriting blocks the write of a head larger than the socket
+// buffers on a server that never reads, then cancels.
+func TestCancelWhileWriting(t *testing.T) {
+	checkNoLeak(t)
+	release := make(chan struct{})
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		<-release // never reads
+	})
+	t.Cleanup(func() { close(release) }) // runs before the server's cleanup waits
+	ctx, cancel := context.WithCancelCause(context.Background())
+	dialer := &net.Dialer{}
+	tr := newTransport(t, Config{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dialer.DialContext(ctx, network, addr)
+		// Cancel once the write has started: the head outgrows the socket
+		// buffers, so the write is blocked by then or about to be.
+		time.AfterFunc(50*time.Millisecond, func() { cancel(errClientGone) })
+		return c, err
+	}})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.url(), nil)
+	req.Header.Set("X-Huge", strings.Repeat("a", 32<<20))
+	start := time.Now()
+	_, err := tr.RoundTrip(req)
+	if !errors.Is(err, errClientGone) || !strings.Contains(err.Error(), "write request") {
+		t.Fatalf("err = %v, want the cause while writing the request", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("RoundTrip returned %v after the cancel", d)
+	}
+	if s := tr.Stats(); s.Idle != 0 {
+		t.Fatalf("a cancelled connection was pooled: %+v", s)
+	}
+}
+
+// TestSweepClosesExpiredWithoutTraffic checks that idle connections expire
+// with no request to meet them, by the pool's sweep timer.
+func TestSweepClosesExpiredWithoutTraffic(t *testing.T) {
+	srv, closed := hangingServer(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	tr := newTransport(t, Config{IdleConnTimeout: 40 * time.Millisecond})
+	resp, err := get(t, tr, srv.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	if tr.Stats().Idle != 1 {
+		t.Fatal("the connection was not pooled")
+	}
+	waitChan(t, closed) // the sweep closed it
+	if s := tr.Stats(); s.Idle != 0 {
+		t.Fatalf("%d idle after the sweep", s.Idle)
+	}
+}

@@ -1,0 +1,155 @@
+package upstream
+
+import (
+	"sync"
+	"time"
+)
+
+// idlePool holds idle connections per dial address, newest on top. Expired
+// connections are dropped when a take meets them and by a sweep that one
+// timer per pool runs while the pool holds any connection.
+type idlePool struct {
+	maxPerHost int           // ≤ 0: nothing is kept
+	timeout    time.Duration // ≤ 0: connections never expire
+	now        func() time.Time
+
+	mu      sync.Mutex
+	hosts   map[string][]*conn
+	count   int
+	sweeper *time.Timer // armed while count > 0 and timeout > 0
+}
+
+func newIdlePool(maxPerHost int, timeout time.Duration) *idlePool {
+	return &idlePool{maxPerHost: maxPerHost, timeout: timeout, now: time.Now, hosts: make(map[string][]*conn)}
+}
+
+// take returns the newest idle connection to addr, or nil when there is
+// none or it has expired; then it closes it and every older one of addr.
+func (p *idlePool) take(addr string) *conn {
+	var now time.Time
+	if p.timeout > 0 {
+		now = p.now()
+	}
+	p.mu.Lock()
+	stack := p.hosts[addr]
+	if len(stack) == 0 {
+		p.mu.Unlock()
+		return nil
+	}
+	c := stack[len(stack)-1]
+	stack[len(stack)-1] = nil
+	stack = stack[:len(stack)-1]
+	p.count--
+	if p.timeout > 0 && now.Sub(c.idleSince) >= p.timeout {
+		// The newest has expired: so has everything below it.
+		p.dropLocked(addr, stack, c)
+		p.mu.Unlock()
+		return nil
+	}
+	p.hosts[addr] = stack
+	p.mu.Unlock()
+	return c
+}
+
+// dropLocked closes c and every connection of stack, which are older.
+func (p *idlePool) dropLocked(addr string, stack []*conn, c *conn) {
+	c.nc.Close()
+	for i, old := range stack {
+		old.nc.Close()
+		stack[i] = nil
+	}
+	p.count -= len(stack)
+	delete(p.hosts, addr)
+}
+
+// put keeps c as idle, or closes it when its host already has maxPerHost
+// idle connections. The caller must not use c afterwards.
+func (p *idlePool) put(c *conn) {
+	if p.maxPerHost <= 0 {
+		c.nc.Close()
+		return
+	}
+	if p.timeout > 0 {
+		c.idleSince = p.now()
+	}
+	p.mu.Lock()
+	stack := p.hosts[c.addr]
+	if len(stack) >= p.maxPerHost {
+		p.mu.Unlock()
+		c.nc.Close()
+		return
+	}
+	p.hosts[c.addr] = append(stack, c)
+	p.count++
+	if p.timeout > 0 && p.sweeper == nil {
+		p.sweeper = time.AfterFunc(p.sweepEvery(), p.sweep)
+	}
+	p.mu.Unlock()
+}
+
+// sweepEvery is the sweep period: a connection outlives its timeout by at
+// most half of it when nothing takes it.
+func (p *idlePool) sweepEvery() time.Duration { return p.timeout / 2 }
+
+// sweep closes the expired connections at the bottom of every stack, and
+// re-arms itself while connections remain.
+func (p *idlePool) sweep() {
+	now := p.now()
+	var expired []*conn
+	p.mu.Lock()
+	for addr, stack := range p.hosts {
+		n := 0
+		for n < len(stack) && now.Sub(stack[n].idleSince) >= p.timeout {
+			n++
+		}
+		if n == 0 {
+			continue
+		}
+		expired = append(expired, stack[:n]...)
+		if n == len(stack) {
+			delete(p.hosts, addr)
+			continue
+		}
+		rest := copy(stack, stack[n:])
+		clear(stack[rest:])
+		p.hosts[addr] = stack[:rest]
+	}
+	p.count -= len(expired)
+	p.sweeper = nil
+	if p.count > 0 {
+		p.sweeper = time.AfterFunc(p.sweepEvery(), p.sweep)
+	}
+	p.mu.Unlock()
+	for _, c := range expired {
+		c.nc.Close()
+	}
+}
+
+// closeAll closes every idle connection.
+func (p *idlePool) closeAll() {
+	p.mu.Lock()
+	hosts := p.hosts
+	p.hosts = make(map[string][]*conn)
+	p.count = 0
+	if p.sweeper != nil {
+		p.sweeper.Stop()
+		p.sweeper = nil
+	}
+	p.mu.Unlock()
+	for _, stack := range hosts {
+		for _, c := range stack {
+			c.nc.Close()
+		}
+	}
+}
+
+// idle returns the number of idle connections, and the largest number held
+// for one address.
+func (p *idlePool) idle() (total, maxHost int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, stack := range p.hosts {
+		maxHost = max(maxHost, len(stack))
+	}
+	return p.count, maxHost
+}

@@ -1,0 +1,259 @@
+// Package upstream is the daemon's HTTP/1.1 client to its upstreams. Its
+// [Transport] does a plain-http, bodyless exchange entirely on the caller's
+// goroutine: no read or write loop goroutines and no channel hand-offs, so a
+// proxied GET costs the scheduler nothing beyond the caller itself. Every
+// other request goes to a fallback [http.RoundTripper].
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// Config configures a [Transport]. The zero Config is valid: default dialer,
+// 1024 idle connections per upstream kept 90 s, a 1 MiB response head bound,
+// and a private *http.Transport as fallback.
+type Config struct {
+	// DialContext opens the TCP connections of the fast path, and of the
+	// default Fallback. It is called on the goroutine of the request that
+	// needs a connection, with the request's context (bounded by the head
+	// timeout of [Transport.WithHeadTimeout], if any); an error fails that
+	// request. Nil means a [net.Dialer] with DialTimeout and 30 s TCP
+	// keep-alive probes.
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	// DialTimeout bounds a dial of the default dialer. Zero means 10 s;
+	// negative means no bound but the context's. Ignored when DialContext
+	// is set: the hook bounds its own dials.
+	DialTimeout time.Duration
+
+	// MaxIdleConnsPerHost is how many idle connections are kept per
+	// host:port; a connection finishing an exchange while that many are idle
+	// is closed. Zero means 1024; negative means none are kept (every
+	// connection is closed after one exchange).
+	MaxIdleConnsPerHost int
+
+	// IdleConnTimeout is how long a connection may stay idle. An expired
+	// connection is closed when a request meets it or by a sweep that runs
+	// every IdleConnTimeout/2 while connections are idle (one timer per
+	// Transport, no goroutine per connection). Zero means 90 s; negative
+	// means idle connections never expire. Keep it below the upstreams' own
+	// keep-alive timeout: a connection the upstream closed while idle is
+	// only found out by the next request on it (see [Transport]).
+	IdleConnTimeout time.Duration
+
+	// MaxResponseHeaderBytes bounds the bytes read before the final response
+	// head is complete, informational (1xx) heads included. Exceeding it
+	// fails the exchange with [ErrHeadTooLarge] and closes the connection.
+	// Zero means 1 MiB; negative is invalid.
+	MaxResponseHeaderBytes int64
+
+	// Fallback carries every request the fast path does not: https, a
+	// request with a body, an upgrade, CONNECT. Nil means a private
+	// *http.Transport using DialContext (or the default dialer), no proxy,
+	// no compression, HTTP/1.1 only, MaxIdleConnsPerHost and IdleConnTimeout
+	// as above and a 10 s TLS handshake bound.
+	Fallback http.RoundTripper
+}
+
+const (
+	defaultDialTimeout = 10 * time.Second
+	defaultIdlePerHost = 1024
+	defaultIdleTimeout = 90 * time.Second
+	defaultHeadBytes   = 1 << 20
+)
+
+// withDefaults returns a copy of c with its zero fields filled in.
+func (c Config) withDefaults() Config {
+	if c.DialTimeout == 0 {
+		c.DialTimeout = defaultDialTimeout
+	}
+	if c.DialContext == nil {
+		d := &net.Dialer{Timeout: max(c.DialTimeout, 0), KeepAlive: 30 * time.Second}
+		c.DialContext = d.DialContext
+	}
+	if c.MaxIdleConnsPerHost == 0 {
+		c.MaxIdleConnsPerHost = defaultIdlePerHost
+	}
+	if c.IdleConnTimeout == 0 {
+		c.IdleConnTimeout = defaultIdleTimeout
+	}
+	if c.MaxResponseHeaderBytes == 0 {
+		c.MaxResponseHeaderBytes = defaultHeadBytes
+	}
+	if c.Fallback == nil {
+		c.Fallback = c.defaultFallback()
+	}
+	return c
+}
+
+func (c Config) defaultFallback() *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil, // never send upstream traffic through $HTTP_PROXY
+		DialContext:           c.DialContext,
+		ForceAttemptHTTP2:     false, // upgrades need HTTP/1.1
+		MaxIdleConnsPerHost:   c.MaxIdleConnsPerHost,
+		IdleConnTimeout:       max(c.IdleConnTimeout, 0),
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+	}
+}
+
+// validate reports the first invalid field of c.
+func (c Config) validate() error {
+	if c.MaxResponseHeaderBytes < 0 {
+		return errors.New("upstream: MaxResponseHeaderBytes must be ≥ 0")
+	}
+	return nil
+}
+
+// Transport is an [http.RoundTripper] to upstream servers.
+//
+// A request on the fast path, which is scheme "http", no body (Body nil or
+// [http.NoBody], ContentLength 0, no TransferEncoding or Trailer), no
+// Upgrade header or "Connection: upgrade", and not CONNECT, is sent over
+// HTTP/1.1 on the caller's goroutine, on the newest idle connection to its
+// host:port or a new one. Its head is written as given: the request line
+// with URL.RequestURI(), Host from req.Host or URL.Host, then req.Header
+// (minus Host, Content-Length, Transfer-Encoding and Trailer) in map order,
+// adding nothing but "Content-Length: 0" for POST, PUT and PATCH (as
+// net/http does) and "Connection: close" when req.Close is set. An invalid
+// method, target, host or header field fails with [ErrInvalidRequest]
+// before any connection is used. Informational responses other than 101 go
+// to the Got1xxResponse hook of the request's
+// [net/http/httptrace.ClientTrace] (an error from it fails the exchange)
+// and are skipped; a 101 fails with [ErrUnexpectedSwitch].
+//
+// The connection returns to the idle pool when the response body reaches
+// EOF, or at once for a response without body (HEAD, 204, 304, length 0),
+// provided both sides speak HTTP/1.1 and neither asked to close. Closing the
+// body before EOF closes the connection without draining it. If the
+// request's context ends while the request is written, the head awaited or
+// the body read, the blocked I/O ends at once, the connection is closed and
+// the error wraps [context.Cause] of the context.
+//
+// When a reused connection fails before any byte of the response arrived
+// (the server closed it while idle), a replayable request (GET, HEAD,
+// OPTIONS, TRACE, or one with an Idempotency-Key or X-Idempotency-Key
+// header) is sent once more on a new connection. A request that is not
+// replayable is never sent twice; to make that failure unlikely it first
+// checks, with one non-blocking peek (on Linux), that the idle connection
+// it takes is still open, closing it and taking the next or dialing if
+// not. Dial errors keep their cause, so
+// errors.Is(err, syscall.ECONNREFUSED) holds for a refused dial.
+//
+// Every other request goes to [Config.Fallback] unchanged. A Transport is
+// safe for concurrent use; make it with [New].
+type Transport struct {
+	cfg     Config
+	idle    *idlePool
+	dials   atomic.Uint64
+	retries atomic.Uint64
+}
+
+var _ http.RoundTripper = (*Transport)(nil)
+
+// New returns a Transport configured by a copy of cfg with its defaults
+// applied, or an error naming the first invalid field.
+func New(cfg Config) (*Transport, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Transport{cfg: cfg, idle: newIdlePool(cfg.MaxIdleConnsPerHost, cfg.IdleConnTimeout)}, nil
+}
+
+// RoundTrip sends req as described on [Transport], without a head timeout.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return t.roundTrip(req, 0)
+}
+
+func (t *Transport) roundTrip(req *http.Request, headTimeout time.Duration) (*http.Response, error) {
+	if !isFastPath(req) {
+		return t.roundTripFallback(req, headTimeout)
+	}
+	return t.roundTripFast(req, headTimeout)
+}
+
+// WithHeadTimeout returns a RoundTripper that sends requests through t, and
+// its idle pool, but fails an exchange whose response head has not arrived
+// d after RoundTrip was called (dial, write, stale retry and informational
+// heads included) with an error wrapping [ErrHeadTimeout], which matches
+// context.DeadlineExceeded; the connection is closed. Once the head is in,
+// the body may take as long as it takes. On the fast path the bound is a
+// connection deadline, costing no timer; on the fallback path it is a timer
+// cancelling the request's context. d ≤ 0 means no bound: t itself.
+func (t *Transport) WithHeadTimeout(d time.Duration) http.RoundTripper {
+	if d <= 0 {
+		return t
+	}
+	return &headTimeoutTransport{t: t, d: d}
+}
+
+type headTimeoutTransport struct {
+	t *Transport
+	d time.Duration
+}
+
+func (h *headTimeoutTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return h.t.roundTrip(req, h.d)
+}
+
+// CloseIdleConnections closes the idle connections of the underlying
+// Transport, as [Transport.CloseIdleConnections].
+func (h *headTimeoutTransport) CloseIdleConnections() { h.t.CloseIdleConnections() }
+
+// CloseIdleConnections closes every idle connection of the fast path, and
+// calls the CloseIdleConnections method of the Fallback if it has one.
+// Connections in use are not affected and may become idle afterwards; the
+// Transport stays usable.
+func (t *Transport) CloseIdleConnections() {
+	t.idle.closeAll()
+	if f, ok := t.cfg.Fallback.(interface{ CloseIdleConnections() }); ok {
+		f.CloseIdleConnections()
+	}
+}
+
+// Stats counts the fast path's connections, for tests and diagnostics.
+type Stats struct {
+	Dials          uint64 // connections opened so far
+	Retries        uint64 // requests sent again after a reused connection failed
+	Idle           int    // idle connections now
+	MaxIdlePerHost int    // idle connections now of the busiest host:port
+}
+
+// Stats returns the fast path's counts; the Fallback's are not included.
+func (t *Transport) Stats() Stats {
+	idle, maxHost := t.idle.idle()
+	return Stats{Dials: t.dials.Load(), Retries: t.retries.Load(), Idle: idle, MaxIdlePerHost: maxHost}
+}
+
+// roundTripFallback sends req to the Fallback, bounding the wait for its
+// head by d with a timer when d > 0.
+func (t *Transport) roundTripFallback(req *http.Request, d time.Duration) (*http.Response, error) {
+	if d <= 0 {
+		return t.cfg.Fallback.RoundTrip(req)
+	}
+	// The derived context is not cancelled once the head is in: the body,
+	// or an upgraded connection, still depends on it. It ends with the
+	// request's context.
+	ctx, cancel := context.WithCancelCause(req.Context())
+	timer := time.AfterFunc(d, func() { cancel(ErrHeadTimeout) })
+	resp, err := t.cfg.Fallback.RoundTrip(req.WithContext(ctx))
+	if timer.Stop() {
+		if err != nil {
+			cancel(nil)
+		}
+		return resp, err
+	}
+	if err == nil {
+		resp.Body.Close()
+	}
+	return nil, fmt.Errorf("upstream: fallback round trip: %w", ErrHeadTimeout)
+}
