@@ -58,7 +58,12 @@ func (l *Listener) claim(ctx context.Context, wait bool, client netip.Addr, exem
 	if cl.exempt {
 		l.stats.exempt.Add(1)
 	} else if why, err := l.acquire(ctx, wait, client, &cl.ps); why != admitted {
+		if why == reasonClientCap && l.syn != nil {
+			l.syn.admitted(cl.key) // at its cap: its next attempts need not reach Accept
+		}
 		return claim{}, why, err
+	} else if l.syn != nil {
+		l.syn.admitted(cl.key)
 	}
 	return cl, admitted, nil
 }

@@ -133,6 +133,25 @@ type Config struct {
 	// with a FIN.
 	ResetOnRefuse bool
 
+	// SYNFilter makes the kernel drop the connection attempts (SYN
+	// packets) of clients that hold their per-client cap, on Linux, with a
+	// classic BPF socket filter on the listening socket that the listener
+	// keeps in step with its counts, as iptables' connlimit match with
+	// DROP would. Such a client's connect waits, retrying its SYN (after
+	// 1 s, 3 s, 7 s...), until one of its connections closes and the
+	// filter lets it in, instead of being accepted and closed; an attacker
+	// reconnecting in a loop then costs the server no accept, no refusal
+	// and no reconnect storm. The caps are still checked at accept: the
+	// filter is updated at most every 10 ms, holds up to about 1000 keys,
+	// and applies to the per-client cap only (Levels and MaxConns refuse
+	// at accept as before). It needs a *net.TCPListener that is not MPTCP
+	// (net.ListenConfig.SetMultipathTCP(false); Go listens with MPTCP by
+	// default where the kernel has it) and cannot be combined with
+	// ProxyProtocol (the peer is the proxy, not the client), EnforceAbove
+	// or Store. NewListener fails when the socket does not take the
+	// filter. False, the zero value, installs no filter.
+	SYNFilter bool
+
 	// Store shares the per-client and level counts with other processes
 	// (limit/redisstore). Keys of different levels are different prefixes,
 	// so one Store holds them all apart. With a Store, admission waits for
@@ -208,6 +227,8 @@ func (c Config) checkScalars() error {
 		return fmt.Errorf("connlimit: ProxyHeaderMaxV2 must not be negative (got %d)", c.ProxyHeaderMaxV2)
 	case c.StoreTimeout < 0:
 		return fmt.Errorf("connlimit: StoreTimeout must not be negative (got %v)", c.StoreTimeout)
+	case c.SYNFilter && (c.ProxyProtocol || c.EnforceAbove > 0 || c.Store != nil):
+		return fmt.Errorf("connlimit: SYNFilter cannot be combined with ProxyProtocol, EnforceAbove or Store")
 	case c.ProxyProtocol && c.Trusted.Len() == 0:
 		return fmt.Errorf("connlimit: ProxyProtocol needs a non-empty Trusted set: a PROXY header is believed only from trusted peers")
 	}
@@ -265,6 +286,15 @@ func (c Config) sortedOverrides() ([]Override, error) {
 	}
 	slices.SortStableFunc(out, func(a, b Override) int { return cmp.Compare(b.Prefix.Bits(), a.Prefix.Bits()) })
 	return out, nil
+}
+
+// capOf returns key's per-client cap: its override, or PerClient;
+// negative means unlimited.
+func (s *settings) capOf(key clientkey.Key) int {
+	if c := s.permitsFor(key); c != 0 {
+		return c
+	}
+	return s.PerClient
 }
 
 // permitsFor is the limiter's PermitsFor for the per-client level: the Max

@@ -115,6 +115,9 @@ func (c *Conn) Close() error {
 	err := c.conn.Close()
 	if c.closed.CompareAndSwap(false, true) {
 		c.ps.release()
+		if c.l.syn != nil && !c.exempt {
+			c.l.syn.released(c.key)
+		}
 		c.l.stats.open.Add(-1)
 		c.l.giveToken()
 	}

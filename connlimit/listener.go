@@ -50,6 +50,8 @@ type Listener struct {
 	raw    *rawAcceptor
 	rawRun atomic.Int32
 
+	syn *synFilter // nil without Config.SYNFilter
+
 	stats                      counters
 	refusalGate, acceptErrGate logGate
 	now                        func() time.Time
@@ -106,8 +108,18 @@ func NewListener(inner net.Listener, cfg Config) (*Listener, error) {
 	if err := l.buildLevels(); err != nil {
 		return nil, err
 	}
+	if s.SYNFilter {
+		if err := l.startSYNFilter(); err != nil {
+			return nil, err
+		}
+	}
 	if !l.async {
 		l.raw = newRawAcceptor(inner)
+	}
+	if s.SYNFilter {
+		if err := l.startSYNFilter(); err != nil {
+			return nil, err
+		}
 	}
 	if l.async {
 		l.ctx, l.cancel = context.WithCancel(context.Background())
@@ -116,6 +128,23 @@ func NewListener(inner net.Listener, cfg Config) (*Listener, error) {
 		l.failed = make(chan struct{})
 	}
 	return l, nil
+}
+
+func (l *Listener) startSYNFilter() error {
+	install, err := newSYNInstaller(l.inner)
+	if err != nil {
+		return err
+	}
+	client := l.levels[0].lim
+	l.syn = &synFilter{
+		install: install,
+		inUse:   client.InUse,
+		capOf:   l.s.capOf,
+		log:     l.s.Logger,
+		name:    l.s.Name,
+		keys:    make(map[clientkey.Key]struct{}),
+	}
+	return nil
 }
 
 func (l *Listener) buildLevels() error {
@@ -357,6 +386,9 @@ func (l *Listener) Close() error {
 			l.pending.abortAll()
 			l.admitting.Wait()
 		}
+		if l.syn != nil {
+			l.syn.close()
+		}
 		for _, lv := range l.levels {
 			lv.lim.Close()
 		}
@@ -368,7 +400,13 @@ func (l *Listener) Close() error {
 func (l *Listener) Addr() net.Addr { return l.inner.Addr() }
 
 // Stats returns the listener's counts now.
-func (l *Listener) Stats() Stats { return l.stats.stats() }
+func (l *Listener) Stats() Stats {
+	s := l.stats.stats()
+	if l.syn != nil {
+		s.SYNFiltered = l.syn.filtered.Load()
+	}
+	return s
+}
 
 // Snapshot returns the per-client limiter's state: its busiest keys (at
 // most top; zero or negative means all), each with its open connections,

@@ -297,6 +297,8 @@ func TestNewListenerErrors(t *testing.T) {
 		{"override narrower than key", Config{Overrides: []Override{{Prefix: netip.MustParsePrefix("2001:db8::1/128"), Max: 1}}}, "narrower"},
 		{"override zero max", Config{Overrides: []Override{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}}, "Overrides[0].Max"},
 		{"override invalid", Config{Overrides: []Override{{Max: 1}}}, "invalid prefix"},
+		{"syn filter with enforce above", Config{SYNFilter: true, EnforceAbove: 10}, "SYNFilter"},
+		{"syn filter with proxy protocol", Config{SYNFilter: true, ProxyProtocol: true, Trusted: mustProxySet("127.0.0.1")}, "SYNFilter"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

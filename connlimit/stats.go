@@ -21,6 +21,10 @@ type Stats struct {
 	// AcceptErrors counts temporary errors of the inner Accept (such as
 	// EMFILE), each followed by a back-off.
 	AcceptErrors uint64 `json:"accept_errors"`
+	// SYNFiltered is how many client keys the installed SYN filter now
+	// drops the connection attempts of (Config.SYNFilter); their attempts
+	// never reach Accept and are not counted in Refused.
+	SYNFiltered int64 `json:"syn_filtered"`
 }
 
 // Refused counts refusals by reason.

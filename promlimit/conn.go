@@ -23,7 +23,7 @@ func (f ConnStatsFunc) Stats() connlimit.Stats { return f() }
 type ConnCollector struct {
 	src                                     ConnStatsSource
 	accepted, exempt, refused, acceptErrors *prometheus.Desc
-	open, pending                           *prometheus.Desc
+	open, pending, synFiltered              *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*ConnCollector)(nil)
@@ -32,7 +32,8 @@ var _ prometheus.Collector = (*ConnCollector)(nil)
 // empty the names start with "portcullis_connections_": accepted_total,
 // exempt_total, refused_total (with a "reason" label: client_cap, level,
 // proxy_header_bad, proxy_header_slow, proxy_header_missing, store,
-// shutdown), accept_errors_total as counters; open and pending as gauges.
+// shutdown), accept_errors_total as counters; open, pending and
+// syn_filtered_keys as gauges.
 // It panics if src is nil.
 func NewConnCollector(src ConnStatsSource, opts Opts) *ConnCollector {
 	if src == nil {
@@ -53,12 +54,13 @@ func NewConnCollector(src ConnStatsSource, opts Opts) *ConnCollector {
 		acceptErrors: desc("accept_errors_total", "Temporary errors of the listening socket's accept."),
 		open:         desc("open", "Admitted connections not yet closed."),
 		pending:      desc("pending", "Connections being admitted (reading a PROXY header or waiting for the store)."),
+		synFiltered:  desc("syn_filtered_keys", "Client keys at their cap whose connection attempts the kernel now drops (SYN filter)."),
 	}
 }
 
 // Describe sends the descriptors of every metric of c.
 func (c *ConnCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.accepted, c.exempt, c.refused, c.acceptErrors, c.open, c.pending} {
+	for _, d := range []*prometheus.Desc{c.accepted, c.exempt, c.refused, c.acceptErrors, c.open, c.pending, c.synFiltered} {
 		ch <- d
 	}
 }
@@ -85,4 +87,5 @@ func (c *ConnCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, float64(s.Open))
 	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(s.Pending))
+	ch <- prometheus.MustNewConstMetric(c.synFiltered, prometheus.GaugeValue, float64(s.SYNFiltered))
 }

@@ -13,7 +13,7 @@ import (
 )
 
 const runSynopsis = `run --config FILE
-       portcullis run --listen ADDR --upstream URL [--max-conns-per-client N]
+       portcullis run --listen ADDR --upstream URL [--max-conns-per-client N] [--syn-filter]
                       [--max-concurrent-per-client N] [--trusted-proxy CIDR ...] [--admin ADDR]
 
 Serves until SIGTERM or SIGINT (then drains in-flight exchanges up to the
@@ -26,6 +26,7 @@ type runFlags struct {
 	listen        string
 	upstreams     stringList
 	maxConns      int
+	synFilter     bool
 	maxConcurrent int
 	trusted       stringList
 	admin         string
@@ -38,6 +39,7 @@ func (e env) runCmd(args []string) int {
 	fs.StringVar(&f.listen, "listen", "", "serve HTTP on this host:port (without --config)")
 	fs.Var(&f.upstreams, "upstream", "send requests to this http(s) `URL`; repeat for round robin")
 	fs.IntVar(&f.maxConns, "max-conns-per-client", 0, "connections one client may hold, checked at accept (0: 64, -1: no cap)")
+	fs.BoolVar(&f.synFilter, "syn-filter", false, "drop the connection attempts of clients at their cap in the kernel (Linux), instead of refusing them at accept")
 	fs.IntVar(&f.maxConcurrent, "max-concurrent-per-client", 0, "requests one client may run at once; more get 429 (0: no limit)")
 	fs.Var(&f.trusted, "trusted-proxy", "a proxy `CIDR` whose X-Forwarded-For is believed and whose connections are not capped; repeatable")
 	fs.StringVar(&f.admin, "admin", "", "serve /metrics, /debug/limits, /healthz and /readyz on this host:port")
@@ -45,7 +47,7 @@ func (e env) runCmd(args []string) int {
 		return code
 	}
 	if f.file != "" {
-		if f.listen != "" || len(f.upstreams) > 0 || f.maxConns != 0 || f.maxConcurrent != 0 || len(f.trusted) > 0 || f.admin != "" {
+		if f.listen != "" || len(f.upstreams) > 0 || f.maxConns != 0 || f.synFilter || f.maxConcurrent != 0 || len(f.trusted) > 0 || f.admin != "" {
 			fmt.Fprintln(e.stderr, "portcullis run: --config excludes --listen, --upstream, --max-*, --trusted-proxy and --admin")
 			return exitUsage
 		}
@@ -78,6 +80,7 @@ func (f *runFlags) config() (*config.Config, error) {
 		Protocol:          config.ProtocolHTTP,
 		Listen:            f.listen,
 		MaxConnsPerClient: f.maxConns,
+		SYNFilter:         f.synFilter,
 		Routes:            []config.Route{{Name: "default", Upstreams: f.upstreams}},
 	}
 	for _, s := range f.trusted {

@@ -199,6 +199,15 @@ type Listener struct {
 	// http3.
 	ResetOnRefuse bool `yaml:"reset_on_refuse"`
 
+	// SYNFilter makes the kernel drop the connection attempts (SYN packets) of clients
+	// that hold max_conns_per_client, with a socket filter the listener keeps in step with
+	// its counts (Linux only), as iptables' connlimit with DROP would: such a client's
+	// connect waits and retries until one of its connections closes, and an attacker
+	// reconnecting in a loop costs no accept and no refusal. The listening socket is then
+	// plain TCP, not MPTCP. False (the default) refuses at accept. Not for http3; not with
+	// enforce_above, proxy_protocol, or cluster-wide connection caps.
+	SYNFilter bool `yaml:"syn_filter"`
+
 	// TrustedProxies are the CIDRs (or single addresses) of proxies in front of this
 	// listener. Their connections are exempt from the connection caps, and only their
 	// forwarded headers and PROXY protocol headers are believed. Nil trusts nobody.

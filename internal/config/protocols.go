@@ -12,6 +12,7 @@ import (
 var listenerFieldProtocols = map[string][]Protocol{
 	"tls":                    {ProtocolHTTPS, ProtocolHTTP3},
 	"reset_on_refuse":        {ProtocolHTTP, ProtocolHTTPS, ProtocolTCP},
+	"syn_filter":             {ProtocolHTTP, ProtocolHTTPS, ProtocolTCP},
 	"forwarded_header":       {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},
 	"proxy_protocol":         {ProtocolHTTP, ProtocolHTTPS, ProtocolTCP},
 	"proxy_protocol_timeout": {ProtocolHTTP, ProtocolHTTPS, ProtocolTCP},

@@ -64,6 +64,14 @@ func (v *validator) config(c *Config) {
 	}
 	v.listenerNames(c)
 	v.listenAddresses(c)
+	if c.Cluster != nil && !c.Cluster.LocalConnectionCaps {
+		for i := range c.Listeners {
+			if c.Listeners[i].SYNFilter {
+				v.addf(indexPath("listeners", i)+".syn_filter",
+					"cannot be combined with cluster-wide connection caps: the kernel sees only this node's counts (set cluster.local_connection_caps)")
+			}
+		}
+	}
 }
 
 func (v *validator) log(l *Log) {

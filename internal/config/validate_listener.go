@@ -84,6 +84,14 @@ func (v *validator) connCaps(l *Listener, p string) {
 		v.addf(p+".enforce_above", "must be below max_conns (%d), or the per-client cap could never apply (got %d)",
 			l.MaxConns, l.EnforceAbove)
 	}
+	if l.SYNFilter {
+		switch {
+		case l.EnforceAbove > 0:
+			v.addf(p+".syn_filter", "cannot be combined with enforce_above: the filter drops a client at its cap at once")
+		case l.ProxyProtocol:
+			v.addf(p+".syn_filter", "cannot be combined with proxy_protocol: the peer the kernel sees is the proxy, not the client")
+		}
+	}
 }
 
 // prefixLen checks a listener's key prefix length: zero (the default) unless written as 0.

@@ -345,3 +345,49 @@ listeners:
 		})
 	}
 }
+
+// With syn_filter, a client holding its connection cap cannot even
+// complete a handshake, while others are served; the metrics show it.
+func TestSYNFilterListener(t *testing.T) {
+	d := startDaemon(t, `
+admin: {listen: "127.0.0.1:0"}
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    max_conns_per_client: 2
+    syn_filter: true
+    routes:
+      - upstreams: ["{{backend}}"]
+`)
+	addr := d.srv.Addr("web").String()
+	dialer := func(src string, timeout time.Duration) *net.Dialer {
+		return &net.Dialer{Timeout: timeout, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	}
+	var held []net.Conn
+	for range 2 {
+		c, err := dialer("127.0.0.2", waitLimit).Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	metric := `portcullis_connections_syn_filtered_keys{listener="web"} 1`
+	d.waitFor("the filter to hold 127.0.0.2", func() bool {
+		_, body, _ := get(t, d.client("127.0.0.9"), d.adminURL("/metrics"))
+		return strings.Contains(body, metric)
+	})
+	if c, err := dialer("127.0.0.2", 300*time.Millisecond).Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Fatal("a third connection from 127.0.0.2 was established; want its SYN dropped")
+	}
+	if status, _, _ := get(t, d.client("127.0.0.3"), d.url("web", "/")); status != http.StatusOK {
+		t.Fatalf("another client got %d, want 200", status)
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	if status, _, _ := get(t, d.client("127.0.0.2"), d.url("web", "/")); status != http.StatusOK {
+		t.Fatalf("127.0.0.2 after closing its connections got %d, want 200", status)
+	}
+}

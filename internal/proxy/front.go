@@ -104,6 +104,9 @@ func listenTCP(lc config.Listener) (net.Listener, error) {
 	if lc.Protocol.IsHTTP() {
 		lcfg.KeepAlive = -1
 	}
+	if lc.SYNFilter {
+		lcfg.SetMultipathTCP(false) // an MPTCP socket takes no socket filter
+	}
 	return lcfg.Listen(context.Background(), "tcp", lc.Listen)
 }
 
@@ -155,6 +158,7 @@ func (f *front) connConfig() connlimit.Config {
 		ProxyProtocol:      lc.ProxyProtocol,
 		ProxyHeaderTimeout: lc.ProxyProtocolTimeout,
 		ResetOnRefuse:      lc.ResetOnRefuse,
+		SYNFilter:          lc.SYNFilter,
 		Logger:             f.log,
 		Name:               lc.Name,
 	}
