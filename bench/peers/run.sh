@@ -10,8 +10,10 @@
 #   --rounds N    interleaved rounds; the table shows medians (default 3)
 #   --duration D  measured window of each run (default 10s)
 #   --warmup D    attacker alone before each attack window (default 3s)
-#   --proxies L   which proxies to run (default all three; "portcullis-rst"
-#                 adds Portcullis refusing with RST, bench/peers/portcullis-rst.yaml)
+#   --proxies L   which proxies to run (default all three; "portcullis-syn"
+#                 adds Portcullis with --syn-filter, dropping an over-cap
+#                 client's SYNs in the kernel; "portcullis-rst" adds Portcullis
+#                 refusing with RST, bench/peers/portcullis-rst.yaml)
 #   --no-profile  skip the pprof CPU profile of Portcullis
 #   --no-throughput  skip the throughput scenario (attacks only)
 #   --attack-rate R  attacker connection attempts per second, reconnects
@@ -48,13 +50,13 @@ while (($#)); do
 	--no-throughput) THROUGHPUT=0 PROFILE=0 ;;
 	--attack-rate) ATTACK_RATE=$2; shift ;;
 	--out) OUT=$2; shift ;;
-	-h | --help) sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 	shift
 done
 for p in $PROXIES; do
-	case $p in portcullis | portcullis-rst | nginx | haproxy) ;;
+	case $p in portcullis | portcullis-syn | portcullis-rst | nginx | haproxy) ;;
 	*) echo "run.sh: unknown proxy $p" >&2; exit 2 ;;
 	esac
 done
@@ -67,7 +69,7 @@ done
 # Loopback ports; each is checked free before use.
 HOST=127.0.0.1
 BACKEND_PORT=18480
-declare -A PORT=([portcullis]=18481 [nginx]=18482 [haproxy]=18483 [profiled]=18484 [portcullis-rst]=18486
+declare -A PORT=([portcullis]=18481 [nginx]=18482 [haproxy]=18483 [profiled]=18484 [portcullis-rst]=18486 [portcullis-syn]=18487
 	[direct]=$BACKEND_PORT)
 PPROF_PORT=18485
 ATTACK_CONNS=3000
@@ -170,6 +172,9 @@ start_proxy() {
 	case $p in
 	portcullis)
 		start portcullis "$TMP/bin/portcullis" run --listen "$addr" \
+			--upstream "http://$HOST:$BACKEND_PORT" --max-conns-per-client "$CAP" ;;
+	portcullis-syn)
+		start portcullis-syn "$TMP/bin/portcullis" run --listen "$addr" --syn-filter \
 			--upstream "http://$HOST:$BACKEND_PORT" --max-conns-per-client "$CAP" ;;
 	portcullis-rst)
 		render "$REPO/bench/peers/portcullis-rst.yaml" "$addr" >"$TMP/portcullis-rst.yaml"

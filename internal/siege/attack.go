@@ -76,10 +76,12 @@ func (a *attacker) worker(ctx context.Context, slowloris bool) {
 
 // attack makes one connection, runs it to its end and counts how it ended.
 func (a *attacker) attack(ctx context.Context, slowloris bool, br *bufio.Reader) {
-	c := &attackConn{a: a, ctx: ctx, slowloris: slowloris, begin: time.Now()}
 	dctx, cancel := context.WithTimeout(ctx, a.s.Timeout)
 	raw, err := a.dialer.DialContext(dctx, "tcp", a.s.target.String())
 	cancel()
+	// The grace runs from the handshake's end: a connect the server kept
+	// waiting (a dropped SYN, retried) and then refused was never held.
+	c := &attackConn{a: a, ctx: ctx, slowloris: slowloris, begin: time.Now()}
 	if err != nil {
 		if ctx.Err() != nil {
 			a.unsettled.Add(1)

@@ -185,8 +185,10 @@ type Config struct {
 	HeaderInterval time.Duration
 
 	// Grace is how long an attacker connection must stay open, unanswered,
-	// to count as admitted; one the server closes sooner is refused. Zero
-	// means 500 ms; negative is invalid.
+	// counted from the end of its TCP handshake, to count as admitted; one
+	// the server closes sooner is refused. A connect that does not complete
+	// within Timeout (a server dropping the SYNs of a client at its cap) is
+	// a dial error. Zero means 500 ms; negative is invalid.
 	Grace time.Duration
 
 	// MaxConnectRate bounds the attacker's connection attempts per second,

@@ -16,6 +16,7 @@ import (
 var proxyColors = map[string]color.Color{
 	"portcullis":     color.RGBA{R: 0x1f, G: 0x6f, B: 0xb4, A: 0xff},
 	"portcullis-rst": color.RGBA{R: 0x7f, G: 0xb0, B: 0xe0, A: 0xff},
+	"portcullis-syn": color.RGBA{R: 0x0b, G: 0x3a, B: 0x66, A: 0xff},
 	"nginx":          color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
 	"haproxy":        color.RGBA{R: 0xd6, G: 0x5f, B: 0x0e, A: 0xff},
 }
