@@ -19,24 +19,14 @@ type TargetCheck struct {
 	Detail string `json:"detail"`
 }
 
+// portcullisVariants are the Portcullis configurations whose attack
+// targets are checked, each under its own label.
+var portcullisVariants = []string{"portcullis", "portcullis-syn", "portcullis-rst"}
+
 func checkTargets(s Summary) []TargetCheck {
 	var out []TargetCheck
-	for _, sc := range attackScenarios {
-		pc, ok := findProtection(s, "portcullis", sc)
-		if !ok {
-			continue
-		}
-		out = append(out,
-			check(fmt.Sprintf("%s: goodput ≥ %.2f of no-attack", sc, minGoodputRatio),
-				pc.GoodputRatio, func(v float64) bool { return v >= minGoodputRatio }, "%.3f"),
-			check(fmt.Sprintf("%s: p99 ≤ %.1fx no-attack", sc, maxP99Ratio),
-				pc.P99Ratio, func(v float64) bool { return v <= maxP99Ratio }, "%.2fx"),
-			check(fmt.Sprintf("%s: ≤ %d attacker connections held", sc, maxHeld),
-				pc.PeakHeld, func(v float64) bool { return v <= maxHeld }, "%.0f"),
-		)
-		if hp, ok := findProtection(s, "haproxy", sc); ok {
-			out = append(out, cpuCheck(sc, pc, hp))
-		}
+	for _, variant := range portcullisVariants {
+		out = append(out, attackChecks(s, variant)...)
 	}
 	pt, ok := findThroughput(s, "portcullis")
 	if !ok {
@@ -45,6 +35,34 @@ func checkTargets(s Summary) []TargetCheck {
 	for _, peer := range []string{"nginx", "haproxy"} {
 		if t, ok := findThroughput(s, peer); ok {
 			out = append(out, throughputCheck(pt, t))
+		}
+	}
+	return out
+}
+
+// attackChecks checks the attack targets of one Portcullis variant; the
+// plain one's labels name only the scenario.
+func attackChecks(s Summary, variant string) []TargetCheck {
+	var out []TargetCheck
+	for _, sc := range attackScenarios {
+		pc, ok := findProtection(s, variant, sc)
+		if !ok {
+			continue
+		}
+		label := sc
+		if variant != "portcullis" {
+			label = variant + ", " + sc
+		}
+		out = append(out,
+			check(fmt.Sprintf("%s: goodput ≥ %.2f of no-attack", label, minGoodputRatio),
+				pc.GoodputRatio, func(v float64) bool { return v >= minGoodputRatio }, "%.3f"),
+			check(fmt.Sprintf("%s: p99 ≤ %.1fx no-attack", label, maxP99Ratio),
+				pc.P99Ratio, func(v float64) bool { return v <= maxP99Ratio }, "%.2fx"),
+			check(fmt.Sprintf("%s: ≤ %d attacker connections held", label, maxHeld),
+				pc.PeakHeld, func(v float64) bool { return v <= maxHeld }, "%.0f"),
+		)
+		if hp, ok := findProtection(s, "haproxy", sc); ok {
+			out = append(out, cpuCheck(label, pc, hp))
 		}
 	}
 	return out
