@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed-a07d1050/portcullis/connlimit"
 	"github.com/seed-a07d1050/portcullis/internal/backend"
 	"github.com/seed-a07d1050/portcullis/internal/siege"
 )
@@ -463,5 +465,50 @@ func TestIPv6(t *testing.T) {
 	}
 	if a := rep.Attack; a.PeakHeld != 5 {
 		t.Errorf("attacker over IPv6: peak %d, want 5", a.PeakHeld)
+	}
+}
+
+// A server that drops the SYNs of a client at its cap keeps the attacker's
+// connects waiting; those it then lets in and refuses at accept were never
+// held, however long their connect took. The grace runs from the end of the
+// handshake, so the peak stays the server's cap.
+func TestAttackerSlowConnectsAreNotHeld(t *testing.T) {
+	var lc net.ListenConfig
+	lc.SetMultipathTCP(false)
+	inner, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := connlimit.NewListener(inner, connlimit.Config{PerClient: 4, SYNFilter: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		inner.Close()
+		t.Fatal(err)
+	}
+	srv, err := backend.Serve(ln, backend.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	rep := runChecked(t, t.Context(), siege.Config{
+		Target:         srv.URL() + "/",
+		Scenario:       siege.ScenarioSlowRequests,
+		SlowPath:       "/slow?ms=300", // admitted requests end, so the filter opens and shuts
+		Duration:       3500 * time.Millisecond,
+		Warmup:         200 * time.Millisecond,
+		Clients:        2,
+		Timeout:        3 * time.Second, // long enough for a SYN retried after 1 s
+		AttackConns:    40,
+		Grace:          200 * time.Millisecond,
+		MaxConnectRate: 400,
+	})
+	a := rep.Attack
+	if a == nil {
+		t.Fatal("no attacker section")
+	}
+	if a.PeakHeld > 4 {
+		t.Errorf("PeakHeld = %d, want at most the server's cap of 4", a.PeakHeld)
+	}
+	if a.Answered == 0 {
+		t.Errorf("no slow request was answered: the test did not cycle the attacker's slots")
 	}
 }
