@@ -18,6 +18,9 @@
 #   --no-throughput  skip the throughput scenario (attacks only)
 #   --attack-rate R  attacker connection attempts per second, reconnects
 #                 included (siege -max-connect-rate; default 5000)
+#   --legit-rate R   legitimate requests per second per client in the attack
+#                 scenarios and their baseline (siege -rate; default 0: back
+#                 to back)
 #   --out DIR     where results.md, results.json, peers.png and pprof-top.txt
 #                 go (default docs/benchmarks)
 #
@@ -35,6 +38,7 @@ PROXIES="portcullis nginx haproxy"
 PROFILE=1
 THROUGHPUT=1
 ATTACK_RATE=5000
+LEGIT_RATE=0
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUT=$REPO/docs/benchmarks
 CMDLINE="bench/peers/run.sh $*"
@@ -49,8 +53,9 @@ while (($#)); do
 	--no-profile) PROFILE=0 ;;
 	--no-throughput) THROUGHPUT=0 PROFILE=0 ;;
 	--attack-rate) ATTACK_RATE=$2; shift ;;
+	--legit-rate) LEGIT_RATE=$2; shift ;;
 	--out) OUT=$2; shift ;;
-	-h | --help) sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 	shift
@@ -259,9 +264,9 @@ summary() {
 }
 
 throughput() { siege_run "$1" throughput "$2" -scenario throughput -clients 16 -conns-per-client 16; }
-baseline() { siege_run "$1" none "$2" -scenario none -clients "$LEGIT_CLIENTS" -connections fresh; }
+baseline() { siege_run "$1" none "$2" -scenario none -clients "$LEGIT_CLIENTS" -connections fresh -rate "$LEGIT_RATE"; }
 attack() {
-	siege_run "$1" "$2" "$3" -scenario "$2" -clients "$LEGIT_CLIENTS" -connections fresh \
+	siege_run "$1" "$2" "$3" -scenario "$2" -clients "$LEGIT_CLIENTS" -connections fresh -rate "$LEGIT_RATE" \
 		-attack-conns "$ATTACK_CONNS" -max-connect-rate "$ATTACK_RATE" -warmup "$WARMUP"
 }
 
@@ -305,7 +310,7 @@ write_meta() {
 		--arg cmd "$CMDLINE" --arg start "$1" --arg end "$(date -u +%FT%TZ)" \
 		--arg load_start "$2" --arg load_end "$(cut -d' ' -f1-3 /proc/loadavg)" \
 		--arg rounds "$ROUNDS" --arg duration "$DURATION" --arg warmup "$WARMUP" \
-		--arg attack_conns "$ATTACK_CONNS" --arg attack_rate "$ATTACK_RATE" --arg legit "$LEGIT_CLIENTS" --arg cap "$CAP" \
+		--arg attack_conns "$ATTACK_CONNS" --arg attack_rate "$ATTACK_RATE" --arg legit "$LEGIT_CLIENTS" --arg legit_rate "$LEGIT_RATE" --arg cap "$CAP" \
 		'$ARGS.named' >"$RAW/meta.json"
 }
 

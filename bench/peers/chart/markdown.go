@@ -33,10 +33,14 @@ func writeHeader(b *bytes.Buffer, s Summary) {
 	} {
 		fmt.Fprintf(b, "| %s | %s |\n", kv[0], mdEscape(kv[1]))
 	}
+	pace := "back to back"
+	if r := m["legit_rate"]; r != "" && r != "0" {
+		pace = "at most " + r + " requests/s each (an offered load; a slow request loses its slot)"
+	}
 	fmt.Fprintf(b, "\nEvery proxy caps each client address at %s connections and sits in front of the same "+
 		"backend (2 ms per response) on loopback. The attacker keeps %s connections going, at most %s "+
-		"connection attempts per second; %s legitimate clients each open a fresh connection per request.\n\n",
-		m["cap"], m["attack_conns"], m["attack_rate"], m["legit"])
+		"connection attempts per second; %s legitimate clients each open a fresh connection per request, %s.\n\n",
+		m["cap"], m["attack_conns"], m["attack_rate"], m["legit"], pace)
 }
 
 func writeThroughput(b *bytes.Buffer, rows []ThroughputRow) {
