@@ -145,26 +145,13 @@ func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
 // and TLS handshake times so that a dead upstream answers 502/504 instead
 // of hanging, and speak HTTP/1.1 to upstreams so that upgrades work.
 func newUpstreamTransport() *uptransport.Transport {
-	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
-	fallback := &http.Transport{
-		Proxy:                 nil, // never send upstream traffic through $HTTP_PROXY
-		DialContext:           d.DialContext,
-		ForceAttemptHTTP2:     false,
-		MaxIdleConns:          0, // no cap over all upstreams; the per-host cap bounds it
-		MaxIdleConnsPerHost:   1024,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true, // pass encodings through untouched
-	}
-	t, err := uptransport.New(uptransport.Config{
-		DialContext:         d.DialContext,
-		MaxIdleConnsPerHost: 1024,
-		IdleConnTimeout:     90 * time.Second,
-		Fallback:            fallback,
-	})
+	// The zero Config is what the daemon wants: a 10 s dial bound, 1024 idle
+	// connections per upstream kept 90 s, and as fallback an http.Transport
+	// with the same dialer and caps, no $HTTP_PROXY, no compression (encodings
+	// pass through untouched), HTTP/1.1 only and a 10 s TLS handshake bound.
+	t, err := uptransport.New(uptransport.Config{})
 	if err != nil {
-		panic(err) // the Config above is valid
+		panic(err) // the zero Config is valid
 	}
 	return t
 }
