@@ -298,6 +298,7 @@ func TestNewListenerErrors(t *testing.T) {
 		{"override zero max", Config{Overrides: []Override{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}}, "Overrides[0].Max"},
 		{"override invalid", Config{Overrides: []Override{{Max: 1}}}, "invalid prefix"},
 		{"syn filter with enforce above", Config{SYNFilter: true, EnforceAbove: 10}, "SYNFilter"},
+		{"syn filter with store", Config{SYNFilter: true, Store: &fakeStore{}}, "SYNFilter"},
 		{"syn filter with proxy protocol", Config{SYNFilter: true, ProxyProtocol: true, Trusted: mustProxySet("127.0.0.1")}, "SYNFilter"},
 	}
 	for _, tc := range tests {

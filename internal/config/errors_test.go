@@ -131,6 +131,8 @@ var badConfigs = []struct {
 		`portcullis.yaml:6:19: shutdown_timeout: must be 0 or more (got -5s)`},
 
 	// Cluster.
+	{"syn_filter with cluster-wide caps", base + "    syn_filter: true\ncluster: {redis: {addrs: [\"127.0.0.1:6379\"]}}\n",
+		`portcullis.yaml:6:17: listeners[0].syn_filter: cannot be combined with cluster-wide connection caps: the kernel sees only this node's counts (set cluster.local_connection_caps)`},
 	{"cluster without addrs", base + "cluster: {redis: {}}\n",
 		`portcullis.yaml:6:18: cluster.redis.addrs: at least one host:port is required`},
 	{"redis addr without port", base + "cluster: {redis: {addrs: [redis]}}\n",

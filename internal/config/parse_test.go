@@ -217,6 +217,7 @@ func TestAcceptedForms(t *testing.T) {
 		{"enforce_above below max_conns", base + "    max_conns: 100\n    enforce_above: 99\n"},
 		{"proxy protocol", base + "    trusted_proxies: [10.0.0.0/8, \"::1\"]\n    proxy_protocol: true\n"},
 		{"tcp listener with caps", "listeners:\n  - protocol: tcp\n    listen: :5432\n    upstream: \"[::1]:5432\"\n    reset_on_refuse: true\n    proxy_protocol: true\n    trusted_proxies: [127.0.0.1]\n"},
+		{"syn filter with local caps in a cluster", base + "    syn_filter: true\ncluster: {redis: {addrs: [\"a:1\"]}, local_connection_caps: true}\n"},
 		{"redis cluster", base + "cluster: {redis: {addrs: [\"a:1\", \"b:1\"]}, on_error: closed, node_share: 0.25, lease: 1s, timeout: 999ms}\n"},
 		{"null blocks", base + "cluster: ~\nadmin: ~\nlog: ~\n"},
 		{"null prefix means the default", base + "    ipv6_prefix: ~\n    ipv4_prefix:\n"},
