@@ -465,3 +465,49 @@ func silentAddr(t *testing.T) string {
 	}()
 	return ln.Addr().String()
 }
+
+// Turning syn_filter on by reload rebinds the listener as plain TCP (Go's
+// default socket may be MPTCP, which takes no filter) at the same address,
+// and the filter then drops a capped client's connection attempts.
+func TestReloadTurnsOnSYNFilter(t *testing.T) {
+	const text = `
+admin: {listen: "127.0.0.1:0"}
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    max_conns_per_client: 1
+    routes:
+      - upstreams: ["{{backend}}"]
+`
+	d := startDaemon(t, text)
+	addr := d.srv.Addr("web").String()
+	withFilter := strings.Replace(text, "max_conns_per_client: 1\n", "max_conns_per_client: 1\n    syn_filter: true\n", 1)
+	if err := d.srv.Reload(d.sameAddr(withFilter)); err != nil {
+		t.Fatalf("reload with syn_filter: %v", err)
+	}
+	if got := d.srv.Addr("web").String(); got != addr {
+		t.Fatalf("listener moved from %s to %s", addr, got)
+	}
+	dial := func(timeout time.Duration) (net.Conn, error) {
+		d := net.Dialer{Timeout: timeout, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+		return d.Dial("tcp", addr)
+	}
+	held, err := dial(waitLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	d.waitFor("127.0.0.2 to be filtered", func() bool {
+		c, err := dial(300 * time.Millisecond)
+		if err == nil {
+			c.Close() // accepted and refused before the filter was in: try again
+			return false
+		}
+		var ne net.Error
+		return errors.As(err, &ne) && ne.Timeout()
+	})
+	if status, _, _ := get(t, d.client("127.0.0.3"), d.url("web", "/")); status != http.StatusOK {
+		t.Fatalf("another client got %d, want 200", status)
+	}
+}
