@@ -57,13 +57,15 @@ func (l *Listener) claim(ctx context.Context, wait bool, client netip.Addr, exem
 	cl.exempt = cl.exempt || !cl.key.IsValid()
 	if cl.exempt {
 		l.stats.exempt.Add(1)
-	} else if why, err := l.acquire(ctx, wait, client, &cl.ps); why != admitted {
-		if why == reasonClientCap && l.syn != nil {
-			l.syn.admitted(cl.key) // at its cap: its next attempts need not reach Accept
-		}
-		return claim{}, why, err
-	} else if l.syn != nil {
+		return cl, admitted, nil
+	}
+	why, err := l.acquire(ctx, wait, client, &cl.ps)
+	if l.syn != nil && (why == admitted || why == reasonClientCap) {
+		// The key may now hold its cap: its next attempts need not reach Accept.
 		l.syn.admitted(cl.key)
+	}
+	if why != admitted {
+		return claim{}, why, err
 	}
 	return cl, admitted, nil
 }

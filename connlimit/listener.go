@@ -108,11 +108,6 @@ func NewListener(inner net.Listener, cfg Config) (*Listener, error) {
 	if err := l.buildLevels(); err != nil {
 		return nil, err
 	}
-	if s.SYNFilter {
-		if err := l.startSYNFilter(); err != nil {
-			return nil, err
-		}
-	}
 	if !l.async {
 		l.raw = newRawAcceptor(inner)
 	}
@@ -197,8 +192,12 @@ func (l *Listener) Accept() (net.Conn, error) {
 	}
 	var delay time.Duration
 	for {
-		if conn, err := l.acceptRaw(); conn != nil || err != nil {
-			return conn, err
+		conn, err := l.acceptRaw()
+		if err != nil {
+			return nil, err
+		}
+		if conn != nil {
+			return conn, nil
 		}
 		c, err := l.acceptInner(&delay)
 		if err != nil {
