@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"errors"
 	"net"
 	"net/http"
 	"strings"
@@ -17,6 +18,20 @@ func dialFrom(t *testing.T, ip, addr string) net.Conn {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// synDropped reports whether a connection from ip to addr stays
+// unestablished for 300 ms: the listener's SYN filter dropped its SYN. An
+// established connection is closed at once.
+func synDropped(ip, addr string) bool {
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 300 * time.Millisecond}
+	c, err := d.Dial("tcp", addr)
+	if err == nil {
+		_ = c.Close()
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // refusedAtOnce reports whether the server closed c without answering.

@@ -489,24 +489,9 @@ listeners:
 	if got := d.srv.Addr("web").String(); got != addr {
 		t.Fatalf("listener moved from %s to %s", addr, got)
 	}
-	dial := func(timeout time.Duration) (net.Conn, error) {
-		d := net.Dialer{Timeout: timeout, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
-		return d.Dial("tcp", addr)
-	}
-	held, err := dial(waitLimit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Close()
-	d.waitFor("127.0.0.2 to be filtered", func() bool {
-		c, err := dial(300 * time.Millisecond)
-		if err == nil {
-			c.Close() // accepted and refused before the filter was in: try again
-			return false
-		}
-		var ne net.Error
-		return errors.As(err, &ne) && ne.Timeout()
-	})
+	dialFrom(t, "127.0.0.2", addr) // 127.0.0.2 now holds its cap
+	// Until the filter is in, a second connection is accepted and refused.
+	d.waitFor("127.0.0.2 to be filtered", func() bool { return synDropped("127.0.0.2", addr) })
 	if status, _, _ := get(t, d.client("127.0.0.3"), d.url("web", "/")); status != http.StatusOK {
 		t.Fatalf("another client got %d, want 200", status)
 	}

@@ -361,24 +361,13 @@ listeners:
       - upstreams: ["{{backend}}"]
 `)
 	addr := d.srv.Addr("web").String()
-	dialer := func(src string, timeout time.Duration) *net.Dialer {
-		return &net.Dialer{Timeout: timeout, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
-	}
-	var held []net.Conn
-	for range 2 {
-		c, err := dialer("127.0.0.2", waitLimit).Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, c)
-	}
+	held := []net.Conn{dialFrom(t, "127.0.0.2", addr), dialFrom(t, "127.0.0.2", addr)}
 	metric := `portcullis_connections_syn_filtered_keys{listener="web"} 1`
 	d.waitFor("the filter to hold 127.0.0.2", func() bool {
 		_, body, _ := get(t, d.client("127.0.0.9"), d.adminURL("/metrics"))
 		return strings.Contains(body, metric)
 	})
-	if c, err := dialer("127.0.0.2", 300*time.Millisecond).Dial("tcp", addr); err == nil {
-		c.Close()
+	if !synDropped("127.0.0.2", addr) {
 		t.Fatal("a third connection from 127.0.0.2 was established; want its SYN dropped")
 	}
 	if status, _, _ := get(t, d.client("127.0.0.3"), d.url("web", "/")); status != http.StatusOK {
