@@ -108,7 +108,13 @@ type Config struct {
 	// Zero means tunnels share Permits with the other exchanges; -1 means
 	// tunnels are unlimited (still counted); other negative values are
 	// invalid. Overrides and PermitsFor apply to exchanges only when it is
-	// set; TunnelPermitsFor then gives per-key tunnel permits.
+	// set; TunnelPermitsFor then gives per-key tunnel permits. A request
+	// is a tunnel only once it is answered 101 (or 2xx for CONNECT): until
+	// then it also holds an exchange permit, given back when the tunnel
+	// is established, while a request the handler answers otherwise (an
+	// upstream ignoring the Upgrade header) gives its tunnel permit back
+	// and runs on as an ordinary exchange. The Upgrade header is thus no
+	// way around the exchange limit.
 	TunnelPermits int
 
 	// TunnelPermitsFor, used only with TunnelPermits set, gives a key its

@@ -135,15 +135,25 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request, lim *limit.Limit
 
 func (h *handler) serveTunnel(w http.ResponseWriter, r *http.Request, key string) {
 	l := h.l
-	lim := l.exchanges
-	if l.tunnels != nil {
-		lim = l.tunnels
-	}
-	p, ok := l.admit(w, r, lim, key)
+	p, ok := l.admit(w, r, l.exchanges, key)
 	if !ok {
 		return
 	}
 	t := &tunnel{permit: p, connect: r.Method == http.MethodConnect, releaseUp: l.s.ReleaseTunnels}
+	if l.tunnels != nil {
+		// A request asking for a tunnel is an ordinary exchange until the
+		// upstream switches: it holds an exchange permit, so that a fake
+		// upgrade the upstream answers with 200 counts against the
+		// exchange limit, and a tunnel permit, so that tunnels beyond
+		// their own limit are never set up. The one it turns out not to
+		// need is given back when the answer is known.
+		tp, ok := l.admit(w, r, l.tunnels, key)
+		if !ok {
+			p.Release()
+			return
+		}
+		t.permit, t.exchange = tp, p
+	}
 	returned := false
 	defer func() { t.handlerDone(returned) }()
 	h.next.ServeHTTP(wrapTunnel(w, t), r)

@@ -33,9 +33,13 @@ func isTunnel(r *http.Request) bool {
 // close of the connection. Its permit is released exactly once: by the
 // handler's return when the connection was not hijacked (or the handler
 // panicked), by the hijacked connection's Close otherwise, or at
-// establishment with Config.ReleaseTunnels.
+// establishment with Config.ReleaseTunnels. With Config.TunnelPermits it
+// also holds an exchange permit until the answer is known: released at
+// establishment, kept until the handler returns otherwise, while the
+// tunnel permit of a request that was not switched is released at once.
 type tunnel struct {
 	permit    limit.Permit[string]
+	exchange  limit.Permit[string] // zero without Config.TunnelPermits
 	connect   bool // a CONNECT: any 2xx establishes it; otherwise only 101 does
 	releaseUp bool // Config.ReleaseTunnels
 
@@ -64,8 +68,14 @@ func (t *tunnel) answered(code int) {
 	established := t.established
 	t.mu.Unlock()
 	if !established {
+		if t.exchange.Valid() {
+			// Not a tunnel after all: an ordinary exchange, counted by
+			// its exchange permit alone.
+			t.permit.Release()
+		}
 		return
 	}
+	t.exchange.Release()
 	if t.releaseUp {
 		t.permit.Release()
 	} else {
@@ -82,6 +92,7 @@ func (t *tunnel) handlerDone(returned bool) {
 	t.mu.Lock()
 	keep := t.hijacked && returned
 	t.mu.Unlock()
+	t.exchange.Release()
 	if !keep {
 		t.permit.Release()
 	}

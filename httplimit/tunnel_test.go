@@ -131,9 +131,54 @@ func TestTunnelPermitsSeparate(t *testing.T) {
 	}
 	ws.Close()
 	expectIdle(t, l)
-	if tot := l.Totals(); tot.Granted != 2 || tot.Refused != 1 {
-		t.Errorf("summed totals %+v, want 2 granted, 1 refused", tot)
+	// Granted: each socket's exchange permit until its answer (2), the
+	// page load (1) and the first socket's tunnel permit (1).
+	if tot := l.Totals(); tot.Granted != 4 || tot.Refused != 1 {
+		t.Errorf("summed totals %+v, want 4 granted, 1 refused", tot)
 	}
+}
+
+// TestFakeUpgradeCountsAsExchange sends upgrade requests that the handler
+// answers with a plain 200, as an upstream ignoring the Upgrade header
+// does: with separate tunnel permits, each still counts against the
+// exchange limit while it runs, so that the Upgrade header is no way
+// around it, and gives its tunnel permit back as soon as its answer shows
+// it is no tunnel.
+func TestFakeUpgradeCountsAsExchange(t *testing.T) {
+	l := newLimiter(t, httplimit.Config{Permits: 1, TunnelPermits: 8})
+	answered := make(chan struct{})
+	release := make(chan struct{})
+	h := l.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		answered <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	ts := startServer(t, h)
+	conn, err := dialerFrom("127.0.0.2").Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprint(conn, "GET /big HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+	select {
+	case <-answered:
+	case <-time.After(waitLimit):
+		t.Fatal("the fake upgrade was not served")
+	}
+	s := l.Snapshot(0)
+	if len(s.Exchanges.Keys) != 1 || s.Exchanges.Keys[0].InUse != 1 || len(s.Tunnels.Keys) != 0 {
+		t.Errorf("snapshot %+v, want one exchange in use and no tunnel", s)
+	}
+	c := clientFrom(t, "127.0.0.2")
+	if code, _ := getStatus(t.Context(), c, ts.URL+"/other"); code != http.StatusTooManyRequests {
+		t.Errorf("plain request beside a fake upgrade: %d, want 429 (Permits 1)", code)
+	}
+	close(release)
+	expectIdle(t, l)
 }
 
 // TestEstablishedTunnelExemptFromReclaim holds a socket and a slow plain
