@@ -88,6 +88,7 @@ func (b *tableBuilder) build() (*routeTable, error) {
 		t.client = l
 		h = l.lim.Wrap(h)
 	}
+	h = reverseRequests(h)
 	if b.accessLog {
 		h = accessLog(h, b.deps.log, b.lc.Name)
 	}
