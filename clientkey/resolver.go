@@ -3,6 +3,7 @@ package clientkey
 import (
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -153,4 +154,61 @@ func parseHop(elem string, h Header) (netip.Addr, error) {
 		return parseForwardedElement(elem)
 	}
 	return parseXFFHop(elem)
+}
+
+// PathFrom returns the route of a request as r believes it, given the peer's
+// address and the request header: the client first (the address
+// [Resolver.ClientAddrFrom] returns), then each trusted proxy the header
+// names between the client and the peer, nearest to the client first, and
+// the peer last. When the peer itself is the client (it is not trusted, no
+// header is walked, or the chain is broken), the result is just the peer.
+// Hops left of the client, which the client wrote itself, are never part
+// of it. A proxy writes its forwarding headers from this path, so that
+// what it passes on is only what it believes.
+//
+// The result is appended to dst, which may be nil, and is empty when peer
+// is invalid.
+func (r *Resolver) PathFrom(dst []netip.Addr, peer netip.Addr, h http.Header) []netip.Addr {
+	if !peer.IsValid() {
+		return dst
+	}
+	client := r.ClientAddrFrom(peer, h)
+	if client == peer {
+		return append(dst, peer)
+	}
+	start := len(dst)
+	dst = append(dst, peer)
+	lines := h[r.Header.canonicalName()]
+	// Walk from the right, as ClientAddrFrom did, collecting the trusted
+	// hops until the client; then reverse to the client-first order.
+walk:
+	for i := len(lines) - 1; i >= 0; i-- {
+		hops := lineHops(lines[i], r.Header)
+		for j := len(hops) - 1; j >= 0; j-- {
+			dst = append(dst, hops[j])
+			if hops[j] == client && !r.Trusted.Contains(hops[j]) {
+				break walk
+			}
+		}
+	}
+	slices.Reverse(dst[start:])
+	return dst
+}
+
+// lineHops returns the well-formed hops of one field line, left to right.
+// PathFrom uses it only on a chain ClientAddrFrom found whole up to the
+// client, so that no malformed hop is met before the client.
+func lineHops(line string, h Header) []netip.Addr {
+	var out []netip.Addr
+	for rest, more := line, true; more; {
+		var elem string
+		elem, rest, more = nextElement(rest, h)
+		if trimOWS(elem) == "" {
+			continue
+		}
+		if a, err := parseHop(elem, h); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
 }

@@ -58,7 +58,7 @@ listeners:
 	}
 	t.Run("untrusted peer's headers are replaced", func(t *testing.T) {
 		got := headers("127.0.0.2", spoof)
-		want := map[string]string{"X-Forwarded-For": "127.0.0.2", "X-Forwarded-Proto": "http", "Forwarded": "", "X-Real-Ip": ""}
+		want := map[string]string{"X-Forwarded-For": "127.0.0.2", "X-Forwarded-Proto": "http", "Forwarded": "", "X-Real-Ip": "127.0.0.2"}
 		for k, v := range want {
 			if got[k] != v {
 				t.Errorf("%s = %q, want %q", k, got[k], v)
@@ -70,7 +70,8 @@ listeners:
 	})
 	t.Run("trusted peer's chain is extended", func(t *testing.T) {
 		got := headers("127.0.0.5", spoof)
-		if got["X-Forwarded-For"] != "203.0.113.9, 127.0.0.5" || got["X-Forwarded-Proto"] != "https" || got["X-Forwarded-Host"] != "evil.example" {
+		if got["X-Forwarded-For"] != "203.0.113.9, 127.0.0.5" || got["X-Real-Ip"] != "203.0.113.9" ||
+			got["X-Forwarded-Proto"] != "https" || got["X-Forwarded-Host"] != "evil.example" {
 			t.Errorf("headers from the trusted proxy: %v", got)
 		}
 	})

@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 
-	"github.com/seed-a07d1050/portcullis/clientkey"
-
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
@@ -102,10 +100,7 @@ func (b *tableBuilder) route(rc *config.Route) (*routeState, http.Handler, error
 		return nil, nil, fmt.Errorf("proxy: listener %s route %s: %w", b.lc.Name, rc.Name, err)
 	}
 	rs := &routeState{name: rc.Name}
-	fw := forwarding{trusted: b.id.resolver.Trusted}
-	if b.id.resolver.Header == clientkey.HeaderNone {
-		fw.trusted = nil // forwarded_header: none believes no proxy's headers
-	}
+	fw := forwarding{res: b.id.resolver}
 	var h http.Handler = newReverseProxy(p, fw, b.transport, rc.UpstreamTimeout, b.bufs, b.deps.log)
 	if rc.Limit != nil {
 		if rs.limit, err = b.limiter(rc.Limit, rc.Name, kindRoute); err != nil {

@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/seed-a07d1050/portcullis/clientkey"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
@@ -168,11 +167,6 @@ func (b *bufferPool) Put(p []byte) { b.p.Put(&p) }
 
 var _ httputil.BufferPool = (*bufferPool)(nil)
 
-// forwarding is how a listener treats the X-Forwarded-* headers it receives.
-type forwarding struct {
-	trusted *clientkey.ProxySet // peers whose forwarding headers are kept
-}
-
 // newReverseProxy returns the handler that sends a route's requests to its
 // upstreams.
 //
@@ -198,33 +192,13 @@ func newReverseProxy(p *pool, fw forwarding, base *uptransport.Transport, timeou
 	}
 }
 
-// rewrite points the outbound request at u and sets X-Forwarded-For, -Host
-// and -Proto. ReverseProxy has already removed the client's X-Forwarded-*
-// headers from pr.Out; a trusted peer's chain is put back and extended, and
-// its -Host and -Proto kept, so that a CDN's view of the request reaches the
-// upstream. An untrusted peer's Forwarded and X-Real-Ip are dropped too: an
-// upstream must not believe a client about its own address.
+// rewrite points the outbound request at u and writes the forwarding
+// headers from what the listener believes (see forwarding.write).
 func rewrite(pr *httputil.ProxyRequest, u *upstream, fw forwarding) {
 	pr.Out.URL.Scheme = u.scheme
 	pr.Out.URL.Host = u.host
 	pr.Out.Host = pr.In.Host // the upstream sees the name the client asked for
-	trusted := fw.trusted.Contains(peerAddr(pr.In))
-	if trusted {
-		if prior := pr.In.Header.Values("X-Forwarded-For"); len(prior) > 0 {
-			pr.Out.Header["X-Forwarded-For"] = prior
-		}
-	} else {
-		pr.Out.Header.Del("Forwarded")
-		pr.Out.Header.Del("X-Real-Ip")
-	}
-	pr.SetXForwarded()
-	if trusted {
-		for _, h := range [...]string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
-			if v := pr.In.Header.Get(h); v != "" {
-				pr.Out.Header.Set(h, v)
-			}
-		}
-	}
+	fw.write(pr.Out.Header, pr.In)
 }
 
 // peerAddr returns the address of the connection's peer (after PROXY

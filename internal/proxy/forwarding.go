@@ -1,0 +1,217 @@
+package proxy
+
+import (
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"github.com/seed-a07d1050/portcullis/clientkey"
+)
+
+// forwarding writes the forwarding headers of the requests a listener sends
+// upstream. An upstream believes these headers about who the client is and
+// how it connected, so the daemon writes them from what it believes itself,
+// never from what a client sent:
+//
+//   - X-Forwarded-For: the path the listener's resolver believes, the client
+//     first, then the trusted proxies between it and the daemon, then the
+//     peer; anything a client wrote left of itself is dropped;
+//   - X-Real-Ip: the client;
+//   - X-Forwarded-Proto and X-Forwarded-Host: a trusted peer's, else the
+//     scheme and Host of the connection;
+//   - Forwarded (RFC 7239), only on listeners that read Forwarded: the same
+//     path, with host and proto on the client's element.
+//
+// Look-alikes of these headers that other software believes are removed:
+// from untrusted peers every one of [spoofable]; from every peer the
+// spellings with underscores (CGI and PHP read X_Forwarded_For as
+// X-Forwarded-For) and the path overrides X-Original-Url and X-Rewrite-Url,
+// with which a client could make some backends act on a path the routes
+// never saw.
+type forwarding struct {
+	res *clientkey.Resolver // the listener's; never nil
+}
+
+// Header names the daemon writes itself, in canonical form.
+const (
+	hdrXFF     = "X-Forwarded-For"
+	hdrXFHost  = "X-Forwarded-Host"
+	hdrXFProto = "X-Forwarded-Proto"
+	hdrXRealIP = "X-Real-Ip"
+	hdrFwd     = "Forwarded"
+)
+
+// stripRule says when a header a client sent is removed before a request
+// goes upstream.
+type stripRule uint8
+
+const (
+	stripUntrusted stripRule = iota + 1 // removed unless the peer is a trusted proxy
+	stripAlways                         // removed from every peer
+)
+
+// spoofable lists, lower-cased with '-' for '_', the headers an upstream may
+// take for the client's address or the request's path. The daemon's own
+// headers are rewritten whatever the peer; the others are kept from trusted
+// proxies, which set some of them (CDNs send True-Client-Ip and the like).
+var spoofable = map[string]stripRule{
+	"x-forwarded-for":          stripUntrusted,
+	"x-forwarded-host":         stripUntrusted,
+	"x-forwarded-proto":        stripUntrusted,
+	"x-forwarded-port":         stripUntrusted,
+	"x-forwarded-server":       stripUntrusted,
+	"x-forwarded-ssl":          stripUntrusted,
+	"x-forwarded-scheme":       stripUntrusted,
+	"x-forwarded-prefix":       stripUntrusted,
+	"x-forwarded-uri":          stripUntrusted,
+	"x-forwarded":              stripUntrusted,
+	"forwarded":                stripUntrusted,
+	"forwarded-for":            stripUntrusted,
+	"x-real-ip":                stripUntrusted,
+	"x-client-ip":              stripUntrusted,
+	"client-ip":                stripUntrusted,
+	"x-cluster-client-ip":      stripUntrusted,
+	"true-client-ip":           stripUntrusted,
+	"cf-connecting-ip":         stripUntrusted,
+	"fastly-client-ip":         stripUntrusted,
+	"x-original-forwarded-for": stripUntrusted,
+	"x-proxyuser-ip":           stripUntrusted,
+	"x-host":                   stripUntrusted,
+	"x-original-host":          stripUntrusted,
+	"x-original-url":           stripAlways,
+	"x-rewrite-url":            stripAlways,
+}
+
+// maxSpoofableLen is the length of the longest name in spoofable.
+const maxSpoofableLen = len("x-original-forwarded-for")
+
+// trusts reports whether the forwarding headers of peer are believed.
+func (fw forwarding) trusts(peer netip.Addr) bool {
+	return fw.res.Header != clientkey.HeaderNone && fw.res.Trusted.Contains(peer)
+}
+
+// write sets the forwarding headers of out, the header of the request
+// going upstream, for the request in.
+func (fw forwarding) write(out http.Header, in *http.Request) {
+	peer := peerAddr(in)
+	trusted := fw.trusts(peer)
+	strip(out, trusted)
+	var buf [4]netip.Addr
+	path := fw.res.PathFrom(buf[:0], peer, in.Header)
+	if len(path) == 0 {
+		return // no peer address (a Unix socket): nothing to vouch for
+	}
+	proto, host := "http", in.Host
+	if in.TLS != nil {
+		proto = "https"
+	}
+	if trusted {
+		if v := in.Header.Get(hdrXFProto); v != "" {
+			proto = v
+		}
+		if v := in.Header.Get(hdrXFHost); v != "" {
+			host = v
+		}
+	}
+	out[hdrXFF] = []string{joinAddrs(path)}
+	out[hdrXRealIP] = []string{plain(path[0]).String()}
+	out[hdrXFProto] = []string{proto}
+	out[hdrXFHost] = []string{host}
+	if fw.res.Header == clientkey.HeaderForwarded {
+		out[hdrFwd] = []string{forwardedValue(path, host, proto)}
+	}
+}
+
+// strip removes from h the headers spoofable says to remove for a peer
+// that is, or is not, trusted, under any spelling of their names.
+func strip(h http.Header, trusted bool) {
+	for name := range h {
+		if rule := spoofRule(name); rule == stripAlways || (rule == stripUntrusted && !trusted) {
+			delete(h, name)
+		}
+	}
+}
+
+// spoofRule returns the rule of a header name, matched case-insensitively
+// and with '_' read as '-'; zero when the header is not spoofable.
+func spoofRule(name string) stripRule {
+	if len(name) > maxSpoofableLen {
+		return 0
+	}
+	var b [maxSpoofableLen]byte
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c == '_':
+			c = '-'
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		b[i] = c
+	}
+	rule := spoofable[string(b[:len(name)])]
+	if rule == stripUntrusted && strings.IndexByte(name, '_') >= 0 {
+		return stripAlways // no proxy writes these with underscores
+	}
+	return rule
+}
+
+// plain returns a without an IPv4-mapped prefix or a zone, as upstreams
+// expect an address to be written.
+func plain(a netip.Addr) netip.Addr { return a.Unmap().WithZone("") }
+
+func joinAddrs(path []netip.Addr) string {
+	var b strings.Builder
+	for i, a := range path {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(plain(a).String())
+	}
+	return b.String()
+}
+
+// forwardedValue writes path as an RFC 7239 Forwarded value, one element
+// per hop, with host and proto on the client's element: they describe the
+// request as the client made it.
+func forwardedValue(path []netip.Addr, host, proto string) string {
+	var b strings.Builder
+	for i, a := range path {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		a = plain(a)
+		if a.Is6() {
+			b.WriteString(`for="[` + a.String() + `]"`)
+		} else {
+			b.WriteString("for=" + a.String())
+		}
+		if i == 0 {
+			b.WriteString(`;host="` + quotedStringEscape(host) + `";proto=` + token(proto))
+		}
+	}
+	return b.String()
+}
+
+// quotedStringEscape escapes s for an RFC 9110 quoted-string.
+func quotedStringEscape(s string) string {
+	if !strings.ContainsAny(s, `"\`) {
+		return s
+	}
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`)
+	return r.Replace(s)
+}
+
+// token returns proto if it is a plain scheme token, "http" otherwise.
+func token(proto string) string {
+	for i := 0; i < len(proto); i++ {
+		c := proto[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '+' || c == '-' || c == '.') {
+			return "http"
+		}
+	}
+	if proto == "" {
+		return "http"
+	}
+	return proto
+}
