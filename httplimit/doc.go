@@ -34,7 +34,8 @@
 // the requests through; a shadow Limiter can run inside an enforced one on
 // the same route, each with its own counts.
 //
-// Ordinary exchanges cost no allocation: the ResponseWriter is wrapped only
-// for tunnel requests, and ByClientIP caches the key strings of recent
-// clients.
+// An ordinary exchange costs one small allocation, the hook that ends it if
+// its permit is reclaimed (none with a negative ReclaimAfter): the
+// ResponseWriter is wrapped only for tunnel requests, and ByClientIP caches
+// the key strings of recent clients.
 package httplimit

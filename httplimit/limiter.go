@@ -108,6 +108,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer p.Release()
+	l.endOnReclaim(w, p)
 	h.next.ServeHTTP(w, r)
 }
 
@@ -156,7 +157,11 @@ func (h *handler) serveTunnel(w http.ResponseWriter, r *http.Request, key string
 	}
 	returned := false
 	defer func() { t.handlerDone(returned) }()
-	h.next.ServeHTTP(wrapTunnel(w, t), r)
+	tw := wrapTunnel(w, t)
+	// Until the tunnel is established its permits may be reclaimed like
+	// any other; an established tunnel is exempt.
+	l.endOnReclaim(tw, t.permit, t.exchange)
+	h.next.ServeHTTP(tw, r)
 	returned = true
 }
 

@@ -183,7 +183,7 @@ func TestFakeUpgradeCountsAsExchange(t *testing.T) {
 
 // TestEstablishedTunnelExemptFromReclaim holds a socket and a slow plain
 // request past ReclaimAfter (fake time): only the plain request's permit
-// is reclaimed.
+// is reclaimed, and its exchange ended; the socket lives on.
 func TestEstablishedTunnelExemptFromReclaim(t *testing.T) {
 	clock := limittest.NewClock()
 	l := newLimiter(t, httplimit.Config{Permits: 2, ReclaimAfter: time.Minute, Clock: clock})
@@ -199,8 +199,14 @@ func TestEstablishedTunnelExemptFromReclaim(t *testing.T) {
 	if got := l.Totals(); got.InUse != 1 || got.Reclaimed != 1 {
 		t.Errorf("totals %+v, want the socket still in use", got)
 	}
-	g.release <- struct{}{}
-	<-held
+	select {
+	case <-held: // the reclaim ended the plain exchange
+	case <-time.After(waitLimit):
+		t.Fatal("the reclaimed exchange went on")
+	}
+	if _, err := ws.Write([]byte("ping")); err != nil {
+		t.Fatalf("the socket after the reclaim: %v", err)
+	}
 	ws.Close()
 	expectIdle(t, l)
 }

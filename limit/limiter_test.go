@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -507,4 +508,45 @@ func (w *lockedWriter) Write(b []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.w.Write(b)
+}
+
+// TestOnReclaim checks that a reclaimed permit's hook runs once, after the
+// permit was taken back, and that released and exempt permits never call
+// theirs, even from a recycled record.
+func TestOnReclaim(t *testing.T) {
+	clock := limittest.NewClock()
+	l := newLimiter(t, limit.Config[string]{Permits: 3, Clock: clock, Logger: slog.New(slog.DiscardHandler)})
+	var stuckCalls, releasedCalls, exemptCalls atomic.Int32
+	stuck, _ := l.TryAcquire("k")
+	stuck.OnReclaim(func() {
+		stuckCalls.Add(1)
+		if got := l.InUse("k"); got != 1 { // the exempt permit alone
+			t.Errorf("hook ran while the permit was still counted: InUse = %d, want 1", got)
+		}
+	})
+	released, _ := l.TryAcquire("k")
+	released.OnReclaim(func() { releasedCalls.Add(1) })
+	released.Release()
+	released.OnReclaim(func() { releasedCalls.Add(1) }) // after Release: no effect
+	exempt, _ := l.TryAcquire("k")
+	exempt.Exempt()
+	exempt.OnReclaim(func() { exemptCalls.Add(1) })
+
+	// Advancing the fake clock also wakes the limiter's own reclaim loop:
+	// whichever runs first takes the permit back.
+	clock.Advance(limit.DefaultReclaimAfter)
+	l.Reclaim()
+	waitFor(t, "the first reclaim", func() bool { return l.Totals().Reclaimed == 1 })
+	// A new permit may reuse the released record; its hook must be unset.
+	fresh, _ := l.TryAcquire("k")
+	clock.Advance(limit.DefaultReclaimAfter)
+	l.Reclaim()
+	waitFor(t, "the second reclaim", func() bool { return l.Totals().Reclaimed == 2 })
+	if s, r, e := stuckCalls.Load(), releasedCalls.Load(), exemptCalls.Load(); s != 1 || r != 0 || e != 0 {
+		t.Errorf("hook calls: stuck %d, released %d, exempt %d; want 1, 0, 0", s, r, e)
+	}
+	fresh.Release()
+	stuck.Release()
+	exempt.Release()
+	assertIdle(t, l)
 }

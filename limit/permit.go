@@ -45,3 +45,23 @@ func (p Permit[K]) Key() K { return p.key }
 // Shadowed reports whether the permit was granted only because the limiter
 // is in shadow mode: without it, the request would have been refused.
 func (p Permit[K]) Shadowed() bool { return p.shadow }
+
+// OnReclaim arranges for f to be called if the limiter reclaims the permit
+// (see [Config.ReclaimAfter]), so that its holder can end the work the
+// permit no longer counts: a reclaimed permit is free for others, and work
+// that carried on under it would run over the limit. f is called once, on
+// the goroutine running [Limiter.Reclaim], after the permit was taken back
+// and logged; it must not block. A later call replaces f; nil removes it.
+// OnReclaim does nothing after the permit was released, reclaimed or
+// exempted from reclaim.
+func (p Permit[K]) OnReclaim(f func()) {
+	if p.p == nil {
+		return
+	}
+	sh := p.p.sh
+	sh.mu.Lock()
+	if p.p.gen == p.gen && p.p.listed {
+		p.p.onReclaim = f
+	}
+	sh.mu.Unlock()
+}

@@ -26,12 +26,14 @@ type reclaimed[K comparable] struct {
 	key    K
 	held   time.Duration
 	stored bool
+	hook   func() // the permit's OnReclaim; nil without
 }
 
 // Reclaim takes back every permit held longer than Config.ReclaimAfter as
 // of the Clock's current time, except exempt ones, and returns how many it
-// took. Each is counted, reported to the Observer, and logged at WARN with
-// its key; the holder's later Release does nothing. The limiter calls
+// took. Each is counted, reported to the Observer, logged at WARN with its
+// key, and its [Permit.OnReclaim] function, if any, is called; the holder's
+// later Release does nothing. The limiter calls
 // Reclaim by itself every reclaim period; calling it directly is useful
 // with a fake Clock. With a negative ReclaimAfter it does nothing.
 func (l *Limiter[K]) Reclaim() int {
@@ -54,6 +56,9 @@ func (l *Limiter[K]) Reclaim() int {
 			slog.Any("key", r.key),
 			slog.Duration("held", r.held))
 		l.observe(r.key, Reclaimed, r.held)
+		if r.hook != nil {
+			r.hook()
+		}
 	}
 	return len(taken)
 }
@@ -68,6 +73,7 @@ func (sh *shard[K]) reclaimOlder(cutoff, now int64, taken []reclaimed[K]) []recl
 			key:    p.entry.key,
 			held:   time.Duration(now - p.granted),
 			stored: p.stored,
+			hook:   p.onReclaim,
 		})
 		sh.stats.reclaimed++
 		sh.releaseLocked(p)

@@ -77,7 +77,8 @@ type permit[K comparable] struct {
 	prev, next *permit[K] // in the shard's age list, while listed
 	granted    int64      // coarse clock, Unix nanoseconds
 	listed     bool
-	stored     bool // the Store counted it
+	stored     bool   // the Store counted it
+	onReclaim  func() // set by Permit.OnReclaim; nil otherwise
 }
 
 // lookup returns key's entry, creating it with the given limit if needed;
@@ -135,6 +136,7 @@ func (sh *shard[K]) take(e *entry[K], now int64) *permit[K] {
 // It does not touch e's waiters or the table; see settle.
 func (sh *shard[K]) give(p *permit[K]) {
 	p.gen++
+	p.onReclaim = nil
 	sh.unlist(p)
 	p.entry.inUse--
 	p.entry = nil

@@ -247,6 +247,21 @@ type Listener struct {
 	// DefaultMaxHeaderBytes (1 MiB). Negative is invalid. HTTP listeners only.
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
 
+	// SendTimeout ends an exchange whose client accepts no byte of the response for this
+	// long, as nginx's send_timeout: a client that asks for a large body and stops reading
+	// gives back its permits and its upstream connection instead of holding them. It bounds
+	// the time between two pieces of progress, not the whole response (see WriteTimeout); a
+	// stalled write fails between 7/8 of it and all of it. Zero means DefaultSendTimeout
+	// (60s). Negative is invalid. HTTP listeners only.
+	SendTimeout time.Duration `yaml:"send_timeout"`
+
+	// MaxConcurrentStreams caps the requests one HTTP/2 (https) or HTTP/3 connection may run
+	// at once (SETTINGS_MAX_CONCURRENT_STREAMS; QUIC's bidirectional stream limit), so that a
+	// single connection cannot start hundreds of upstream exchanges on a listener without a
+	// request limit. Zero means DefaultMaxConcurrentStreams (100). Negative and values above
+	// 2147483647 are invalid. https and http3 listeners only.
+	MaxConcurrentStreams int `yaml:"max_concurrent_streams"`
+
 	// ClientLimit is a per-client concurrency limit on the requests of the whole listener,
 	// counted apart from any route limit. Its key must be client_ip (or empty). Nil means
 	// none. HTTP listeners only.

@@ -22,6 +22,8 @@ const (
 	DefaultIdleTimeout          = 60 * time.Second
 	DefaultUpstreamTimeout      = 60 * time.Second
 	DefaultMaxHeaderBytes       = 1 << 20
+	DefaultSendTimeout          = 60 * time.Second
+	DefaultMaxConcurrentStreams = 100
 	DefaultPermits              = 64
 	DefaultStatus               = 429
 	DefaultRetryAfter           = 1 * time.Second
@@ -100,6 +102,10 @@ func (l *Listener) effective(i int) Listener {
 		e.ReadHeaderTimeout = orDefault(e.ReadHeaderTimeout, DefaultReadHeaderTimeout)
 		e.IdleTimeout = orDefault(e.IdleTimeout, DefaultIdleTimeout)
 		e.MaxHeaderBytes = orDefault(e.MaxHeaderBytes, DefaultMaxHeaderBytes)
+		e.SendTimeout = orDefault(e.SendTimeout, DefaultSendTimeout)
+	}
+	if l.Protocol.Uses("max_concurrent_streams") {
+		e.MaxConcurrentStreams = orDefault(e.MaxConcurrentStreams, DefaultMaxConcurrentStreams)
 	}
 	if l.ClientLimit != nil {
 		cl := l.ClientLimit.effective(false)

@@ -21,6 +21,8 @@ var listenerFieldProtocols = map[string][]Protocol{
 	"write_timeout":          {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},
 	"idle_timeout":           {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},
 	"max_header_bytes":       {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},
+	"send_timeout":           {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},
+	"max_concurrent_streams": {ProtocolHTTPS, ProtocolHTTP3},
 	"client_limit":           {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},
 	"upstream":               {ProtocolTCP},
 	"routes_from":            {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"slices"
@@ -219,6 +220,7 @@ func (v *validator) httpServer(l *Listener, p string) {
 	}{
 		{"read_header_timeout", l.ReadHeaderTimeout}, {"read_timeout", l.ReadTimeout},
 		{"write_timeout", l.WriteTimeout}, {"idle_timeout", l.IdleTimeout},
+		{"send_timeout", l.SendTimeout},
 	}
 	if !l.Protocol.IsHTTP() {
 		return
@@ -228,6 +230,9 @@ func (v *validator) httpServer(l *Listener, p string) {
 	}
 	if l.MaxHeaderBytes < 0 {
 		v.addf(p+".max_header_bytes", "must be 0 or more (got %d)", l.MaxHeaderBytes)
+	}
+	if l.MaxConcurrentStreams < 0 || l.MaxConcurrentStreams > math.MaxInt32 {
+		v.addf(p+".max_concurrent_streams", "must be 0 to %d (got %d)", math.MaxInt32, l.MaxConcurrentStreams)
 	}
 	v.limit(l.ClientLimit, p+".client_limit", clientLimit)
 }

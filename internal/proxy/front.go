@@ -234,6 +234,7 @@ func (f *front) serveHTTP(table *atomic.Pointer[routeTable], base context.Contex
 		if err := f.loadCert(); err != nil {
 			return err
 		}
+		srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: lc.MaxConcurrentStreams}
 		srv.TLSConfig = &tls.Config{
 			GetCertificate: f.getCertificate,
 			MinVersion:     tls.VersionTLS12,

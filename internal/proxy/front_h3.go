@@ -86,7 +86,10 @@ func bindH3(f *front) error {
 	// once its handshake completed and quicadmit checked its client's cap,
 	// so an over-cap client is never served a request (and 0-RTT, which
 	// could be replayed, is off).
-	h.ln, err = h.ctrl.Listen(h.tr, tlsConf, &quic.Config{MaxIdleTimeout: lc.IdleTimeout})
+	h.ln, err = h.ctrl.Listen(h.tr, tlsConf, &quic.Config{
+		MaxIdleTimeout:     lc.IdleTimeout,
+		MaxIncomingStreams: int64(lc.MaxConcurrentStreams),
+	})
 	if err != nil {
 		return fail(err)
 	}

@@ -26,10 +26,12 @@ const waitLimit = 10 * time.Second
 // testBackend answers every path: after ?ms=N milliseconds when asked,
 // with the headers it received under /headers, and a WebSocket echo at /ws.
 type testBackend struct {
-	srv      *http.Server
-	ln       net.Listener
-	inFlight atomic.Int64
-	requests atomic.Int64
+	srv         *http.Server
+	ln          net.Listener
+	inFlight    atomic.Int64
+	maxInFlight atomic.Int64
+	requests    atomic.Int64
+	bigEnded    chan error // what ended each /big response
 }
 
 func startBackend(t testing.TB) *testBackend {
@@ -38,8 +40,19 @@ func startBackend(t testing.TB) *testBackend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &testBackend{}
+	b := &testBackend{bigEnded: make(chan error, 16)}
 	mux := http.NewServeMux()
+	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) {
+		// An endless body, for clients that stop reading; at most 1 GiB.
+		chunk := make([]byte, 64<<10)
+		for range 1 << 14 {
+			if _, err := w.Write(chunk); err != nil {
+				b.bigEnded <- err
+				return
+			}
+		}
+		b.bigEnded <- nil
+	})
 	mux.Handle("/ws", ws)
 	mux.HandleFunc("/headers", func(w http.ResponseWriter, r *http.Request) {
 		out := map[string]string{"Host": r.Host}
@@ -71,8 +84,10 @@ func startBackend(t testing.TB) *testBackend {
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		b.requests.Add(1)
-		b.inFlight.Add(1)
+		n := b.inFlight.Add(1)
 		defer b.inFlight.Add(-1)
+		for m := b.maxInFlight.Load(); n > m && !b.maxInFlight.CompareAndSwap(m, n); m = b.maxInFlight.Load() {
+		}
 		if ms, _ := strconv.Atoi(r.URL.Query().Get("ms")); ms > 0 {
 			select {
 			case <-time.After(time.Duration(ms) * time.Millisecond):

@@ -4,8 +4,7 @@ import (
 	"io"
 	stdlog "log"
 	"log/slog"
-	"net/http"
-	"sync/atomic"
+		"sync/atomic"
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
@@ -22,56 +21,6 @@ func NewLogger(lc config.Log, out io.Writer, level *slog.LevelVar) *slog.Logger 
 	}
 	return slog.New(slog.NewTextHandler(out, opts))
 }
-
-// accessLog logs one INFO line per exchange after it ends.
-func accessLog(next http.Handler, log *slog.Logger, listener string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		rec := &recorder{ResponseWriter: w}
-		defer func() {
-			status := int(rec.status.Load())
-			if status == 0 {
-				status = http.StatusOK
-			}
-			log.Info("access", "listener", listener, "client", r.RemoteAddr, "method", r.Method,
-				"host", r.Host, "path", r.URL.Path, "proto", r.Proto, "status", status,
-				"bytes", rec.bytes.Load(), "duration", time.Since(start))
-		}()
-		next.ServeHTTP(rec, r)
-	})
-}
-
-// recorder notes the status and body size of a response. It unwraps to the
-// original writer, so http.ResponseController (which ReverseProxy uses to
-// flush and hijack) still reaches the connection.
-type recorder struct {
-	http.ResponseWriter
-	status atomic.Int32
-	bytes  atomic.Int64
-}
-
-func (r *recorder) WriteHeader(code int) {
-	if code >= 200 || code == http.StatusSwitchingProtocols {
-		r.status.CompareAndSwap(0, int32(code))
-	}
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *recorder) Write(b []byte) (int, error) {
-	r.status.CompareAndSwap(0, http.StatusOK)
-	n, err := r.ResponseWriter.Write(b)
-	r.bytes.Add(int64(n))
-	return n, err
-}
-
-// Flush lets handlers that type-assert http.Flusher flush through the
-// recorder.
-func (r *recorder) Flush() { _ = http.NewResponseController(r.ResponseWriter).Flush() }
-
-// Unwrap returns the wrapped writer, for http.ResponseController.
-func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
-
-var _ http.Flusher = (*recorder)(nil)
 
 // newServerErrorLog returns the log.Logger an http.Server writes its own
 // errors to (TLS handshake failures, malformed requests). They are logged at

@@ -87,9 +87,11 @@ func (b *tableBuilder) build() (*routeTable, error) {
 		h = l.lim.Wrap(h)
 	}
 	h = reverseRequests(h)
+	o := exchangeOpts{listener: b.lc.Name, send: b.lc.SendTimeout, whole: b.lc.WriteTimeout}
 	if b.accessLog {
-		h = accessLog(h, b.deps.log, b.lc.Name)
+		o.log = b.deps.log
 	}
+	h = exchanges(h, o)
 	t.handler = h
 	return t, nil
 }

@@ -1,0 +1,202 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// exchangeOpts are the per-exchange settings of an HTTP listener.
+type exchangeOpts struct {
+	listener string
+	log      *slog.Logger // nil: no access log
+	// send is the write-progress bound: an exchange whose client accepts no
+	// byte of the response for this long ends (nginx's send_timeout).
+	// Zero means none.
+	send time.Duration
+	// whole is the listener's write_timeout, a bound on writing the whole
+	// response that send must never extend. Zero means none.
+	whole time.Duration
+}
+
+// exchanges returns the outermost handler of an HTTP listener's chain: it
+// gives every exchange an exchangeWriter, and logs the exchange when it
+// ends if the access log is on.
+func exchanges(next http.Handler, o exchangeOpts) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ew := newExchangeWriter(w, o, start)
+		if o.log != nil {
+			defer logAccess(o, r, ew.state(), start)
+		}
+		next.ServeHTTP(ew, r)
+	})
+}
+
+func logAccess(o exchangeOpts, r *http.Request, st *exchangeState, start time.Time) {
+	status := int(st.status.Load())
+	if status == 0 {
+		status = http.StatusOK
+	}
+	o.log.Info("access", "listener", o.listener, "client", r.RemoteAddr, "method", r.Method,
+		"host", r.Host, "path", r.URL.Path, "proto", r.Proto, "status", status,
+		"bytes", st.bytes.Load(), "duration", time.Since(start))
+}
+
+// deadliner is what http.ResponseController calls to set a write deadline:
+// net/http's HTTP/1 and HTTP/2 writers and quic-go's HTTP/3 writer have it.
+type deadliner interface {
+	SetWriteDeadline(time.Time) error
+}
+
+// exchangeState is what an exchangeWriter records. Flushes may come from
+// another goroutine than writes (ReverseProxy flushes streams from a
+// timer), hence the atomics.
+type exchangeState struct {
+	status   atomic.Int32 // the final status written; 0 until then
+	bytes    atomic.Int64 // body bytes written
+	extended atomic.Int64 // Unix nanoseconds of the last deadline extension
+}
+
+// exchangeWriter is the ResponseWriter of one exchange. It records the
+// status and size of the response, and keeps the connection's write
+// deadline a send timeout ahead of the last progress, so that a client that
+// stops reading ends its exchange (and gives back its permits and its
+// upstream connection) instead of holding them for good. The deadline is
+// moved at most every eighth of the send timeout, since on HTTP/2 each move
+// is a message to the connection's goroutine: a write that makes no
+// progress fails between 7/8 of the send timeout and all of it.
+//
+// It unwraps for http.ResponseController. Writers over a connection that
+// can be hijacked are wrapped in hijackableWriter, which can be too, so
+// that the tunnel tracking of httplimit sees the hijack.
+type exchangeWriter struct {
+	http.ResponseWriter
+	exchangeState
+	dl    deadliner // nil when the writer cannot take deadlines
+	send  time.Duration
+	limit time.Time // the write_timeout deadline; zero without
+}
+
+// hijackableWriter is an exchangeWriter over a writer that can be hijacked
+// (HTTP/1.1).
+type hijackableWriter struct {
+	exchangeWriter
+	hj http.Hijacker
+}
+
+var (
+	_ http.Flusher  = (*exchangeWriter)(nil)
+	_ http.Hijacker = (*hijackableWriter)(nil)
+)
+
+// writerOf is the interface both writer types offer the exchange handler.
+type writerOf interface {
+	http.ResponseWriter
+	state() *exchangeState
+}
+
+func newExchangeWriter(w http.ResponseWriter, o exchangeOpts, start time.Time) writerOf {
+	var ew *exchangeWriter
+	var out writerOf
+	if hj, ok := w.(http.Hijacker); ok {
+		hw := &hijackableWriter{hj: hj}
+		ew, out = &hw.exchangeWriter, hw
+	} else {
+		ew = new(exchangeWriter)
+		out = ew
+	}
+	ew.ResponseWriter, ew.send = w, o.send
+	if o.send > 0 {
+		ew.dl = findDeadliner(w)
+		if o.whole > 0 {
+			ew.limit = start.Add(o.whole)
+		}
+		ew.extend(start)
+	}
+	return out
+}
+
+// findDeadliner returns the writer under w that takes write deadlines, or
+// nil.
+func findDeadliner(w http.ResponseWriter) deadliner {
+	for {
+		if d, ok := w.(deadliner); ok {
+			return d
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return nil
+		}
+		w = u.Unwrap()
+	}
+}
+
+func (w *exchangeWriter) state() *exchangeState { return &w.exchangeState }
+
+// progress moves the write deadline if the last move is an eighth of the
+// send timeout old.
+func (w *exchangeWriter) progress() {
+	if w.dl == nil {
+		return
+	}
+	now := time.Now()
+	if now.UnixNano()-w.extended.Load() < int64(w.send/8) {
+		return
+	}
+	w.extend(now)
+}
+
+func (w *exchangeWriter) extend(now time.Time) {
+	if w.dl == nil {
+		return
+	}
+	w.extended.Store(now.UnixNano())
+	d := now.Add(w.send)
+	if !w.limit.IsZero() && w.limit.Before(d) {
+		d = w.limit
+	}
+	_ = w.dl.SetWriteDeadline(d)
+}
+
+func (w *exchangeWriter) WriteHeader(code int) {
+	if code >= 200 || code == http.StatusSwitchingProtocols {
+		w.status.CompareAndSwap(0, int32(code))
+	}
+	w.progress()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *exchangeWriter) Write(b []byte) (int, error) {
+	w.status.CompareAndSwap(0, http.StatusOK)
+	w.progress()
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes.Add(int64(n))
+	return n, err
+}
+
+// Flush lets handlers that type-assert http.Flusher flush through.
+func (w *exchangeWriter) Flush() {
+	w.progress()
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap returns the wrapped writer, for http.ResponseController.
+func (w *exchangeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Hijack hands the connection over, without a deadline: a tunnel's bounds
+// are its own.
+func (w *hijackableWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := w.hj.Hijack()
+	if err == nil && w.dl != nil {
+		if err := c.SetWriteDeadline(time.Time{}); err != nil && !errors.Is(err, net.ErrClosed) {
+			_ = c.Close()
+			return nil, nil, err
+		}
+	}
+	return c, brw, err
+}
