@@ -4,7 +4,7 @@ import (
 	"io"
 	stdlog "log"
 	"log/slog"
-		"sync/atomic"
+	"sync/atomic"
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
