@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bufio"
+	"fmt"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -380,4 +381,65 @@ listeners:
 	if status, _, _ := get(t, d.client("127.0.0.2"), d.url("web", "/")); status != http.StatusOK {
 		t.Fatalf("127.0.0.2 after closing its connections got %d, want 200", status)
 	}
+}
+
+// TestWebSocketOwnPermitsWithAccessLog runs a WebSocket through a route
+// with tunnel_permits and the access log on: once switched, the socket
+// holds a tunnel permit only, so a page load beside it is served under
+// permits 1, and a fake upgrade the upstream answers 200 counts as an
+// ordinary exchange.
+func TestWebSocketOwnPermitsWithAccessLog(t *testing.T) {
+	d := startDaemon(t, `
+admin: {listen: "127.0.0.1:0"}
+log: {access_log: true}
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    routes:
+      - name: app
+        upstreams: ["{{backend}}"]
+        limit: {permits: 1, tunnel_permits: 1}
+`)
+	cfg, err := websocket.NewConfig("ws://"+d.srv.Addr("web").String()+"/ws", "http://localhost/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Dialer = &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}, Timeout: waitLimit}
+	ws, err := websocket.DialConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = ws.SetDeadline(time.Now().Add(waitLimit))
+	if err := websocket.Message.Send(ws, "one"); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	if err := websocket.Message.Receive(ws, &got); err != nil || got != "one" {
+		t.Fatalf("echo %q %v", got, err)
+	}
+	l := d.route("web", "app").Limit
+	if l.Totals.InUse != 1 || len(l.TunnelsBusy) != 1 || len(l.Busy) != 0 {
+		t.Fatalf("limit with an open socket: %+v, want one tunnel and no exchange", l)
+	}
+	if st, _, _ := get(t, d.client("127.0.0.2"), d.url("web", "/")); st != http.StatusOK {
+		t.Errorf("page load beside the socket: %d, want 200 (the socket holds a tunnel permit only)", st)
+	}
+	ws.Close()
+	d.waitFor("the socket's permit back", func() bool { return d.route("web", "app").Limit.Totals.InUse == 0 })
+	// A fake upgrade: the backend's "/" ignores Upgrade and answers 200
+	// after a while; meanwhile it holds the client's one exchange permit
+	// (and a tunnel permit, until its answer shows it is no tunnel).
+	c := dialFrom(t, "127.0.0.2", d.srv.Addr("web").String())
+	fmt.Fprint(c, "GET /?ms=1500 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+	d.waitFor("the fake upgrade to hold its permits", func() bool { return d.route("web", "app").Limit.Totals.InUse == 2 })
+	if st, _, _ := get(t, d.client("127.0.0.2"), d.url("web", "/")); st != http.StatusTooManyRequests {
+		t.Errorf("page load beside a fake upgrade: %d, want 429", st)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("fake upgrade answer: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	c.Close()
 }
