@@ -224,24 +224,18 @@ func (s *Server) installTables(cfg *config.Config, fronts []*front) error {
 
 // retire closes a limiter a reload replaced once the exchanges that still
 // use it have ended, so that they finish under the limits they started
-// with and its queue does not fail waiters with 503.
+// with and its queue does not fail waiters with 503. It waits, without
+// polling, for the limiter's last permit to come back, or for the server
+// to stop.
 func (s *Server) retire(l *limiter) {
 	s.retired.Add(1)
+	idle := l.lim.Idle()
 	go func() {
 		defer s.retired.Done()
 		defer l.close()
-		t := time.NewTicker(50 * time.Millisecond)
-		defer t.Stop()
-		for {
-			tot := l.lim.Totals()
-			if tot.InUse == 0 && tot.Waiting == 0 {
-				return
-			}
-			select {
-			case <-s.base.Done():
-				return
-			case <-t.C:
-			}
+		select {
+		case <-idle:
+		case <-s.base.Done():
 		}
 	}()
 }
