@@ -45,8 +45,8 @@ func startAdmin(addr string, s *Server) (*adminServer, error) {
 		writeShort(w, http.StatusOK, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if s.Draining() {
-			writeShort(w, http.StatusServiceUnavailable, "draining\n")
+		if ok, why := s.Ready(); !ok {
+			writeShort(w, http.StatusServiceUnavailable, why+"\n")
 			return
 		}
 		writeShort(w, http.StatusOK, "ready\n")
