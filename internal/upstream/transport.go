@@ -151,10 +151,12 @@ func (c Config) validate() error {
 // Every other request goes to [Config.Fallback] unchanged. A Transport is
 // safe for concurrent use; make it with [New].
 type Transport struct {
-	cfg     Config
-	idle    *idlePool
-	dials   atomic.Uint64
-	retries atomic.Uint64
+	cfg         Config
+	idle        *idlePool
+	dials       atomic.Uint64
+	retries     atomic.Uint64
+	idleClosed  atomic.Uint64
+	unsolicited atomic.Uint64
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -175,7 +177,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func (t *Transport) roundTrip(req *http.Request, headTimeout time.Duration) (*http.Response, error) {
-	if !isFastPath(req) {
+	if !canProbeSockets || !isFastPath(req) {
 		return t.roundTripFallback(req, headTimeout)
 	}
 	return t.roundTripFast(req, headTimeout)
@@ -222,16 +224,27 @@ func (t *Transport) CloseIdleConnections() {
 
 // Stats counts the fast path's connections, for tests and diagnostics.
 type Stats struct {
-	Dials          uint64 // connections opened so far
-	Retries        uint64 // requests sent again after a reused connection failed
-	Idle           int    // idle connections now
-	MaxIdlePerHost int    // idle connections now of the busiest host:port
+	Dials   uint64 // connections opened so far
+	Retries uint64 // requests sent again after a reused connection failed or answered 408
+	// IdleClosed counts idle connections found closed, reset or timed out
+	// (408) by the upstream when a request took them, and dropped.
+	IdleClosed uint64
+	// Unsolicited counts connections closed because bytes arrived on them
+	// that no request asked for: while idle (other than a 408), or after a
+	// response, beyond what its framing accounts for.
+	Unsolicited    uint64
+	Idle           int // idle connections now
+	MaxIdlePerHost int // idle connections now of the busiest host:port
 }
 
 // Stats returns the fast path's counts; the Fallback's are not included.
 func (t *Transport) Stats() Stats {
 	idle, maxHost := t.idle.idle()
-	return Stats{Dials: t.dials.Load(), Retries: t.retries.Load(), Idle: idle, MaxIdlePerHost: maxHost}
+	return Stats{
+		Dials: t.dials.Load(), Retries: t.retries.Load(),
+		IdleClosed: t.idleClosed.Load(), Unsolicited: t.unsolicited.Load(),
+		Idle: idle, MaxIdlePerHost: maxHost,
+	}
 }
 
 // roundTripFallback sends req to the Fallback, bounding the wait for its
