@@ -9,6 +9,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -469,5 +470,104 @@ func TestConcurrentClientsOwnAnswers(t *testing.T) {
 				srv.Release()
 			}
 		})
+	}
+}
+
+// TestResidualWindowAsNetHTTP characterizes the window no HTTP/1.1 client
+// can close, on the Transport and on net/http's side by side: the first
+// connection's backend writes a stray response as soon as it reads the
+// first request, before its real answer. That exchange gets the stray,
+// with either client. If the real answer then arrives while the connection
+// is idle, the next request finds it and takes a new connection; if the
+// backend holds each real answer until the next request has arrived, every
+// later exchange on that connection is one answer behind, with either
+// client, until the surplus shows.
+func TestResidualWindowAsNetHTTP(t *testing.T) {
+	defer log.SetOutput(log.Writer())
+	log.SetOutput(io.Discard)
+	answer := func(target string) string {
+		return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\nanswer to %s", len("answer to "+target), target)
+	}
+	cases := []struct {
+		name string
+		lag  bool // the backend writes each real answer once the next request arrived
+		want []string
+	}{
+		{"answer arrives while idle", false, []string{"stray", "answer to /2", "answer to /3"}},
+		{"answer arrives after the next request", true, []string{"stray", "answer to /1", "answer to /2"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var got [2][]string
+			for k := range got {
+				release := make(chan struct{})
+				var first atomic.Bool
+				srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					if first.Swap(true) {
+						io.WriteString(c, answer(req.RequestURI))
+						serveEcho(c, br, answer)
+						return
+					}
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray")
+					if !tc.lag {
+						<-release
+						io.WriteString(c, answer(req.RequestURI))
+						serveEcho(c, br, answer)
+						return
+					}
+					for prev := req.RequestURI; ; {
+						next, err := http.ReadRequest(br)
+						if err != nil {
+							return
+						}
+						io.WriteString(c, answer(prev))
+						prev = next.RequestURI
+					}
+				})
+				w := &closeWatcher{closed: make(chan net.Conn, 16)}
+				rd := &recordingDialer{}
+				var rt http.RoundTripper
+				if k == 0 {
+					std := &http.Transport{DialContext: w.dial, MaxIdleConnsPerHost: 1024, DisableCompression: true}
+					t.Cleanup(std.CloseIdleConnections)
+					rt = std
+				} else {
+					rt = newTransport(t, Config{DialContext: rd.dial})
+				}
+				for i := 1; i <= 3; i++ {
+					resp, err := get(t, rt, fmt.Sprintf("%s/%d", srv.url(), i))
+					if err != nil {
+						t.Fatal(err)
+					}
+					got[k] = append(got[k], readAll(t, resp))
+					if i == 1 && !tc.lag {
+						close(release)
+						if k == 0 {
+							<-w.closed // net/http's read loop saw the surplus
+						} else {
+							waitNotOpen(t, rd.last())
+						}
+					}
+				}
+			}
+			if !slices.Equal(got[0], tc.want) || !slices.Equal(got[1], tc.want) {
+				t.Fatalf("net/http got %q, upstream %q; want %q for both", got[0], got[1], tc.want)
+			}
+		})
+	}
+}
+
+// serveEcho answers every request on br with answer(its target).
+func serveEcho(c net.Conn, br *bufio.Reader, answer func(string) string) {
+	for {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		io.WriteString(c, answer(req.RequestURI))
 	}
 }
