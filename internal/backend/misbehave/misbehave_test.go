@@ -201,7 +201,13 @@ func TestLateAfter(t *testing.T) {
 	s := start(t, misbehave.Config{Fault: misbehave.LateResponse, LateAfter: 30 * time.Millisecond})
 	r := dial(t, s)
 	r.expectAnswer(r.send("GET", "/a"), 200, "GET", "/a", true)
+	if n := s.Pending(); n != 1 {
+		t.Fatalf("%d faults pending before LateAfter, want 1", n)
+	}
 	r.expectStray("GET", "/a") // within the 10 s deadline
+	if n := s.Pending(); n != 0 {
+		t.Fatalf("%d faults pending after LateAfter, want 0", n)
+	}
 	if n := s.Release(); n != 0 {
 		t.Fatalf("Release did %d faults after LateAfter, want 0", n)
 	}
@@ -228,4 +234,38 @@ func TestFaultNames(t *testing.T) {
 
 func TestConfigDocumented(t *testing.T) {
 	doctest.ZeroValuesDocumented(t, "misbehave.go", reflect.TypeFor[misbehave.Config]())
+}
+
+func TestCheckAnswer(t *testing.T) {
+	mk := func(status int, answerTo, body string) *http.Response {
+		h := http.Header{}
+		if answerTo != "" {
+			h.Set(misbehave.AnswerHeader, answerTo)
+		}
+		return &http.Response{StatusCode: status, Header: h, Body: io.NopCloser(strings.NewReader(body))}
+	}
+	cases := []struct {
+		name   string
+		resp   *http.Response
+		method string
+		wrong  bool
+	}{
+		{"own", mk(200, "GET /a", misbehave.Answer("GET", "/a")), "GET", false},
+		{"own HEAD", mk(200, "HEAD /a", ""), "HEAD", false},
+		{"own 204", mk(204, "GET /a", ""), "GET", false},
+		{"another request's", mk(200, "GET /b", misbehave.Answer("GET", "/b")), "GET", true},
+		{"another method's", mk(200, "HEAD /a", ""), "GET", true},
+		{"no header", mk(200, "", misbehave.Answer("GET", "/a")), "GET", true},
+		{"another body", mk(200, "GET /a", misbehave.Answer("GET", "/b")), "GET", true},
+		{"a body on HEAD", mk(200, "HEAD /a", "x"), "HEAD", true},
+		{"a 408", mk(408, "GET /a", ""), "GET", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := misbehave.CheckAnswer(tc.resp, tc.method, "/a")
+			if tc.wrong != errors.Is(err, misbehave.ErrWrongAnswer) || !tc.wrong && err != nil {
+				t.Fatalf("CheckAnswer: %v, want wrong %v", err, tc.wrong)
+			}
+		})
+	}
 }

@@ -57,8 +57,27 @@ func (s *Server) Accepted() uint64 { return s.accepted.Load() }
 // Requests reports how many requests the server read, on every connection.
 func (s *Server) Requests() uint64 { return s.requests.Load() }
 
-// Release makes every pending late fault act now, connection by
-// connection, and returns how many did once each has been delivered: the
+// Pending reports how many late faults have not acted yet, on every
+// connection. A fault acting now (by [Config.LateAfter]) counts until what
+// it sent was delivered.
+func (s *Server) Pending() int {
+	s.mu.Lock()
+	conns := make([]*serverConn, 0, len(s.open))
+	for c := range s.open {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	n := 0
+	for _, c := range conns {
+		c.wmu.Lock()
+		n += len(c.late)
+		c.wmu.Unlock()
+	}
+	return n
+}
+
+// Release makes every pending late fault act now, on every connection at
+// once, and returns how many did once each has been delivered: the
 // bytes and the FIN it sent were acknowledged by the client's kernel (on
 // Linux; elsewhere it returns once they were written), so that they are in
 // the client's receive queue before Release returns. A reset cannot be
@@ -70,11 +89,18 @@ func (s *Server) Release() int {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
-	n := 0
+	// In parallel: a delivered FIN may wait for a delayed ACK (40 ms).
+	var n atomic.Int64
+	var wg sync.WaitGroup
 	for _, c := range conns {
-		n += c.runLate()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.Add(int64(c.runLate()))
+		}()
 	}
-	return n
+	wg.Wait()
+	return int(n.Load())
 }
 
 // Close closes the listener and every connection, and waits for their
