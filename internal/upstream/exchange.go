@@ -176,7 +176,7 @@ func (t *Transport) exchange(ctx context.Context, c *conn, head requestHead, dea
 			return nil, false, x.fail("read response head", ctx.Err())
 		}
 	}
-	if resp.StatusCode == http.StatusRequestTimeout && x.reused && !x.informed && isReplayable(head.req) {
+	if resp.StatusCode == http.StatusRequestTimeout && x.reused && !x.informed && ctx.Err() == nil && isReplayable(head.req) {
 		return nil, true, x.fail("read response head", errReusedTimedOut)
 	}
 	x.reusable = resp.ProtoAtLeast(1, 1) && !resp.Close && !wantsClose(head.req)

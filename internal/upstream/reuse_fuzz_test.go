@@ -35,7 +35,8 @@ import (
 //     since (no byte, close or reset);
 //   - a request that is not replayable reaches the upstream at most once, a
 //     replayable one at most twice;
-//   - a request answered by exactly one valid response gets that response;
+//   - a request answered by exactly one valid response, and not canceled,
+//     gets that response;
 //   - no connection is left open once the idle ones are closed.
 func FuzzReuse(f *testing.F) {
 	for _, seed := range reuseSeeds {
@@ -140,6 +141,7 @@ type flight struct {
 	frozen   bool            // final is set
 	tags     map[string]bool // the tags of the responses written in its windows
 	garbage  bool            // arbitrary bytes were written in one of its windows
+	canceled bool            // its context was canceled
 }
 
 // reuseRun is one run of a script.
@@ -464,6 +466,7 @@ func (r *reuseRun) action(f *flight, s *fuzzScript) {
 		r.waitFor(func() bool { return r.settled(f) })
 	case actCancel:
 		c.events = append(c.events, memWrite{kind: "cancel"})
+		f.canceled = true
 		f.cancel()
 	case actSplit:
 		variant, cut := s.next()%variantCount, s.next()
@@ -609,7 +612,7 @@ func (r *reuseRun) check() {
 // checkPrecise asserts that a request whose last window held exactly one
 // valid response got it.
 func (r *reuseRun) checkPrecise(f *flight) {
-	if f.attempts == 0 || len(f.final) == 0 || f.final[0].kind != "valid" {
+	if f.attempts == 0 || f.canceled || len(f.final) == 0 || f.final[0].kind != "valid" {
 		return
 	}
 	first, rest := f.final[0], f.final[1:]
