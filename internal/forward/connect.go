@@ -40,6 +40,10 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, t Target) {
 		p.tunnelHTTP2(w, r, rl)
 	}
 	rl.end("closed", true) // both sides closed, whatever ended the tunnel
+	// An end begun elsewhere (watchdog, Close) may still be touching the
+	// stream; it must be done before the handler returns and net/http
+	// recycles the ResponseWriter.
+	<-rl.ended
 	p.log.LogAttrs(r.Context(), slog.LevelDebug, "tunnel closed",
 		slog.String("target", t.String()),
 		slog.String("client", r.RemoteAddr),
@@ -89,6 +93,10 @@ func (p *Proxy) tunnelHTTP1(w http.ResponseWriter, r *http.Request, rl *relay) {
 // client's bytes, the response body the target's (RFC 9113 §8.5).
 func (p *Proxy) tunnelHTTP2(w http.ResponseWriter, r *http.Request, rl *relay) {
 	rc := http.NewResponseController(w)
+	// http.Server's ReadTimeout and WriteTimeout bound each stream; a
+	// tunnel has its own idle watchdog and lifetime instead.
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
 	w.WriteHeader(http.StatusOK)
 	if err := rc.Flush(); err != nil {
 		rl.abortFor("client gone before the tunnel opened")
@@ -139,6 +147,7 @@ type relay struct {
 	stopClient func(bool) // HTTP/2: unblocks the stream's reads (and writes, unless graceful)
 	aborted    bool
 	reason     string
+	ended      chan struct{} // closed once end has closed and stopped everything
 
 	last     atomic.Int64    // Unix nanoseconds of the last byte either way
 	writing  [2]atomic.Int64 // per direction, when the write in progress began; 0: none
@@ -147,7 +156,7 @@ type relay struct {
 }
 
 func newRelay(target net.Conn, idle time.Duration) *relay {
-	rl := &relay{target: target, idle: idle}
+	rl := &relay{target: target, idle: idle, ended: make(chan struct{})}
 	rl.touch()
 	if idle > 0 {
 		rl.mu.Lock()
@@ -227,6 +236,7 @@ func (rl *relay) end(reason string, graceful bool) {
 	if stop != nil {
 		stop(graceful)
 	}
+	close(rl.ended)
 }
 
 func (rl *relay) why() string {

@@ -81,6 +81,8 @@ type stackOptions struct {
 	tls      bool           // serve HTTPS with HTTP/2 instead of HTTP/1.1
 	// defaultPolicy keeps proxy.Policy nil: the built-in rules alone.
 	defaultPolicy bool
+	// serverTimeouts sets the http.Server's ReadTimeout and WriteTimeout.
+	serverTimeouts time.Duration
 }
 
 type stack struct {
@@ -145,6 +147,7 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	srv := httptest.NewUnstartedServer(h)
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	srv.Config.ReadHeaderTimeout = waitLimit
+	srv.Config.ReadTimeout, srv.Config.WriteTimeout = o.serverTimeouts, o.serverTimeouts
 	if o.tls {
 		srv.EnableHTTP2 = true
 		srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert.TLS}}

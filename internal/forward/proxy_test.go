@@ -298,15 +298,7 @@ func TestConnectOverHTTP2(t *testing.T) {
 		users:  []string{"alice", "alice-pw"},
 		limits: []httplimit.Config{{Key: httplimit.ByClientIP(nil), Permits: 1}},
 	})
-	pool := x509.NewCertPool()
-	pool.AddCert(s.cert.TLS.Leaf)
-	tr := &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: pool},
-		DialContext:     dialerFrom("127.0.0.2").DialContext,
-		Protocols:       new(http.Protocols),
-	}
-	tr.Protocols.SetHTTP2(true) // HTTP/2 only: the CONNECT must be a stream
-	t.Cleanup(tr.CloseIdleConnections)
+	tr := h2Client(t, s, "127.0.0.2")
 	open := func(creds string) (*http.Response, *io.PipeWriter) {
 		pr, pw := io.Pipe()
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodConnect, s.srv.URL, pr)
@@ -351,6 +343,59 @@ func TestConnectOverHTTP2(t *testing.T) {
 	}
 	resp.Body.Close()
 	expectIdle(t, s)
+}
+
+// The server's read and write timeouts bound requests, not tunnels: a
+// tunnel outlives them, over HTTP/1.1 and HTTP/2.
+func TestTunnelOutlivesServerTimeouts(t *testing.T) {
+	echo := tcpEcho(t)
+	const timeouts = 100 * time.Millisecond
+	t.Run("HTTP/1.1", func(t *testing.T) {
+		s := newStack(t, stackOptions{serverTimeouts: timeouts})
+		c := rawConn(t, s, "127.0.0.2")
+		br, resp := connect(t, c, echo, "")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("CONNECT: %d", resp.StatusCode)
+		}
+		time.Sleep(3 * timeouts)
+		io.WriteString(c, "late\n")
+		if line, err := br.ReadString('\n'); err != nil || line != "late\n" {
+			t.Fatalf("echo after the server timeouts: %q %v", line, err)
+		}
+	})
+	t.Run("HTTP/2", func(t *testing.T) {
+		s := newStack(t, stackOptions{serverTimeouts: timeouts, tls: true})
+		tr := h2Client(t, s, "127.0.0.2")
+		pr, pw := io.Pipe()
+		defer pw.Close()
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodConnect, s.srv.URL, pr)
+		req.Host = echo
+		resp, err := tr.RoundTrip(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("CONNECT: %v %v", resp, err)
+		}
+		defer resp.Body.Close()
+		time.Sleep(3 * timeouts)
+		fmt.Fprintln(pw, "late")
+		if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || line != "late\n" {
+			t.Fatalf("echo after the server timeouts: %q %v", line, err)
+		}
+	})
+}
+
+// h2Client is an HTTP/2-only client of s's TLS listener, from ip.
+func h2Client(t *testing.T, s *stack, ip string) *http.Transport {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AddCert(s.cert.TLS.Leaf)
+	tr := &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool},
+		DialContext:     dialerFrom(ip).DialContext,
+		Protocols:       new(http.Protocols),
+	}
+	tr.Protocols.SetHTTP2(true) // HTTP/2 only: the CONNECT must be a stream
+	t.Cleanup(tr.CloseIdleConnections)
+	return tr
 }
 
 func TestTunnelIdleTimeout(t *testing.T) {
