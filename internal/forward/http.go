@@ -30,6 +30,9 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	t, _ := TargetOf(pr.In)
 	pr.Out.URL.Scheme = "http"
 	pr.Out.URL.Host = t.String()
+	// ReverseProxy drops query parameters it cannot parse (a ';', a bad
+	// escape); a proxy passes the query on as the client wrote it.
+	pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 	pr.Out.Host = t.hostHeader(DefaultHTTPPort) // RFC 9112 §3.2.2: the target's, not the client's Host
 	pr.Out.Header["Via"] = append(pr.Out.Header["Via"], p.via)
 }

@@ -63,7 +63,8 @@ func TestHopByHopHeadersRemoved(t *testing.T) {
 	c := rawConn(t, s, "127.0.0.2")
 	br := bufio.NewReader(c)
 	for i := range 2 { // two requests on one client connection: keep-alive
-		fmt.Fprintf(c, "GET http://%s/echo HTTP/1.1\r\nHost: wrong.example\r\n"+
+		fmt.Fprintf(c, "GET http://%s/echo?a=1;b=%%zz&c HTTP/1.1\r\nHost: wrong.example\r\n"+
+			"X-Forwarded-For: 192.0.2.9\r\nForwarded: for=192.0.2.9\r\n"+
 			"Proxy-Authorization: %s\r\nProxy-Connection: keep-alive\r\n"+
 			"Connection: keep-alive, X-Secret\r\nX-Secret: s3cret\r\nKeep-Alive: timeout=5\r\n"+
 			"TE: trailers, deflate\r\nUpgrade: h2c\r\nX-Kept: yes\r\n\r\n", tg.addr, basic("alice", "alice-pw"))
@@ -81,12 +82,12 @@ func TestHopByHopHeadersRemoved(t *testing.T) {
 		if v := e.Header.Get("Te"); v != "" && v != "trailers" {
 			t.Errorf("TE reached the target: %q", v)
 		}
-		for _, h := range []string{"Proxy-Authorization", "Proxy-Connection", "X-Secret", "Keep-Alive", "Upgrade"} {
+		for _, h := range []string{"Proxy-Authorization", "Proxy-Connection", "X-Secret", "Keep-Alive", "Upgrade", "X-Forwarded-For", "Forwarded"} {
 			if v := e.Header.Get(h); v != "" {
 				t.Errorf("%s reached the target: %q", h, v)
 			}
 		}
-		if e.Header.Get("X-Kept") != "yes" || e.Host != tg.addr {
+		if e.Header.Get("X-Kept") != "yes" || e.Host != tg.addr || e.URI != "/echo?a=1;b=%zz&c" {
 			t.Errorf("target saw %+v", e)
 		}
 	}

@@ -52,7 +52,7 @@ const (
 type Config struct {
 	// File is the htpasswd file (Apache's format, bcrypt hashes only; see
 	// [ParseHtpasswd]). It is read by [New] and again by each
-	// [Authenticator.Reload]. Required.
+	// [Authenticator.Reload]. Required: empty is invalid.
 	File string
 
 	// Realm is the realm of the Basic challenge, shown by browsers. Empty
