@@ -395,6 +395,9 @@ func (a *Authenticator) allow(client clientkey.Key) error {
 // check runs one bcrypt comparison under the global bound, shared by every
 // request checking the same credentials at the same time.
 func (a *Authenticator) check(ctx context.Context, set *userSet, d digest, user, pass string) (bool, error) {
+	if testHookCheck != nil {
+		testHookCheck()
+	}
 	v, err, _ := set.flight.Do(string(d[:]), func() (any, error) {
 		if set.cache.has(d) {
 			return true, nil
@@ -404,6 +407,9 @@ func (a *Authenticator) check(ctx context.Context, set *userSet, d digest, user,
 		}
 		defer a.checks.Release(1)
 		a.stats.checks.Add(1)
+		if testHookBcrypt != nil {
+			testHookBcrypt()
+		}
 		ok := set.compare(user, pass)
 		if ok {
 			set.cache.add(d)
@@ -415,6 +421,11 @@ func (a *Authenticator) check(ctx context.Context, set *userSet, d digest, user,
 	}
 	return v.(bool), nil
 }
+
+// Test hooks, nil outside tests, set before and reset after a test's
+// requests: testHookCheck runs when a request is about to check its
+// credentials, testHookBcrypt when the shared run is about to call bcrypt.
+var testHookCheck, testHookBcrypt func()
 
 // Stats are an Authenticator's counts since New.
 type Stats struct {

@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -241,62 +240,6 @@ func TestFailureBudgetRefusesWithoutCheck(t *testing.T) {
 	}
 }
 
-// MaxConcurrentChecks bounds bcrypt over all clients: while one slow check
-// runs, another client's uncached check waits CheckTimeout and gets 503;
-// cached credentials are not held up.
-func TestConcurrentChecksBounded(t *testing.T) {
-	const slowCost = 13 // hundreds of milliseconds per check
-	file := writeUsers(t, t.TempDir(), slowCost, "alice", "alice-pw", "bob", "bob-pw")
-	a := newAuth(t, proxyauth.Config{File: file, MaxConcurrentChecks: 1, CheckTimeout: 20 * time.Millisecond})
-	url := serve(t, a.Wrap(echoUser))
-
-	var wg sync.WaitGroup
-	wg.Add(1)
-	var first answer
-	go func() {
-		defer wg.Done()
-		first = get(t, clientFrom(t, "127.0.0.2"), url, "Proxy-Authorization", basic("alice", "alice-pw"))
-	}()
-	waitFor(t, "the first check to start", func() bool { return a.Stats().Checks == 1 })
-	got := get(t, clientFrom(t, "127.0.0.3"), url, "Proxy-Authorization", basic("bob", "bob-pw"))
-	if got.status != http.StatusServiceUnavailable || got.header.Get("Retry-After") != "1" {
-		t.Fatalf("second check while the first runs: %d %v", got.status, got.header)
-	}
-	wg.Wait()
-	if first.status != http.StatusOK {
-		t.Fatalf("first: %d", first.status)
-	}
-	if st := a.Stats(); st.Busy != 1 || st.Failed != 0 {
-		t.Fatalf("stats %+v: busy must not count as a failure", st)
-	}
-}
-
-// Requests with the same uncached credentials arriving together share one
-// bcrypt run.
-func TestSameCredentialsShareOneCheck(t *testing.T) {
-	file := writeUsers(t, t.TempDir(), 10, "alice", "alice-pw")
-	a := newAuth(t, proxyauth.Config{File: file})
-	url := serve(t, a.Wrap(echoUser))
-	var wg sync.WaitGroup
-	for i := range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := clientFrom(t, fmt.Sprintf("127.0.0.%d", 2+i%2))
-			if got := get(t, c, url, "Proxy-Authorization", basic("alice", "alice-pw")); got.status != http.StatusOK {
-				t.Errorf("status %d", got.status)
-			}
-		}()
-	}
-	wg.Wait()
-	if st := a.Stats(); st.Checks > 2 {
-		// One per client at most: a client's requests queue behind its own
-		// check and find the cache filled; the two clients' checks share one
-		// run when they overlap.
-		t.Fatalf("%d bcrypt checks for one credential", st.Checks)
-	}
-}
-
 func TestReload(t *testing.T) {
 	dir := t.TempDir()
 	file := writeUsers(t, dir, bcrypt.MinCost, "alice", "alice-pw")
@@ -381,16 +324,5 @@ func TestWithUserAndUserOf(t *testing.T) {
 	r = r.WithContext(proxyauth.WithUser(context.Background(), "alice"))
 	if u, ok := proxyauth.User(r.Context()); !ok || u != "alice" {
 		t.Fatalf("User = %q, %v", u, ok)
-	}
-}
-
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
