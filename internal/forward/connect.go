@@ -18,6 +18,15 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, t Target) {
 		p.refuse(w, r, errClosed)
 		return
 	}
+	if r.ProtoMajor >= 2 {
+		// http.Server's ReadTimeout and WriteTimeout bound each HTTP/2
+		// stream from its start; a tunnel has its own bounds (the dial
+		// timeout, then the idle watchdog and the lifetime). Over HTTP/1.1
+		// the deadlines are cleared once the connection is taken over.
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Time{})
+		_ = rc.SetWriteDeadline(time.Time{})
+	}
 	conn, err := p.dialer.DialContext(r.Context(), "tcp", t.String())
 	if err != nil {
 		p.targetFailed(w, r, err)
@@ -93,10 +102,6 @@ func (p *Proxy) tunnelHTTP1(w http.ResponseWriter, r *http.Request, rl *relay) {
 // client's bytes, the response body the target's (RFC 9113 §8.5).
 func (p *Proxy) tunnelHTTP2(w http.ResponseWriter, r *http.Request, rl *relay) {
 	rc := http.NewResponseController(w)
-	// http.Server's ReadTimeout and WriteTimeout bound each stream; a
-	// tunnel has its own idle watchdog and lifetime instead.
-	_ = rc.SetReadDeadline(time.Time{})
-	_ = rc.SetWriteDeadline(time.Time{})
 	w.WriteHeader(http.StatusOK)
 	if err := rc.Flush(); err != nil {
 		rl.abortFor("client gone before the tunnel opened")

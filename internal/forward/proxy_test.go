@@ -402,7 +402,7 @@ func h2Client(t *testing.T, s *stack, ip string) *http.Transport {
 func TestTunnelIdleTimeout(t *testing.T) {
 	echo := tcpEcho(t)
 	s := newStack(t, stackOptions{
-		proxy:  forward.Config{TunnelIdleTimeout: 100 * time.Millisecond},
+		proxy:  forward.Config{TunnelIdleTimeout: 500 * time.Millisecond},
 		limits: []httplimit.Config{{Permits: 4}},
 	})
 	c := rawConn(t, s, "127.0.0.2")
@@ -410,13 +410,15 @@ func TestTunnelIdleTimeout(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("CONNECT: %d", resp.StatusCode)
 	}
-	// Traffic keeps it open past the idle time...
-	for range 4 {
+	// Traffic keeps it open past the idle time (gaps of 25ms against an
+	// idle time of 500ms leave room for a loaded machine)...
+	start := time.Now()
+	for time.Since(start) < 750*time.Millisecond {
 		io.WriteString(c, "x\n")
 		if _, err := br.ReadString('\n'); err != nil {
-			t.Fatalf("tunnel closed while busy: %v", err)
+			t.Fatalf("tunnel closed while busy, %v after it opened: %v", time.Since(start), err)
 		}
-		time.Sleep(40 * time.Millisecond)
+		time.Sleep(25 * time.Millisecond)
 	}
 	// ...silence closes it.
 	if _, err := io.ReadAll(br); err != nil && !errors.Is(err, net.ErrClosed) {
