@@ -55,6 +55,9 @@ type conn struct {
 }
 
 func (s *Server) newConn(rwc net.Conn, base context.Context) *conn {
+	if s.shuttingDown() {
+		return nil
+	}
 	c := &conn{srv: s, rwc: rwc, localAddr: rwc.LocalAddr()}
 	c.ctx = base
 	if s.ConnContext != nil {

@@ -49,6 +49,7 @@ var hostileCorpus = []corpusCase{
 	{"connect bad authority", "CONNECT a b:443 HTTP/1.1\r\n\r\n", "400"},
 	{"options star", "OPTIONS * HTTP/1.1\r\n" + h + "\r\n", "200"},
 	{"options star with body", "OPTIONS * HTTP/1.1\r\n" + h + "Content-Length: 3\r\n\r\nabc", "200"},
+	{"options star with long body", "OPTIONS * HTTP/1.1\r\n" + h + "Content-Length: 5000\r\n\r\n" + strings.Repeat("b", 5000) + "GET / HTTP/1.1\r\n" + h + "\r\n", "200"},
 	{"get star", "GET * HTTP/1.1\r\n" + h + "\r\n", "200"},
 	{"h2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "200"},
 	{"h2 preface with header needs host", "PRI * HTTP/2.0\r\nX: y\r\n\r\n", "400"},
@@ -267,8 +268,16 @@ func generatedCorpus(n int) []corpusCase {
 	}
 	rng := rand.New(rand.NewPCG(19, 2026))
 	specials := []byte(" \t\r\n:,;0aAf-_\x00\x7f\x80\xff/?%#")
+	// Mutations start from the cases net/http answers without its 500 ms
+	// pause before closing, so that the test stays quick.
+	var bases []string
+	for _, tc := range hostileCorpus {
+		if !strings.Contains(tc.name, "long body") && tc.name != "cl max" {
+			bases = append(bases, tc.raw)
+		}
+	}
 	for k := range n {
-		src := hostileCorpus[rng.IntN(len(hostileCorpus))].raw
+		src := bases[rng.IntN(len(bases))]
 		b := []byte(src)
 		for range 1 + rng.IntN(3) {
 			if len(b) == 0 {
@@ -297,3 +306,19 @@ func generatedCorpus(n int) []corpusCase {
 	}
 	return out
 }
+
+// bufferEdgeCorpus holds inputs at net/http's 4096-byte buffer edges.
+var bufferEdgeCorpus = func() []corpusCase {
+	var out []corpusCase
+	for _, n := range []int{4093, 4094, 4095, 4096, 8188, 8190, 8191} {
+		line := "5;" + strings.Repeat("x", n)
+		out = append(out, corpusCase{name: fmt.Sprintf("truncated request line %d", len(line)), raw: line})
+		out = append(out, corpusCase{name: fmt.Sprintf("truncated request line %d after request", len(line)), raw: "GET / HTTP/1.1\r\n" + h + "\r\n" + line})
+		cr := strings.Repeat("y", n-1) + "\r" + "z"
+		out = append(out, corpusCase{name: fmt.Sprintf("truncated request line with cr %d", len(cr)), raw: cr})
+		out = append(out, corpusCase{name: fmt.Sprintf("long header line %d", n), raw: "GET / HTTP/1.1\r\n" + h + "X: " + strings.Repeat("v", n) + "\r\n\r\n"})
+		out = append(out, corpusCase{name: fmt.Sprintf("long chunk line %d", n), raw: "POST / HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n1;" + strings.Repeat("e", n-5) + "\r\nx\r\n0\r\n\r\n"})
+		out = append(out, corpusCase{name: fmt.Sprintf("long trailer %d", n), raw: "POST / HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n0\r\nX: " + strings.Repeat("t", n-9) + "\r\n\r\n"})
+	}
+	return out
+}()

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -129,8 +130,9 @@ func (s seen) String() string { type plain seen; return fmt.Sprintf("%+v", plain
 // record is the handler both servers run: it reads the whole body and
 // answers "ok".
 type recorder struct {
-	mu   sync.Mutex
-	seen []seen
+	closeBody bool // close the body after reading it (see harnessOpts)
+	mu        sync.Mutex
+	seen      []seen
 }
 
 func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -145,6 +147,9 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		TrailerBefore: describeHeader(r.Trailer),
 	}
 	b, err := io.ReadAll(r.Body)
+	if rec.closeBody {
+		_ = r.Body.Close()
+	}
 	s.Body = string(b)
 	s.BodyErr = errClass(err)
 	s.TrailerAfter = describeHeader(r.Trailer)
@@ -220,9 +225,21 @@ type stdServer struct {
 	rec *recorder
 }
 
-func newStdServer() *stdServer {
-	rec := &recorder{}
-	s := &stdServer{srv: &http.Server{Handler: rec, ErrorLog: discardLog}, ln: newChanListener(), rec: rec}
+// harnessOpts shape both servers of a differential run alike.
+type harnessOpts struct {
+	// noOptions passes "OPTIONS *" to the handler.
+	noOptions bool
+	// closeBody makes the handler close the body it read. A body that
+	// ended before its Content-Length then leaves nothing "unread", and
+	// net/http does not sleep 500 ms before closing the connection, which
+	// would starve the fuzzer.
+	closeBody bool
+}
+
+func newStdServer(o harnessOpts) *stdServer {
+	rec := &recorder{closeBody: o.closeBody}
+	srv := &http.Server{Handler: rec, ErrorLog: discardLog, DisableGeneralOptionsHandler: o.noOptions}
+	s := &stdServer{srv: srv, ln: newChanListener(), rec: rec}
 	go func() { _ = s.srv.Serve(s.ln) }()
 	return s
 }
@@ -231,11 +248,16 @@ func (s *stdServer) close() { _ = s.srv.Close() }
 
 func (s *stdServer) serve(in []byte, chunk int) outcome {
 	c := newMemConn(in, chunk)
-	s.ln.conns <- c
+	select {
+	case s.ln.conns <- c:
+	case <-time.After(10 * time.Second):
+		panic("net/http server does not accept")
+	}
 	select {
 	case <-c.closed:
 	case <-time.After(10 * time.Second):
-		panic("net/http server did not close a connection")
+		buf := make([]byte, 1<<20)
+		panic("net/http server did not close a connection:\n" + string(buf[:runtime.Stack(buf, true)]))
 	}
 	// The handler ran before the connection closed.
 	return outcome{seen: s.rec.take(), output: maskDate(c.output())}
@@ -247,14 +269,24 @@ type ourServer struct {
 	rec *recorder
 }
 
-func newOurServer() *ourServer {
-	rec := &recorder{}
-	return &ourServer{srv: &Server{Handler: rec, Logger: discardSlog}, rec: rec}
+func newOurServer(o harnessOpts) *ourServer {
+	rec := &recorder{closeBody: o.closeBody}
+	return &ourServer{srv: &Server{Handler: rec, Logger: discardSlog, DisableGeneralOptionsHandler: o.noOptions}, rec: rec}
 }
 
 func (s *ourServer) serve(in []byte, chunk int) outcome {
 	c := newMemConn(in, chunk)
-	_ = s.srv.ServeConn(c)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.srv.ServeConn(c)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		buf := make([]byte, 1<<20)
+		panic("our server did not finish a connection:\n" + string(buf[:runtime.Stack(buf, true)]))
+	}
 	<-c.closed
 	return outcome{seen: s.rec.take(), output: maskDate(c.output())}
 }

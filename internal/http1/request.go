@@ -181,7 +181,7 @@ func (rr *requestReader) readHead() error {
 			if err != io.EOF {
 				return err
 			}
-			if rr.in.buffered() == 0 {
+			if rr.in.buffered() == 0 || !p.line0 && readsAsEOF(rr.in.bytes()) {
 				return errPeerGone
 			}
 			if _, err := p.advance(rr.in.bytes(), true); err != nil {
@@ -195,6 +195,23 @@ func (rr *requestReader) readHead() error {
 	rr.rememberHead(b)
 	rr.in.discard(p.headLen)
 	return rr.checkRequest()
+}
+
+// readsAsEOF reports whether net/http, reading a request line that the
+// client ended (EOF) without a line feed, gets io.EOF rather than the
+// line, and so closes the connection without answering instead of
+// answering 400. Its bufio.Reader (4096 bytes) hands out such a line in
+// full-buffer pieces, a piece ending in CR giving the CR back for the next;
+// when the piece read at EOF is empty, the read fails with io.EOF.
+func readsAsEOF(line []byte) bool {
+	for len(line) >= minReadBuf {
+		n := minReadBuf
+		if line[n-1] == '\r' {
+			n--
+		}
+		line = line[n:]
+	}
+	return len(line) == 0
 }
 
 // reuseHead sets the request from the previous head, which the new one
