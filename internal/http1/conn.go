@@ -180,6 +180,7 @@ func (c *conn) serve() {
 // init prepares the structures the connection's requests reuse.
 func (c *conn) init() {
 	c.rr.init(c.rwc, c.srv.headLimit())
+	c.rr.in.onErr = c.cancelInflight
 	c.bufw = bufio.NewWriterSize(connWriter{c}, 4<<10)
 	c.resp.c = c
 	c.resp.header = make(http.Header, 8)
@@ -246,9 +247,7 @@ func looksLikeHTTP(hdr [5]byte) bool {
 // ends; requests after it start cancelled.
 func (c *conn) baseDone() {
 	c.baseErr.Store(context.Canceled)
-	if x := c.inflight.Load(); x != nil {
-		x.cancel(context.Canceled)
-	}
+	c.cancelInflight()
 }
 
 // refuse answers a request whose head was refused, as net/http does, or
@@ -491,11 +490,24 @@ func (w connWriter) Write(p []byte) (int, error) {
 	n, err := w.c.rwc.Write(p)
 	if err != nil && w.c.werr == nil {
 		w.c.werr = err
-		if x := w.c.inflight.Load(); x != nil {
-			x.cancel(context.Canceled)
-		}
+		w.c.cancelInflight()
 	}
 	return n, err
+}
+
+// cancelInflight cancels the context of the request being served, if any.
+func (c *conn) cancelInflight() {
+	if x := c.inflight.Load(); x != nil {
+		x.cancel(context.Canceled)
+	}
+}
+
+// closeNow closes the connection from another goroutine (Server.Close):
+// the handler in flight, which may be waiting on its context and on
+// nothing that reads the connection, sees it cancelled.
+func (c *conn) closeNow() {
+	_ = c.rwc.Close()
+	c.cancelInflight()
 }
 
 // close flushes what is buffered and closes the connection.

@@ -220,13 +220,13 @@ var hostileCorpus = []corpusCase{
 // statusesOf returns the status codes of the responses in out, in order.
 func statusesOf(out string) string {
 	var codes []string
-	for _, m := range statusLine.FindAllStringSubmatch(out, -1) {
+	for _, m := range statusLineRE.FindAllStringSubmatch(out, -1) {
 		codes = append(codes, m[1])
 	}
 	return strings.Join(codes, " ")
 }
 
-var statusLine = regexp.MustCompile(`HTTP/1\.[01] (\d{3})[ \r]`)
+var statusLineRE = regexp.MustCompile(`HTTP/1\.[01] (\d{3})[ \r]`)
 
 // generatedCorpus returns inputs that put every byte value in every place
 // of a request where one could change its meaning, each line-end variant,

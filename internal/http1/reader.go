@@ -17,6 +17,10 @@ type inbuf struct {
 	buf  []byte
 	r, w int
 	err  error // sticky error of src, returned once the buffer is drained
+
+	// onErr, if set, is called when a read from src fails: the connection
+	// cancels the request in flight, as net/http's does on any read error.
+	onErr func()
 }
 
 func (b *inbuf) reset(src io.Reader) {
@@ -78,6 +82,9 @@ func (b *inbuf) fill(max int) error {
 		b.w += n
 		if err != nil {
 			b.err = err
+			if b.onErr != nil {
+				b.onErr()
+			}
 			return err
 		}
 		if n > 0 {
@@ -113,6 +120,9 @@ func (b *inbuf) read(p []byte) (int, error) {
 			n, err := b.src.Read(p)
 			if err != nil {
 				b.err = err
+				if b.onErr != nil {
+					b.onErr()
+				}
 			}
 			return n, err
 		}

@@ -66,6 +66,8 @@ type response struct {
 
 	keys    []string // sorting scratch
 	clenBuf [20]byte
+	hexBuf  [18]byte
+	dateBuf [len(http.TimeFormat)]byte
 }
 
 // snapshot is the handler's header serialized at WriteHeader time, sorted
@@ -333,8 +335,7 @@ func (cw *chunkWriter) Write(p []byte) (int, error) {
 	}
 	bw := w.c.bufw
 	if w.chunking {
-		var hex [18]byte
-		_, _ = bw.Write(strconv.AppendUint(hex[:0], uint64(len(p)), 16))
+		_, _ = bw.Write(strconv.AppendUint(w.hexBuf[:0], uint64(len(p)), 16))
 		_, _ = bw.WriteString("\r\n")
 	}
 	n, err := bw.Write(p)
@@ -453,7 +454,7 @@ func (w *response) writeHead(p []byte) {
 	}
 	var date []byte
 	if !s.hasDate {
-		date = appendDate(nil)
+		date = appendDate(w.dateBuf[:0])
 	}
 	if hasCL && hasTE && te != "identity" {
 		w.c.srv.logger().Debug("http1: WriteHeader called with both Transfer-Encoding and Content-Length", "te", te, "cl", w.contentLength)
@@ -638,20 +639,36 @@ func bodyAllowedForStatus(status int) bool {
 
 // writeStatusLine writes "HTTP/1.x code text\r\n" as net/http does.
 func writeStatusLine(bw *bufio.Writer, is11 bool, code int) {
+	v := 0
 	if is11 {
-		_, _ = bw.WriteString("HTTP/1.1 ")
-	} else {
-		_, _ = bw.WriteString("HTTP/1.0 ")
+		v = 1
+	}
+	if code >= 100 && code < 600 {
+		_, _ = bw.WriteString(statusLines[v][code])
+		return
+	}
+	_, _ = bw.WriteString(statusLine(is11, code))
+}
+
+// statusLines holds the status line of every code from 100 to 599, for
+// HTTP/1.0 and HTTP/1.1, so that writing one costs no formatting.
+var statusLines = func() (t [2][600]string) {
+	for code := 100; code < 600; code++ {
+		t[0][code] = statusLine(false, code)
+		t[1][code] = statusLine(true, code)
+	}
+	return t
+}()
+
+func statusLine(is11 bool, code int) string {
+	proto := "HTTP/1.0 "
+	if is11 {
+		proto = "HTTP/1.1 "
 	}
 	if text := http.StatusText(code); text != "" {
-		var b [3]byte
-		_, _ = bw.Write(strconv.AppendInt(b[:0], int64(code), 10))
-		_ = bw.WriteByte(' ')
-		_, _ = bw.WriteString(text)
-		_, _ = bw.WriteString("\r\n")
-	} else {
-		fmt.Fprintf(bw, "%03d status code %d\r\n", code, code)
+		return proto + strconv.Itoa(code) + " " + text + "\r\n"
 	}
+	return proto + fmt.Sprintf("%03d status code %d\r\n", code, code)
 }
 
 // dateCache holds the Date header's value for the current second, shared

@@ -328,7 +328,7 @@ func (s *Server) Close() error {
 	s.listenerWG.Wait()
 	s.mu.Lock()
 	for c := range s.conns {
-		_ = c.rwc.Close()
+		c.closeNow()
 		delete(s.conns, c)
 	}
 	return err
