@@ -165,13 +165,6 @@ func (b *body) readLocked(p []byte) (n int, err error) {
 	return n, err
 }
 
-// remains reports whether reading could still yield data.
-func (b *body) remains() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return !b.sawEOF
-}
-
 // unreadSize returns the bytes left of a Content-Length body, or -1.
 func (b *body) unreadSizeLocked() int64 {
 	if b.chunked {

@@ -408,16 +408,23 @@ func (h globalOptionsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) 
 func (c *conn) awaitRequest(now time.Time) (time.Time, bool) {
 	in := &c.rr.in
 	in.shrink()
+	waited := false
 	if in.buffered() < 4 {
 		c.readDeadlineIn(now, c.srv.idleTimeout())
 		if err := in.fillTo(4, c.srv.headLimit()); err != nil {
 			return now, false
 		}
+		waited = true
+	}
+	// The clock is read again only when a deadline depends on when the
+	// bytes came: most requests need neither.
+	d := c.srv.readHeaderTimeout()
+	complete := headComplete(in.bytes())
+	if waited && (c.srv.ReadTimeout > 0 || !complete && d > 0) {
 		now = time.Now()
 	}
-	d := c.srv.readHeaderTimeout()
 	switch {
-	case headComplete(in.bytes()):
+	case complete:
 		// Parsed without another read: no head deadline needed.
 	case d > 0:
 		c.readDeadlineIn(now, d)

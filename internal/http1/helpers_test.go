@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 )
@@ -110,5 +109,3 @@ func servePlain(t *testing.T, srv *Server) string {
 const get = "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
 
 func getPath(p string) string { return "GET " + p + " HTTP/1.1\r\nHost: x\r\n\r\n" }
-
-func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -43,15 +43,13 @@ func (e *parseError) Error() string {
 }
 
 var (
-	errMalformed       = &parseError{status: http.StatusBadRequest}
-	errTooLarge        = &parseError{status: http.StatusRequestHeaderFieldsTooLarge}
-	errUnsupportedTE   = &parseError{status: http.StatusNotImplemented}
-	errVersion         = &parseError{status: http.StatusHTTPVersionNotSupported, reason: "unsupported protocol version"}
-	errMissingHost     = &parseError{status: http.StatusBadRequest, reason: "missing required Host header"}
-	errMalformedHost   = &parseError{status: http.StatusBadRequest, reason: "malformed Host header"}
-	errBadHeaderName   = &parseError{status: http.StatusBadRequest, reason: "invalid header name"}
-	errBadHeaderValue  = &parseError{status: http.StatusBadRequest, reason: "invalid header value"}
-	errExpectationFail = &parseError{status: http.StatusExpectationFailed}
+	errMalformed     = &parseError{status: http.StatusBadRequest}
+	errTooLarge      = &parseError{status: http.StatusRequestHeaderFieldsTooLarge}
+	errUnsupportedTE = &parseError{status: http.StatusNotImplemented}
+	errVersion       = &parseError{status: http.StatusHTTPVersionNotSupported, reason: "unsupported protocol version"}
+	errMissingHost   = &parseError{status: http.StatusBadRequest, reason: "missing required Host header"}
+	errMalformedHost = &parseError{status: http.StatusBadRequest, reason: "malformed Host header"}
+	errBadHeaderName = &parseError{status: http.StatusBadRequest, reason: "invalid header name"}
 )
 
 // span is a byte range of the head, relative to its first byte.
@@ -163,13 +161,10 @@ func (p *headParser) advance(b []byte, atEOF bool) (bool, error) {
 // line is not complete yet.
 func (p *headParser) headerLine(b []byte, atEOF bool) (bool, error) {
 	start := p.pos
-	// The first physical line.
-	var first span
-	next := start
+	// The first physical line, unless an earlier call read it.
+	var next int
 	if len(p.cont) > 0 {
-		first = p.cont[0]
-		next = p.cont[len(p.cont)-1].end
-		next = p.afterLine(b, next)
+		next = p.afterLine(b, p.cont[len(p.cont)-1].end)
 	} else {
 		end, nx, ok := p.nextLine(b, start)
 		if !ok {
@@ -187,8 +182,7 @@ func (p *headParser) headerLine(b []byte, atEOF bool) (bool, error) {
 		if bytes.IndexByte(b[start:end], ':') < 0 {
 			return false, errMalformed // "missing colon"
 		}
-		first = span{start, end}
-		p.cont = append(p.cont, first)
+		p.cont = append(p.cont, span{start, end})
 		next = nx
 	}
 	// Continuation lines: each starts with SP or HTAB. Whether one follows

@@ -120,12 +120,6 @@ func (w *response) reset(req *http.Request, b *body, wantsClose, wants10KA bool)
 
 func (w *response) Header() http.Header { return w.header }
 
-func (w *response) hijacked() bool {
-	w.c.mu.Lock()
-	defer w.c.mu.Unlock()
-	return w.c.hijackedv
-}
-
 func (w *response) WriteHeader(code int) {
 	if w.c.hijackedFast() {
 		w.c.srv.logger().Debug("http1: WriteHeader on a hijacked connection")

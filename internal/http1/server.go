@@ -167,8 +167,7 @@ func (s *Server) Serve(l net.Listener) error {
 			if s.shuttingDown() {
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Temporary() { //nolint:staticcheck // as net/http
+			if isTemporary(err) {
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 				s.logger().Error("http1: accept failed, retrying", "err", err, "delay", delay)
 				time.Sleep(delay)
@@ -184,6 +183,14 @@ func (s *Server) Serve(l net.Listener) error {
 		}
 		go c.serve()
 	}
+}
+
+// isTemporary reports whether an Accept error is worth retrying, as
+// net/http judges it: the error says it is temporary (EMFILE, ENFILE,
+// ECONNABORTED and the like do).
+func isTemporary(err error) bool {
+	var te interface{ Temporary() bool }
+	return errors.As(err, &te) && te.Temporary()
 }
 
 // ServeConn serves one connection on the calling goroutine, until it
