@@ -126,6 +126,7 @@ func (c *conn) serve() {
 		}
 		c.unwatch()
 		c.close()
+		c.releaseBuffers()
 		c.setState(http.StateClosed, time.Now().Unix())
 	}()
 
@@ -181,11 +182,11 @@ func (c *conn) serve() {
 func (c *conn) init() {
 	c.rr.init(c.rwc, c.srv.headLimit())
 	c.rr.in.onErr = c.cancelInflight
-	c.bufw = bufio.NewWriterSize(connWriter{c}, 4<<10)
+	c.bufw = getWriter(&writer4kPool, connWriter{c}, 4<<10)
 	c.resp.c = c
 	c.resp.header = make(http.Header, 8)
 	c.resp.cw.w = &c.resp
-	c.resp.ww = bufio.NewWriterSize(&c.resp.cw, bufferBeforeChunkingSize)
+	c.resp.ww = getWriter(&writer2kPool, &c.resp.cw, bufferBeforeChunkingSize)
 	c.tmpl = http.Request{
 		Header:     c.rr.header,
 		URL:        &c.rr.url,

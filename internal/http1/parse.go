@@ -88,6 +88,9 @@ type headParser struct {
 }
 
 func (p *headParser) reset(prev *prevHead) {
+	if p.lines == nil {
+		p.lines = make([]rawLine, 0, 16)
+	}
 	lines, cont := p.lines[:0], p.cont[:0]
 	*p = headParser{lines: lines, cont: cont, prev: prev}
 }

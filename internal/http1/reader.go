@@ -28,7 +28,7 @@ func (b *inbuf) reset(src io.Reader) {
 	b.r, b.w = 0, 0
 	b.err = nil
 	if b.buf == nil {
-		b.buf = make([]byte, minReadBuf)
+		b.buf = getReadBuf()
 	}
 }
 

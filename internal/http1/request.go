@@ -274,6 +274,17 @@ func (rr *requestReader) materialize(b []byte) {
 	// Lay out the new bytes: the request line, then each new header line
 	// followed by its canonical name and joined value when those are not
 	// substrings of it.
+	// Sized once from the head, so that a connection's first request
+	// does not grow them step by step.
+	if cap(rr.scratch) < len(b) {
+		rr.scratch = make([]byte, 0, len(b)+len(b)/4)
+	}
+	if cap(rr.plan) < len(p.lines) {
+		rr.plan = make([]linePlan, 0, 2*len(p.lines))
+	}
+	if cap(rr.spareLines) < len(p.lines) {
+		rr.spareLines = make([]prevLine, 0, 2*len(p.lines))
+	}
 	s := rr.scratch[:0]
 	if !sameLine0 {
 		s = append(s, b[:reqLineEnd]...)
