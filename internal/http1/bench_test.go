@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"runtime/pprof"
@@ -17,6 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
 // The loopback benchmarks run each server in a child process (this test
@@ -73,12 +77,21 @@ func runBenchServer(kind string) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	hnd := http.Handler(benchHandler)
+	if strings.HasSuffix(kind, "-proxy") {
+		p, err := benchProxy(os.Getenv("HTTP1_BENCH_BACKEND"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		hnd = p
+	}
 	switch kind {
-	case "nethttp":
-		srv := &http.Server{Handler: benchHandler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second}
+	case "nethttp", "nethttp-proxy", "backend":
+		srv := &http.Server{Handler: hnd, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
-	case "http1":
-		srv := &Server{Handler: benchHandler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second}
+	case "http1", "http1-proxy":
+		srv := &Server{Handler: hnd, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 	default:
 		fmt.Fprintln(os.Stderr, "unknown server", kind)
@@ -88,6 +101,37 @@ func runBenchServer(kind string) int {
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	return 0
 }
+
+// benchProxy is the daemon's data path as it is today, for the proxy
+// benchmark: httputil.ReverseProxy over internal/upstream, with the
+// daemon's settings (one write per small response, pooled copy buffers).
+func benchProxy(backend string) (http.Handler, error) {
+	target, err := url.Parse("http://" + backend)
+	if err != nil {
+		return nil, err
+	}
+	up, err := uptransport.New(uptransport.Config{})
+	if err != nil {
+		return nil, err
+	}
+	bufs := &copyBuffers{}
+	bufs.p.New = func() any { b := make([]byte, 32<<10); return &b }
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Host = pr.In.Host
+			pr.SetXForwarded()
+		},
+		Transport:     up.WithHeadTimeout(30 * time.Second),
+		FlushInterval: 0,
+		BufferPool:    bufs,
+	}, nil
+}
+
+type copyBuffers struct{ p sync.Pool }
+
+func (b *copyBuffers) Get() []byte  { return *(b.p.Get().(*[]byte)) }
+func (b *copyBuffers) Put(p []byte) { b.p.Put(&p) }
 
 // benchServer is a running child server.
 type benchServer struct {
@@ -112,6 +156,12 @@ func startBenchServer(b *testing.B, kind string) *benchServer {
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "HTTP1_BENCH_SERVER="+kind, "GOGC=400")
+	if strings.HasSuffix(kind, "-proxy") {
+		benchMu.Unlock()
+		backend := startBenchServer(b, "backend")
+		benchMu.Lock()
+		cmd.Env = append(cmd.Env, "HTTP1_BENCH_BACKEND="+backend.addr)
+	}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -237,8 +287,17 @@ const benchConns = 64
 // BenchmarkServe compares the two servers over loopback in one run: b.N
 // requests to each, in alternating batches of 2000, so that both see the
 // machine in the same state.
-func BenchmarkServe(b *testing.B) {
-	servers := []*benchServer{startBenchServer(b, "nethttp"), startBenchServer(b, "http1")}
+func BenchmarkServe(b *testing.B) { benchInterleaved(b, "nethttp", "http1") }
+
+// BenchmarkProxy is BenchmarkServe with the daemon's reverse proxy
+// (httputil.ReverseProxy over internal/upstream) as the handler, in front
+// of a backend child serving the small handler: what changing only the
+// server does to the daemon's data path. The CPU figures are the proxy's
+// alone.
+func BenchmarkProxy(b *testing.B) { benchInterleaved(b, "nethttp-proxy", "http1-proxy") }
+
+func benchInterleaved(b *testing.B, baseKind, kind string) {
+	servers := []*benchServer{startBenchServer(b, baseKind), startBenchServer(b, kind)}
 	conns := [][]*benchConn{servers[0].connsFor(b, benchConns), servers[1].connsFor(b, benchConns)}
 	for i := range servers {
 		drive(b, conns[i], 2*benchConns) // warm up
