@@ -255,6 +255,16 @@ type Listener struct {
 	// (60s). Negative is invalid. HTTP listeners only.
 	SendTimeout time.Duration `yaml:"send_timeout"`
 
+	// HTTP1Server is what serves HTTP/1.x on this listener: on http listeners every
+	// connection, on https listeners the connections whose TLS handshake chose HTTP/1.1
+	// (ALPN). HTTP1ServerFast is the daemon's own HTTP/1.1 server, which does per request
+	// only the work a request needs and is held to net/http's behaviour by differential
+	// tests; HTTP1ServerNetHTTP is Go's net/http server, kept so that an operator can
+	// compare the two or fall back. HTTP/2 on https listeners is served by net/http either
+	// way. Every limit, route, log line and metric behaves the same with both. Empty means
+	// HTTP1ServerFast. http and https listeners only.
+	HTTP1Server HTTP1Server `yaml:"http1_server"`
+
 	// MaxConcurrentStreams caps the requests one HTTP/2 (https) or HTTP/3 connection may run
 	// at once (SETTINGS_MAX_CONCURRENT_STREAMS; QUIC's bidirectional stream limit), so that a
 	// single connection cannot start hundreds of upstream exchanges on a listener without a

@@ -104,6 +104,9 @@ func (l *Listener) effective(i int) Listener {
 		e.MaxHeaderBytes = orDefault(e.MaxHeaderBytes, DefaultMaxHeaderBytes)
 		e.SendTimeout = orDefault(e.SendTimeout, DefaultSendTimeout)
 	}
+	if l.Protocol.Uses("http1_server") {
+		e.HTTP1Server = orDefault(e.HTTP1Server, HTTP1ServerFast)
+	}
 	if l.Protocol.Uses("max_concurrent_streams") {
 		e.MaxConcurrentStreams = orDefault(e.MaxConcurrentStreams, DefaultMaxConcurrentStreams)
 	}

@@ -105,6 +105,17 @@ const (
 	ForwardedNone ForwardedHeader = "none"
 )
 
+// HTTP1Server is what serves HTTP/1.x on an http or https [Listener].
+type HTTP1Server string
+
+// The HTTP/1.x servers.
+const (
+	// HTTP1ServerFast is the daemon's own HTTP/1.1 server.
+	HTTP1ServerFast HTTP1Server = "fast"
+	// HTTP1ServerNetHTTP is Go's net/http server.
+	HTTP1ServerNetHTTP HTTP1Server = "net/http"
+)
+
 // OnError is what a node does while Redis cannot answer.
 type OnError string
 

@@ -22,6 +22,7 @@ var listenerFieldProtocols = map[string][]Protocol{
 	"idle_timeout":           {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},
 	"max_header_bytes":       {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},
 	"send_timeout":           {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},
+	"http1_server":           {ProtocolHTTP, ProtocolHTTPS},
 	"max_concurrent_streams": {ProtocolHTTPS, ProtocolHTTP3},
 	"client_limit":           {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},
 	"upstream":               {ProtocolTCP},

@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,7 +20,7 @@ import (
 )
 
 // front is one listener of the daemon: a bound socket, its connection caps,
-// and what serves the connections it admits (an http.Server or the TCP
+// and what serves the connections it admits (its HTTP servers or the TCP
 // proxy).
 type front struct {
 	cfg   config.Listener // effective
@@ -39,9 +38,10 @@ type front struct {
 	altSvc atomic.Pointer[string]
 
 	// HTTP listeners.
-	srv    *http.Server
-	table  *atomic.Pointer[routeTable] // shared with listeners that use RoutesFrom
-	active atomic.Int64                // handlers running, tunnels included
+	http        *httpServers                // built when bound (http and https)
+	httpStarted bool                        // http started; under Server.mu
+	table       *atomic.Pointer[routeTable] // shared with listeners that use RoutesFrom
+	active      atomic.Int64                // handlers running, tunnels included
 
 	// TCP listeners.
 	tcp *tcpProxy
@@ -53,7 +53,7 @@ type front struct {
 	// cert when it commits; under Server.mu.
 	nextCert *tls.Certificate
 
-	served chan struct{} // closed when the serving goroutine returns
+	served chan struct{} // closed when the serving goroutines return
 }
 
 // loadCert reads the listener's certificate files into f.cert. On error
@@ -187,6 +187,9 @@ func bindFrontOn(raw net.Listener, lc config.Listener, log *slog.Logger, cl *clu
 		return nil, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
 	}
 	f.stats = promlimit.NewConnCollector(f.conns, promlimit.Opts{ConstLabels: prometheus.Labels{"listener": lc.Name}})
+	if lc.Protocol.IsHTTP() {
+		f.http = newHTTPServers(f)
+	}
 	return f, nil
 }
 
@@ -224,7 +227,7 @@ func (f *front) addr() net.Addr {
 
 // serving reports whether f was started.
 func (f *front) serving() bool {
-	return f.srv != nil || f.tcp != nil || (f.h3 != nil && f.h3.srv != nil)
+	return f.httpStarted || f.tcp != nil || (f.h3 != nil && f.h3.srv != nil)
 }
 
 // stopAccepting makes a TCP front accept no more connections, leaving
@@ -258,44 +261,12 @@ func (f *front) serveH3(table *atomic.Pointer[routeTable]) {
 }
 
 // serveHTTP starts serving HTTP (or HTTPS with HTTP/2) from the admitted
-// connections, with the route table in table.
-func (f *front) serveHTTP(table *atomic.Pointer[routeTable], base context.Context) error {
-	lc := &f.cfg
-	srv := &http.Server{
-		Handler:           f,
-		ReadHeaderTimeout: lc.ReadHeaderTimeout,
-		ReadTimeout:       lc.ReadTimeout,
-		WriteTimeout:      lc.WriteTimeout,
-		IdleTimeout:       lc.IdleTimeout,
-		MaxHeaderBytes:    lc.MaxHeaderBytes,
-		ErrorLog:          newServerErrorLog(f.log),
-		BaseContext:       func(net.Listener) context.Context { return base },
-	}
-	if lc.Protocol == config.ProtocolHTTPS {
-		srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: lc.MaxConcurrentStreams}
-		srv.TLSConfig = &tls.Config{
-			GetCertificate: f.getCertificate,
-			MinVersion:     tls.VersionTLS12,
-			NextProtos:     []string{"h2", "http/1.1"},
-		}
-	}
+// connections, with the route table in table, on the servers built when f
+// was bound.
+func (f *front) serveHTTP(table *atomic.Pointer[routeTable], base context.Context) {
 	f.table = table
-	f.srv = srv
-	go func() {
-		defer close(f.served)
-		var err error
-		if lc.Protocol == config.ProtocolHTTPS {
-			// The connection cap runs before the TLS handshake: ServeTLS
-			// wraps f.conns in tls.NewListener.
-			err = srv.ServeTLS(f.conns, "", "")
-		} else {
-			err = srv.Serve(f.conns)
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-			f.log.Error("listener stopped", "err", err)
-		}
-	}()
-	return nil
+	f.httpStarted = true
+	f.http.start(f.conns, base, f.served, func(err error) { f.log.Error("listener stopped", "err", err) })
 }
 
 // ServeHTTP serves one request on the route table current when it arrived.
@@ -333,13 +304,13 @@ func (f *front) shutdown(ctx context.Context) error {
 	var err error
 	if f.h3 != nil {
 		err = f.h3.shutdown(ctx, f)
-	} else if f.srv != nil {
-		err = f.srv.Shutdown(ctx) // closes the listener, waits for idle
+	} else if f.http != nil {
+		err = f.http.shutdown(ctx) // closes the listener, waits for idle
 		if err == nil {
 			err = waitZero(ctx, &f.active) // hijacked tunnels are not tracked by Shutdown
 		}
 		if err != nil {
-			_ = f.srv.Close()
+			f.http.close()
 		}
 	} else {
 		_ = f.conns.Close()
@@ -363,8 +334,8 @@ func (f *front) close() {
 	}
 	if f.h3 != nil {
 		f.h3.closeAll()
-	} else if f.srv != nil {
-		_ = f.srv.Close()
+	} else if f.http != nil {
+		f.http.close()
 	} else {
 		_ = f.conns.Close()
 		if f.tcp != nil {

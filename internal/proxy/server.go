@@ -281,7 +281,8 @@ func (s *Server) serve(f *front, cfg *config.Config) error {
 		f.serveH3(table)
 		return nil
 	default:
-		return f.serveHTTP(table, s.base)
+		f.serveHTTP(table, s.base)
+		return nil
 	}
 }
 

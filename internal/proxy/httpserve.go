@@ -1,0 +1,154 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+
+	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/http1"
+)
+
+// httpServers serve the admitted connections of an http or https
+// listener, as its http1_server setting says: net/http alone, or
+// internal/http1 for HTTP/1.x with, on https, net/http behind it for the
+// connections whose TLS handshake chose HTTP/2. They are built when the
+// listener is bound and started when it begins to serve, so that a reload
+// builds everything before it commits.
+type httpServers struct {
+	// std is net/http's server: every connection with http1_server
+	// net/http, the HTTP/2 connections fast hands off on https, nil on a
+	// fast http listener.
+	std *http.Server
+	// fast serves HTTP/1.x with http1_server fast; nil otherwise.
+	fast *http1.Server
+	// handoff carries the HTTP/2 connections from fast to std; https with
+	// fast only.
+	handoff *http1.Handoff
+	// tls is the TLS configuration fast handshakes with; https with fast
+	// only (net/http's ServeTLS makes its own from std.TLSConfig).
+	tls *tls.Config
+
+	base context.Context // the base of every request's context; set by start
+}
+
+// newHTTPServers builds the servers of f, an http or https front, without
+// starting them. Each request goes to f.ServeHTTP.
+func newHTTPServers(f *front) *httpServers {
+	lc := &f.cfg
+	h := &httpServers{}
+	baseContext := func(net.Listener) context.Context { return h.base }
+	if lc.HTTP1Server != config.HTTP1ServerNetHTTP {
+		h.fast = &http1.Server{
+			Handler:           f,
+			ReadHeaderTimeout: lc.ReadHeaderTimeout,
+			ReadTimeout:       lc.ReadTimeout,
+			WriteTimeout:      lc.WriteTimeout,
+			IdleTimeout:       lc.IdleTimeout,
+			MaxHeaderBytes:    lc.MaxHeaderBytes,
+			BaseContext:       baseContext,
+			Logger:            f.log,
+		}
+		if lc.Protocol != config.ProtocolHTTPS {
+			return h
+		}
+	}
+	h.std = &http.Server{
+		Handler:           f,
+		ReadHeaderTimeout: lc.ReadHeaderTimeout,
+		ReadTimeout:       lc.ReadTimeout,
+		WriteTimeout:      lc.WriteTimeout,
+		IdleTimeout:       lc.IdleTimeout,
+		MaxHeaderBytes:    lc.MaxHeaderBytes,
+		ErrorLog:          newServerErrorLog(f.log),
+		BaseContext:       baseContext,
+	}
+	if lc.Protocol != config.ProtocolHTTPS {
+		return h
+	}
+	h.std.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: lc.MaxConcurrentStreams}
+	tlsConfig := &tls.Config{
+		GetCertificate: f.getCertificate,
+		MinVersion:     tls.VersionTLS12,
+		NextProtos:     []string{"h2", "http/1.1"},
+	}
+	if h.fast == nil {
+		h.std.TLSConfig = tlsConfig
+		return h
+	}
+	// fast runs every handshake; std only serves the HTTP/2 connections
+	// handed to it, with the HTTP/2 support its nil TLSConfig sets up (a
+	// TLSConfig of its own would be written to while fast handshakes with
+	// it).
+	h.tls = tlsConfig
+	h.handoff = http1.NewHandoff(f.conns.Addr())
+	h.fast.TLSNextProto = map[string]func(*tls.Conn){"h2": h.handoff.Deliver}
+	return h
+}
+
+// start serves the connections of conns on their own goroutines, with
+// base as the base of every request's context, and closes served once
+// every server has stopped. The connection caps run before any TLS
+// handshake: the TLS listener wraps conns.
+func (h *httpServers) start(conns net.Listener, base context.Context, served chan<- struct{}, log func(error)) {
+	h.base = base
+	var wg sync.WaitGroup
+	run := func(serve func() error) {
+		wg.Go(func() {
+			if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+				log(err)
+			}
+		})
+	}
+	switch {
+	case h.fast == nil && h.std.TLSConfig != nil:
+		run(func() error { return h.std.ServeTLS(conns, "", "") })
+	case h.fast == nil:
+		run(func() error { return h.std.Serve(conns) })
+	case h.handoff != nil:
+		run(func() error { return h.std.Serve(h.handoff) })
+		run(func() error { return h.fast.Serve(tls.NewListener(conns, h.tls)) })
+	default:
+		run(func() error { return h.fast.Serve(conns) })
+	}
+	go func() {
+		wg.Wait()
+		close(served)
+	}()
+}
+
+// shutdown stops the servers gracefully, as http.Server.Shutdown does, all
+// at once: no connection is accepted or handed off any more, idle ones
+// close, and the exchanges in progress are waited for until ctx ends. It
+// returns the first error (ctx.Err() when it had to give up). Hijacked
+// connections are not waited for.
+func (h *httpServers) shutdown(ctx context.Context) error {
+	var stdErr error
+	var wg sync.WaitGroup
+	if h.std != nil {
+		wg.Go(func() { stdErr = h.std.Shutdown(ctx) })
+	}
+	var err error
+	if h.fast != nil {
+		err = h.fast.Shutdown(ctx)
+	}
+	wg.Wait()
+	if err == nil {
+		err = stdErr
+	}
+	return err
+}
+
+// close closes every listener and connection of the servers at once;
+// hijacked connections are left alone.
+func (h *httpServers) close() {
+	if h.fast != nil {
+		_ = h.fast.Close()
+	}
+	if h.std != nil {
+		_ = h.std.Close()
+	}
+}
