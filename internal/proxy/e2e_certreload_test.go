@@ -13,6 +13,10 @@ import (
 // A reload reads the certificate files again, so a renewed certificate is
 // served without a restart and without closing the listener.
 func TestReloadPicksUpARenewedCertificate(t *testing.T) {
+	bothServers(t, testReloadPicksUpARenewedCertificate)
+}
+
+func testReloadPicksUpARenewedCertificate(t *testing.T) {
 	certFile, keyFile, _ := selfSigned(t)
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}

@@ -13,6 +13,10 @@ import (
 // Two nodes sharing one Redis count a route limit together: a client
 // holding its one permit on node A is refused on node B.
 func TestClusterSharesRouteLimitsAcrossNodes(t *testing.T) {
+	bothServers(t, testClusterSharesRouteLimitsAcrossNodes)
+}
+
+func testClusterSharesRouteLimitsAcrossNodes(t *testing.T) {
 	redis := redistest.Start(t)
 	text := `
 admin: {listen: "127.0.0.1:0"}
@@ -73,6 +77,10 @@ listeners:
 // client holding its cap of connections on node A is refused at accept on
 // node B, and admitted there again once it closes one on A.
 func TestClusterSharesConnectionCapsAcrossNodes(t *testing.T) {
+	bothServers(t, testClusterSharesConnectionCapsAcrossNodes)
+}
+
+func testClusterSharesConnectionCapsAcrossNodes(t *testing.T) {
 	redis := redistest.Start(t)
 	text := `
 admin: {listen: "127.0.0.1:0"}

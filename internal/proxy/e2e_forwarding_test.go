@@ -29,7 +29,9 @@ func headersVia(t *testing.T, d *daemon, ip string, sent map[string]string) map[
 // TestForwardingHeadersFromBelief checks that the upstream sees the client
 // the daemon believes, in X-Forwarded-For and Forwarded alike, whichever
 // header the listener reads, and never what a client wrote about itself.
-func TestForwardingHeadersFromBelief(t *testing.T) {
+func TestForwardingHeadersFromBelief(t *testing.T) { bothServers(t, testForwardingHeadersFromBelief) }
+
+func testForwardingHeadersFromBelief(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -72,7 +74,9 @@ listeners:
 // TestSpoofableHeadersStripped checks the look-alike headers: removed from
 // an untrusted peer under any spelling, kept from a trusted one, except the
 // underscore spellings and the path overrides, which no proxy sends.
-func TestSpoofableHeadersStripped(t *testing.T) {
+func TestSpoofableHeadersStripped(t *testing.T) { bothServers(t, testSpoofableHeadersStripped) }
+
+func testSpoofableHeadersStripped(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:

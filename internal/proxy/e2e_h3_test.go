@@ -44,6 +44,10 @@ func h3Client(t *testing.T, ip string, pool *x509.CertPool) (*http.Client, *http
 }
 
 func TestHTTP3SharesTheRoutesAndIsAdvertised(t *testing.T) {
+	bothServers(t, testHTTP3SharesTheRoutesAndIsAdvertised)
+}
+
+func testHTTP3SharesTheRoutesAndIsAdvertised(t *testing.T) {
 	certFile, keyFile, pool := selfSigned(t)
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}

@@ -49,6 +49,10 @@ func isTimeout(err error) bool {
 }
 
 func TestConnectionCapPerClientAtAccept(t *testing.T) {
+	bothServers(t, testConnectionCapPerClientAtAccept)
+}
+
+func testConnectionCapPerClientAtAccept(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -99,6 +103,10 @@ func (d *daemon) metrics() string {
 }
 
 func TestRouteLimitQueuesThenRefuses429(t *testing.T) {
+	bothServers(t, testRouteLimitQueuesThenRefuses429)
+}
+
+func testRouteLimitQueuesThenRefuses429(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -156,7 +164,9 @@ func grep(text, sub string) string {
 // The pitfall of Apache's mod_limitipconn: a limit of 3 on /hoge counted the
 // client's requests anywhere on the server. Here a route's limit counts that
 // route only.
-func TestRouteLimitIsScopedToItsRoute(t *testing.T) {
+func TestRouteLimitIsScopedToItsRoute(t *testing.T) { bothServers(t, testRouteLimitIsScopedToItsRoute) }
+
+func testRouteLimitIsScopedToItsRoute(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:

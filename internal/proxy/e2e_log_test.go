@@ -28,7 +28,9 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func TestAccessLogAndJSONLogs(t *testing.T) {
+func TestAccessLogAndJSONLogs(t *testing.T) { bothServers(t, testAccessLogAndJSONLogs) }
+
+func testAccessLogAndJSONLogs(t *testing.T) {
 	b := startBackend(t)
 	cfg := parseConfig(t, `
 log: {format: json, level: info, access_log: true}

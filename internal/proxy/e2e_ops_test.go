@@ -64,6 +64,10 @@ func (d *daemon) sameAddr(text string) *config.Config {
 }
 
 func TestReloadUnderLoadFailsNothingAndKeepsCounts(t *testing.T) {
+	bothServers(t, testReloadUnderLoadFailsNothingAndKeepsCounts)
+}
+
+func testReloadUnderLoadFailsNothingAndKeepsCounts(t *testing.T) {
 	d := startDaemon(t, reloadA)
 	var ok, failed atomic.Int64
 	var firstErr atomic.Value
@@ -127,6 +131,10 @@ func TestReloadUnderLoadFailsNothingAndKeepsCounts(t *testing.T) {
 }
 
 func TestReloadRebindsAChangedListenerOnItsAddress(t *testing.T) {
+	bothServers(t, testReloadRebindsAChangedListenerOnItsAddress)
+}
+
+func testReloadRebindsAChangedListenerOnItsAddress(t *testing.T) {
 	d := startDaemon(t, reloadA)
 	addr := d.srv.Addr("web").String()
 	cfg := d.sameAddr(reloadA)
@@ -148,6 +156,10 @@ func TestReloadRebindsAChangedListenerOnItsAddress(t *testing.T) {
 }
 
 func TestGracefulShutdownFinishesExchangesInFlight(t *testing.T) {
+	bothServers(t, testGracefulShutdownFinishesExchangesInFlight)
+}
+
+func testGracefulShutdownFinishesExchangesInFlight(t *testing.T) {
 	d := startDaemon(t, reloadA)
 	d.manualStop = true
 	var inflight []<-chan result
@@ -189,6 +201,10 @@ func TestGracefulShutdownFinishesExchangesInFlight(t *testing.T) {
 }
 
 func TestShutdownTimeoutCutsOffWhatIsLeft(t *testing.T) {
+	bothServers(t, testShutdownTimeoutCutsOffWhatIsLeft)
+}
+
+func testShutdownTimeoutCutsOffWhatIsLeft(t *testing.T) {
 	d := startDaemon(t, reloadA)
 	d.manualStop = true
 	long := getAsync(d.client("127.0.0.2"), d.url("web", "/?ms=20000"))
@@ -213,7 +229,9 @@ func TestShutdownTimeoutCutsOffWhatIsLeft(t *testing.T) {
 	}
 }
 
-func TestUpstreamFailures(t *testing.T) {
+func TestUpstreamFailures(t *testing.T) { bothServers(t, testUpstreamFailures) }
+
+func testUpstreamFailures(t *testing.T) {
 	deadURL := "http://" + refusingAddr(t)
 	silentURL := "http://" + silentAddr(t)
 	d := startDaemon(t, `
@@ -271,6 +289,10 @@ listeners:
 }
 
 func TestReloadAddsAndRemovesListeners(t *testing.T) {
+	bothServers(t, testReloadAddsAndRemovesListeners)
+}
+
+func testReloadAddsAndRemovesListeners(t *testing.T) {
 	d := startDaemon(t, reloadA)
 	// Add a second listener with its own limited route.
 	two := d.sameAddr(reloadA + `
@@ -340,6 +362,10 @@ func refusingAddr(t *testing.T) string {
 // started with: its upstream and its limiter. New exchanges use the new
 // configuration at once.
 func TestReloadLetsExchangesFinishOnTheirConfig(t *testing.T) {
+	bothServers(t, testReloadLetsExchangesFinishOnTheirConfig)
+}
+
+func testReloadLetsExchangesFinishOnTheirConfig(t *testing.T) {
 	d := startDaemon(t, reloadA)
 	other := startBackend(t)
 	c := d.client("127.0.0.2")
@@ -378,6 +404,10 @@ func TestReloadLetsExchangesFinishOnTheirConfig(t *testing.T) {
 }
 
 func TestReloadThatCannotBindChangesNothing(t *testing.T) {
+	bothServers(t, testReloadThatCannotBindChangesNothing)
+}
+
+func testReloadThatCannotBindChangesNothing(t *testing.T) {
 	d := startDaemon(t, reloadA)
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -469,7 +499,9 @@ func silentAddr(t *testing.T) string {
 // Turning syn_filter on by reload rebinds the listener as plain TCP (Go's
 // default socket may be MPTCP, which takes no filter) at the same address,
 // and the filter then drops a capped client's connection attempts.
-func TestReloadTurnsOnSYNFilter(t *testing.T) {
+func TestReloadTurnsOnSYNFilter(t *testing.T) { bothServers(t, testReloadTurnsOnSYNFilter) }
+
+func testReloadTurnsOnSYNFilter(t *testing.T) {
 	const text = `
 admin: {listen: "127.0.0.1:0"}
 listeners:

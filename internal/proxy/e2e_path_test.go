@@ -27,7 +27,9 @@ func rawGet(t *testing.T, ip, addr, method, target string) (int, string) {
 // TestRouteOnCleanedPath checks every spelling of a path under /api: each
 // is routed to the /api route, counted by its limit, and forwarded as the
 // cleaned path, or refused with 400 when backends disagree on its meaning.
-func TestRouteOnCleanedPath(t *testing.T) {
+func TestRouteOnCleanedPath(t *testing.T) { bothServers(t, testRouteOnCleanedPath) }
+
+func testRouteOnCleanedPath(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -95,7 +97,9 @@ listeners:
 
 // TestReverseRefusesConnect checks that a reverse-proxy listener answers
 // CONNECT with 405, whatever its target, before any route or limit.
-func TestReverseRefusesConnect(t *testing.T) {
+func TestReverseRefusesConnect(t *testing.T) { bothServers(t, testReverseRefusesConnect) }
+
+func testReverseRefusesConnect(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:

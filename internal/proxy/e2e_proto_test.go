@@ -19,7 +19,9 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/testcert"
 )
 
-func TestTrustedProxyHeadersAndKeys(t *testing.T) {
+func TestTrustedProxyHeadersAndKeys(t *testing.T) { bothServers(t, testTrustedProxyHeadersAndKeys) }
+
+func testTrustedProxyHeadersAndKeys(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -184,7 +186,9 @@ func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 	return certFile, keyFile, c.Pool
 }
 
-func TestHTTPSWithHTTP2(t *testing.T) {
+func TestHTTPSWithHTTP2(t *testing.T) { bothServers(t, testHTTPSWithHTTP2) }
+
+func testHTTPSWithHTTP2(t *testing.T) {
 	certFile, keyFile, pool := selfSigned(t)
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
@@ -246,6 +250,10 @@ listeners:
 }
 
 func TestWebSocketThroughTheProxyHoldsAPermit(t *testing.T) {
+	bothServers(t, testWebSocketThroughTheProxyHoldsAPermit)
+}
+
+func testWebSocketThroughTheProxyHoldsAPermit(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -315,7 +323,9 @@ func startEcho(t *testing.T) string {
 // Streams reach the client as the upstream sends them: server-sent events
 // and bodies of unknown length are flushed at once, whatever else the
 // proxy buffers. A known-length body is not held back past its end.
-func TestStreamsAreNotBuffered(t *testing.T) {
+func TestStreamsAreNotBuffered(t *testing.T) { bothServers(t, testStreamsAreNotBuffered) }
+
+func testStreamsAreNotBuffered(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -350,7 +360,9 @@ listeners:
 
 // With syn_filter, a client holding its connection cap cannot even
 // complete a handshake, while others are served; the metrics show it.
-func TestSYNFilterListener(t *testing.T) {
+func TestSYNFilterListener(t *testing.T) { bothServers(t, testSYNFilterListener) }
+
+func testSYNFilterListener(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -389,6 +401,10 @@ listeners:
 // permits 1, and a fake upgrade the upstream answers 200 counts as an
 // ordinary exchange.
 func TestWebSocketOwnPermitsWithAccessLog(t *testing.T) {
+	bothServers(t, testWebSocketOwnPermitsWithAccessLog)
+}
+
+func testWebSocketOwnPermitsWithAccessLog(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 log: {access_log: true}

@@ -8,7 +8,9 @@ import (
 	"time"
 )
 
-func TestProxyProtocolNamesTheClient(t *testing.T) {
+func TestProxyProtocolNamesTheClient(t *testing.T) { bothServers(t, testProxyProtocolNamesTheClient) }
+
+func testProxyProtocolNamesTheClient(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:

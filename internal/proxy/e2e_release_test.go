@@ -11,6 +11,10 @@ import (
 // Every way an exchange or a connection can end badly gives its permit or
 // slot back; startDaemon's cleanup checks /debug/limits reads zero.
 func TestPermitsComeBackOnEveryFailure(t *testing.T) {
+	bothServers(t, testPermitsComeBackOnEveryFailure)
+}
+
+func testPermitsComeBackOnEveryFailure(t *testing.T) {
 	certFile, keyFile, _ := selfSigned(t)
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}

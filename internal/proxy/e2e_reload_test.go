@@ -81,7 +81,9 @@ func capOf(t *testing.T, ip, addr string, max int) int {
 // configuration keeps serving on every listener, connections kept alive
 // across the failure are still served, /readyz says ready throughout, and a
 // later reload, back to the original file or on to the new one, applies.
-func TestFailedReloadChangesNothing(t *testing.T) {
+func TestFailedReloadChangesNothing(t *testing.T) { bothServers(t, testFailedReloadChangesNothing) }
+
+func testFailedReloadChangesNothing(t *testing.T) {
 	for _, point := range []string{"a port is taken", "a route table cannot be built"} {
 		t.Run(point, func(t *testing.T) {
 			d := startDaemon(t, reloadA)
@@ -147,7 +149,9 @@ func TestFailedReloadChangesNothing(t *testing.T) {
 // exchanges across reloads that change the listener's socket settings, at
 // the same address and then at a new one: the new listener counts the
 // draining connections, so the client never holds more than the cap.
-func TestReloadKeepsConnectionCounts(t *testing.T) {
+func TestReloadKeepsConnectionCounts(t *testing.T) { bothServers(t, testReloadKeepsConnectionCounts) }
+
+func testReloadKeepsConnectionCounts(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -280,6 +284,10 @@ listeners:
 // WebSocket holds one of its permits: the retired limiter is waited for
 // without polling, and closed as soon as the socket closes.
 func TestRetiredLimiterEndsWithItsLastPermit(t *testing.T) {
+	bothServers(t, testRetiredLimiterEndsWithItsLastPermit)
+}
+
+func testRetiredLimiterEndsWithItsLastPermit(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:

@@ -18,10 +18,12 @@ import (
 // permit or waiter).
 func startDaemonBefore(t *testing.T, text, url string) *daemon {
 	t.Helper()
-	srv, err := proxy.Start(parseConfig(t, text, url), proxy.Options{Logger: testLogger(t)})
+	cfg := parseConfig(t, text, url)
+	srv, err := proxy.Start(cfg, proxy.Options{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
+	checkServers(t, srv, cfg)
 	d := &daemon{t: t, srv: srv}
 	t.Cleanup(func() {
 		if !t.Failed() {
@@ -84,7 +86,9 @@ func ask(t *testing.T, d *daemon, c *http.Client, fault misbehave.Fault, method,
 // time, releasing the backend's late bytes between them, then twelve at a
 // time, in rounds. Each client must get the answer to its own request, or,
 // where the backend cut the answer short, an error.
-func TestEachClientGetsItsOwnResponse(t *testing.T) {
+func TestEachClientGetsItsOwnResponse(t *testing.T) { bothServers(t, testEachClientGetsItsOwnResponse) }
+
+func testEachClientGetsItsOwnResponse(t *testing.T) {
 	for _, fault := range misbehave.Faults {
 		t.Run(fault.String(), func(t *testing.T) {
 			srv, err := misbehave.Start("127.0.0.1:0", misbehave.Config{Fault: fault})
@@ -151,7 +155,9 @@ func TestEachClientGetsItsOwnResponse(t *testing.T) {
 // backend answers GET /a, then 300 ms later writes a second complete
 // response on the idle connection. Clients from other addresses, before
 // and after, get their own answers.
-func TestIssue12Reproduction(t *testing.T) {
+func TestIssue12Reproduction(t *testing.T) { bothServers(t, testIssue12Reproduction) }
+
+func testIssue12Reproduction(t *testing.T) {
 	srv, err := misbehave.Start("127.0.0.1:0", misbehave.Config{Fault: misbehave.LateResponse, LateAfter: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,10 @@ import (
 )
 
 func TestRoutesFromSharesRoutesAndCounts(t *testing.T) {
+	bothServers(t, testRoutesFromSharesRoutesAndCounts)
+}
+
+func testRoutesFromSharesRoutesAndCounts(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:

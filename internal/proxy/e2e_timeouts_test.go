@@ -18,6 +18,10 @@ import (
 // back and the upstream's response is cut off, so a client that stops
 // reading cannot hold its permit (or an upstream connection) for good.
 func TestSendTimeoutEndsStalledExchange(t *testing.T) {
+	bothServers(t, testSendTimeoutEndsStalledExchange)
+}
+
+func testSendTimeoutEndsStalledExchange(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -53,7 +57,9 @@ listeners:
 
 // TestSendTimeoutSparesSlowReaders reads a large body slowly but steadily:
 // a client that makes progress is never cut off by send_timeout.
-func TestSendTimeoutSparesSlowReaders(t *testing.T) {
+func TestSendTimeoutSparesSlowReaders(t *testing.T) { bothServers(t, testSendTimeoutSparesSlowReaders) }
+
+func testSendTimeoutSparesSlowReaders(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -83,7 +89,9 @@ listeners:
 // streams than max_concurrent_streams at once: the server refuses the
 // extra streams, so that the upstream never sees more than the limit from
 // one connection.
-func TestMaxConcurrentStreams(t *testing.T) {
+func TestMaxConcurrentStreams(t *testing.T) { bothServers(t, testMaxConcurrentStreams) }
+
+func testMaxConcurrentStreams(t *testing.T) {
 	certFile, keyFile, pool := selfSigned(t)
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}

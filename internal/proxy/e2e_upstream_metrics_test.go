@@ -14,6 +14,10 @@ import (
 // connections the daemon dropped for it, so an operator can see a backend
 // misbehaving.
 func TestUnsolicitedBytesShowInMetrics(t *testing.T) {
+	bothServers(t, testUnsolicitedBytesShowInMetrics)
+}
+
+func testUnsolicitedBytesShowInMetrics(t *testing.T) {
 	srv, err := misbehave.Start("127.0.0.1:0", misbehave.Config{Fault: misbehave.LateResponse})
 	if err != nil {
 		t.Fatal(err)

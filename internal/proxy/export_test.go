@@ -10,3 +10,20 @@ func SetTestHooks(bind func(config.Listener) error, buildTable func(listener str
 	testHookBind, testHookBuildTable = bind, buildTable
 	return func() { testHookBind, testHookBuildTable = oldBind, oldBuild }
 }
+
+// HTTP1ServerOf returns the HTTP/1.x server that serves the listener
+// named name, as its http1_server setting names it: "fast" or "net/http";
+// "" when the listener is not an http or https listener, or does not
+// exist.
+func HTTP1ServerOf(s *Server, name string) config.HTTP1Server {
+	for _, f := range s.frontList() {
+		if f.cfg.Name != name || f.http == nil {
+			continue
+		}
+		if f.http.fast != nil {
+			return config.HTTP1ServerFast
+		}
+		return config.HTTP1ServerNetHTTP
+	}
+	return ""
+}

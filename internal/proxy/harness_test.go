@@ -122,13 +122,59 @@ type daemon struct {
 	manualStop bool
 }
 
-// parseConfig parses YAML text after replacing {{backend}} with url.
+// servers are the HTTP/1.x servers an http or https listener can run
+// (http1_server), by the name of the subtests bothServers runs.
+var servers = []struct {
+	name   string
+	server config.HTTP1Server
+}{
+	{"fast", config.HTTP1ServerFast},
+	{"nethttp", config.HTTP1ServerNetHTTP},
+}
+
+// bothServers runs test once per HTTP/1.x server, as the subtests
+// server=fast and server=nethttp: every configuration parseConfig parses
+// within a subtest gives its http and https listeners that subtest's
+// server, unless the configuration names one itself. Every end-to-end
+// test whose daemon serves HTTP/1.x runs under it, so that both servers
+// are held to the same behaviour.
+func bothServers(t *testing.T, test func(t *testing.T)) {
+	for _, s := range servers {
+		t.Run("server="+s.name, test)
+	}
+}
+
+// serverOf returns the HTTP/1.x server of the bothServers subtest t runs
+// in, or "" (the default) outside one.
+func serverOf(t testing.TB) config.HTTP1Server {
+	for _, part := range strings.Split(t.Name(), "/") {
+		if name, ok := strings.CutPrefix(part, "server="); ok {
+			for _, s := range servers {
+				if s.name == name {
+					return s.server
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// parseConfig parses YAML text after replacing {{backend}} with url, and
+// gives its http and https listeners the server of the bothServers
+// subtest t runs in.
 func parseConfig(t testing.TB, text, url string) *config.Config {
 	t.Helper()
 	text = strings.ReplaceAll(text, "{{backend}}", url)
 	cfg, err := config.Parse("test.yaml", []byte(text))
 	if err != nil {
 		t.Fatalf("config: %v", err)
+	}
+	if s := serverOf(t); s != "" {
+		for i := range cfg.Listeners {
+			if l := &cfg.Listeners[i]; l.Protocol.Uses("http1_server") && l.HTTP1Server == "" {
+				l.HTTP1Server = s
+			}
+		}
 	}
 	return cfg
 }
@@ -138,10 +184,12 @@ func parseConfig(t testing.TB, text, url string) *config.Config {
 func startDaemon(t *testing.T, text string) *daemon {
 	t.Helper()
 	b := startBackend(t)
-	srv, err := proxy.Start(parseConfig(t, text, b.URL()), proxy.Options{Logger: testLogger(t)})
+	cfg := parseConfig(t, text, b.URL())
+	srv, err := proxy.Start(cfg, proxy.Options{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
+	checkServers(t, srv, cfg)
 	d := &daemon{t: t, srv: srv, backend: b}
 	t.Cleanup(func() {
 		if !t.Failed() {
@@ -152,6 +200,20 @@ func startDaemon(t *testing.T, text string) *daemon {
 		_ = srv.Shutdown(ctx)
 	})
 	return d
+}
+
+// checkServers fails t unless every http and https listener of cfg is
+// served by the HTTP/1.x server it names, or by the subtest's.
+func checkServers(t *testing.T, srv *proxy.Server, cfg *config.Config) {
+	t.Helper()
+	for _, l := range cfg.Effective().Listeners {
+		if !l.Protocol.Uses("http1_server") {
+			continue
+		}
+		if got := proxy.HTTP1ServerOf(srv, l.Name); got != l.HTTP1Server {
+			t.Fatalf("listener %s is served by %q, want %q", l.Name, got, l.HTTP1Server)
+		}
+	}
 }
 
 func testLogger(t testing.TB) *slog.Logger {
