@@ -27,3 +27,13 @@ func HTTP1ServerOf(s *Server, name string) config.HTTP1Server {
 	}
 	return ""
 }
+
+// SetReverseProxy makes the routes of the servers started from now on send
+// their requests through httputil.ReverseProxy (on) or the relay (off),
+// for the tests and benchmarks that compare the two. The returned function
+// restores the setting as it was.
+func SetReverseProxy(on bool) (restore func()) {
+	old := testHookReverseProxy
+	testHookReverseProxy = on
+	return func() { testHookReverseProxy = old }
+}

@@ -96,6 +96,13 @@ func (fw forwarding) write(out http.Header, in *http.Request) {
 	peer := peerAddr(in)
 	trusted := fw.trusts(peer)
 	strip(out, trusted)
+	fw.set(out, in, peer, trusted)
+}
+
+// set writes the daemon's forwarding headers into out for the request in
+// from peer, whose forwarding headers are believed when trusted, replacing
+// any out holds.
+func (fw forwarding) set(out http.Header, in *http.Request, peer netip.Addr, trusted bool) {
 	var buf [4]netip.Addr
 	path := fw.res.PathFrom(buf[:0], peer, in.Header)
 	if len(path) == 0 {
@@ -126,10 +133,17 @@ func (fw forwarding) write(out http.Header, in *http.Request) {
 // that is, or is not, trusted, under any spelling of their names.
 func strip(h http.Header, trusted bool) {
 	for name := range h {
-		if rule := spoofRule(name); rule == stripAlways || (rule == stripUntrusted && !trusted) {
+		if stripped(name, trusted) {
 			delete(h, name)
 		}
 	}
+}
+
+// stripped reports whether spoofable says to remove the header name from
+// the requests of a peer that is, or is not, trusted.
+func stripped(name string, trusted bool) bool {
+	rule := spoofRule(name)
+	return rule == stripAlways || (rule == stripUntrusted && !trusted)
 }
 
 // spoofRule returns the rule of a header name, matched case-insensitively

@@ -45,6 +45,11 @@ func (t *routeTable) limiters() []*limiter {
 	return out
 }
 
+// testHookReverseProxy, when set by a benchmark, makes routes send their
+// requests through httputil.ReverseProxy, as the daemon did before relay,
+// so that the two can be compared in one run.
+var testHookReverseProxy bool
+
 // tableBuilder builds the route table of one listener.
 type tableBuilder struct {
 	lc        *config.Listener // effective
@@ -103,7 +108,10 @@ func (b *tableBuilder) route(rc *config.Route) (*routeState, http.Handler, error
 	}
 	rs := &routeState{name: rc.Name}
 	fw := forwarding{res: b.id.resolver}
-	var h http.Handler = newReverseProxy(p, fw, b.transport, rc.UpstreamTimeout, b.bufs, b.deps.log)
+	var h http.Handler = newRelay(p, fw, b.transport, rc.UpstreamTimeout, b.bufs, b.deps.log)
+	if testHookReverseProxy {
+		h = newReverseProxy(p, fw, b.transport, rc.UpstreamTimeout, b.bufs, b.deps.log)
+	}
 	if rc.Limit != nil {
 		if rs.limit, err = b.limiter(rc.Limit, rc.Name, kindRoute); err != nil {
 			return nil, nil, err

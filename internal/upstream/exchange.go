@@ -23,7 +23,11 @@ var aLongTimeAgo = time.Unix(1, 0)
 // new one, and once more on a new connection when the reused one turns out
 // to have been closed, or answers 408, before the request reached the
 // upstream (see [Transport.exchange]).
-func (t *Transport) roundTripFast(req *http.Request, headTimeout time.Duration) (*http.Response, error) {
+//
+// ctx is the request's context (req.Context() for RoundTrip); got1xx, when
+// not nil, receives the informational heads in place of the trace hook of
+// ctx.
+func (t *Transport) roundTripFast(ctx context.Context, req *http.Request, headTimeout time.Duration, got1xx func(int, http.Header) error) (*http.Response, error) {
 	method, target, host, err := requestTarget(req)
 	if err != nil {
 		return nil, err
@@ -35,9 +39,8 @@ func (t *Transport) roundTripFast(req *http.Request, headTimeout time.Duration) 
 	if headTimeout > 0 {
 		deadline = time.Now().Add(headTimeout)
 	}
-	ctx := req.Context()
 	addr := hostPort(req.URL.Host)
-	head := requestHead{req: req, method: method, target: target, host: host}
+	head := requestHead{req: req, method: method, target: target, host: host, got1xx: got1xx}
 	c := t.takeIdle(addr)
 	if c != nil {
 		resp, retry, err := t.exchange(ctx, c, head, deadline, true)
@@ -107,6 +110,7 @@ func (t *Transport) dial(ctx context.Context, addr string, deadline time.Time) (
 type requestHead struct {
 	req                  *http.Request
 	method, target, host string
+	got1xx               func(int, http.Header) error // nil: the trace hook of the context, if any
 }
 
 // Exchange states: live until the body reaches EOF or fails (ended) or the
@@ -165,7 +169,7 @@ func (t *Transport) exchange(ctx context.Context, c *conn, head requestHead, dea
 	}
 	x.br = readerPool.Get().(*bufio.Reader)
 	x.br.Reset(c)
-	resp, err = x.readHead(head.req)
+	resp, err = x.readHead(head)
 	if err != nil {
 		return nil, x.isStale(c.readErr) && isReplayable(head.req), x.fail("read response head", err)
 	}
@@ -208,11 +212,16 @@ func (x *exchange) writeHead(head requestHead) error {
 }
 
 // readHead reads response heads until a final one, passing informational
-// ones to the request's trace hook.
-func (x *exchange) readHead(req *http.Request) (*http.Response, error) {
-	trace := httptrace.ContextClientTrace(x.ctx)
+// ones to head.got1xx or else the request's trace hook.
+func (x *exchange) readHead(head requestHead) (*http.Response, error) {
+	got1xx := head.got1xx
+	if got1xx == nil {
+		if trace := httptrace.ContextClientTrace(x.ctx); trace != nil && trace.Got1xxResponse != nil {
+			got1xx = func(code int, h http.Header) error { return trace.Got1xxResponse(code, textproto.MIMEHeader(h)) }
+		}
+	}
 	for {
-		resp, err := http.ReadResponse(x.br, req)
+		resp, err := http.ReadResponse(x.br, head.req)
 		if err != nil {
 			return nil, err
 		}
@@ -225,8 +234,8 @@ func (x *exchange) readHead(req *http.Request) (*http.Response, error) {
 			return nil, ErrUnexpectedSwitch
 		}
 		x.informed = true
-		if trace != nil && trace.Got1xxResponse != nil {
-			if err := trace.Got1xxResponse(code, textproto.MIMEHeader(resp.Header)); err != nil {
+		if got1xx != nil {
+			if err := got1xx(code, resp.Header); err != nil {
 				return nil, fmt.Errorf("got1xxResponse hook: %w", err)
 			}
 		}

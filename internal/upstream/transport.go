@@ -211,7 +211,7 @@ func (t *Transport) roundTrip(req *http.Request, headTimeout time.Duration) (*ht
 	if !canProbeSockets || !isFastPath(req) {
 		return t.roundTripFallback(req, headTimeout)
 	}
-	return t.roundTripFast(req, headTimeout)
+	return t.roundTripFast(req.Context(), req, headTimeout, nil)
 }
 
 // WithHeadTimeout returns a RoundTripper that sends requests through t, and

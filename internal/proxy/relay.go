@@ -1,0 +1,524 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/textproto"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/seed-a07d1050/portcullis/internal/config"
+	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
+)
+
+// relay is the handler that sends a reverse route's requests to its
+// upstreams, in place of httputil.ReverseProxy and with the same
+// behaviour (see docs/daemon.md for the one deliberate difference), but
+// without its per-request copies: the request going upstream is built
+// once from the one received, sharing its header values, and a response's
+// header values go to the client's header as they are. The exchange runs
+// on the handler's goroutine when internal/upstream's fast path takes it
+// (plain http, no body, no upgrade); otherwise through its fallback.
+//
+// What goes upstream: the method, the cleaned path and the query (with
+// parameters ReverseProxy would drop re-encoded, as it does), the Host the
+// client asked for, and the client's header minus the hop-by-hop fields
+// (RFC 9110 §7.6.1: those the Connection field names, and Connection,
+// Proxy-Connection, Keep-Alive, Proxy-Authenticate, Proxy-Authorization,
+// TE, Trailer, Transfer-Encoding, Upgrade), minus the forwarding fields
+// the daemon writes itself and their look-alikes (see forwarding), plus
+// the forwarding fields, "TE: trailers" when the client sent it, and
+// "Connection: Upgrade" with its Upgrade for a protocol switch.
+//
+// What comes back: the status, the header minus the hop-by-hop fields,
+// 1xx responses as they arrive (103 Early Hints included), the body,
+// flushed after every read for server-sent events and bodies of unknown
+// length, and the trailers. A 101 to an upgrade request hands both
+// connections to each other until either side ends. A failed exchange is
+// answered 502, or 504 when the upstream did not answer in time; a body
+// that fails halfway aborts the response (http.ErrAbortHandler).
+type relay struct {
+	pool    *pool
+	fw      forwarding
+	t       *uptransport.Transport
+	timeout time.Duration // bound on each upstream's response head
+	bufs    httputil.BufferPool
+	fail    func(http.ResponseWriter, *http.Request, error)
+	log     *slog.Logger
+}
+
+// newRelay returns the handler of a route whose upstreams p picks. The
+// route's timeout bounds the wait for each upstream's response head, a
+// retry on another upstream after a refused connection getting its own.
+func newRelay(p *pool, fw forwarding, t *uptransport.Transport, timeout time.Duration, bufs httputil.BufferPool, log *slog.Logger) *relay {
+	if timeout <= 0 {
+		timeout = config.DefaultUpstreamTimeout
+	}
+	return &relay{pool: p, fw: fw, t: t, timeout: timeout, bufs: bufs, fail: proxyErrorHandler(log), log: log}
+}
+
+// outbound is the request a relay sends upstream, with its URL, in one
+// allocation, and what its 1xx hook needs.
+type outbound struct {
+	req http.Request
+	url url.URL
+
+	w    http.ResponseWriter
+	mu   sync.Mutex // guards w's header against a late 1xx from the fallback
+	done bool       // the final response is in: no more 1xx
+}
+
+func (rl *relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	upType := upgradeType(r.Header)
+	if upType != "" && !isPrintable(upType) {
+		rl.fail(w, r, fmt.Errorf("client tried to switch to invalid protocol %q", upType))
+		return
+	}
+	u := rl.pool.pickExcept(nil)
+	o := rl.outbound(w, r, u, upType)
+	resp, err := rl.send(r.Context(), o, u)
+	o.mu.Lock()
+	o.done = true
+	o.mu.Unlock()
+	if err != nil {
+		rl.fail(w, r, err)
+		return
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		rl.switchProtocols(w, r, resp, upType)
+		return
+	}
+	rl.respond(w, r, resp)
+}
+
+// outbound builds the request to send to u for r.
+func (rl *relay) outbound(w http.ResponseWriter, r *http.Request, u *upstream, upType string) *outbound {
+	o := &outbound{w: w}
+	o.url = *r.URL
+	o.url.Scheme, o.url.Host = u.scheme, u.host
+	o.url.RawQuery = cleanQuery(o.url.RawQuery)
+	out := &o.req
+	out.Method = r.Method
+	out.URL = &o.url
+	out.Proto, out.ProtoMajor, out.ProtoMinor = "HTTP/1.1", 1, 1
+	out.Host = r.Host // the upstream sees the name the client asked for
+	out.ContentLength = r.ContentLength
+	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		out.Body = &closeless{r: r.Body}
+		out.TransferEncoding = slices.Clone(r.TransferEncoding)
+		out.Trailer = r.Trailer.Clone()
+	}
+	peer := peerAddr(r)
+	trusted := rl.fw.trusts(peer)
+	h := make(http.Header, len(r.Header)+6)
+	for name, values := range r.Header {
+		if !isHopHeader(name) && !isForwardingHeader(name) && !stripped(name, trusted) {
+			h[name] = values
+		}
+	}
+	for _, v := range r.Header["Connection"] {
+		for token := range strings.SplitSeq(v, ",") {
+			if token = textproto.TrimString(token); token != "" {
+				delete(h, canonicalToken(token))
+			}
+		}
+	}
+	out.Header = h
+	rl.fw.set(h, r, peer, trusted)
+	if httpguts.HeaderValuesContainsToken(r.Header["Te"], "trailers") {
+		h["Te"] = []string{"trailers"}
+	}
+	if upType != "" {
+		h["Connection"] = []string{"Upgrade"}
+		h["Upgrade"] = []string{upType}
+	}
+	if !rl.t.FastPath(out) {
+		// The fallback may still read the request after this handler
+		// returned (http.Transport writes bodies on a goroutine of its
+		// own), when the server reuses the values of r's header for the
+		// connection's next request: it gets values of its own. And
+		// http.Transport sends its own User-Agent unless told not to.
+		for name, values := range h {
+			h[name] = slices.Clone(values)
+		}
+		if _, ok := h["User-Agent"]; !ok {
+			h["User-Agent"] = []string{""}
+		}
+	}
+	return o
+}
+
+// send sends o to u and, when u refuses the connection, marks it down and
+// (for a request without a body, which nothing has consumed) tries the
+// next upstream, once more per upstream of the route. A refused
+// connection means the upstream received nothing, so the retry cannot
+// repeat an effect.
+func (rl *relay) send(ctx context.Context, o *outbound, u *upstream) (*http.Response, error) {
+	opts := uptransport.SendOptions{HeadTimeout: rl.timeout, Got1xx: o.got1xx}
+	req := &o.req
+	resp, err := rl.t.Send(ctx, req, opts)
+	for tries := 1; err != nil && isRefused(err) && tries < len(rl.pool.ups); tries++ {
+		rl.pool.markDown(u)
+		if req.Body != nil {
+			return nil, err
+		}
+		next := rl.pool.pickExcept(u)
+		if next == nil {
+			return nil, err
+		}
+		u = next
+		// A request of its own: the fallback may still hold the last one.
+		retry := *req
+		url := *req.URL
+		url.Scheme, url.Host = u.scheme, u.host
+		retry.URL = &url
+		req = &retry
+		resp, err = rl.t.Send(ctx, req, opts)
+	}
+	if err != nil && isRefused(err) {
+		rl.pool.markDown(u)
+	}
+	return resp, err
+}
+
+// got1xx passes an informational response on to the client as it
+// arrives, with its header alone.
+func (o *outbound) got1xx(code int, header http.Header) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.done {
+		return nil // too late: the final answer is being written
+	}
+	dst := o.w.Header()
+	saved := make(map[string][]string, len(header))
+	for k, vv := range header {
+		if old, ok := dst[k]; ok {
+			saved[k] = old
+		}
+		dst[k] = append(dst[k][:len(dst[k]):len(dst[k])], vv...)
+	}
+	o.w.WriteHeader(code)
+	for k := range header {
+		if old, ok := saved[k]; ok {
+			dst[k] = old
+		} else {
+			delete(dst, k)
+		}
+	}
+	return nil
+}
+
+// respond writes resp, a final response other than 101, to w.
+func (rl *relay) respond(w http.ResponseWriter, r *http.Request, resp *http.Response) {
+	removeHopHeaders(resp.Header)
+	dst := w.Header()
+	for k, vv := range resp.Header {
+		if old, ok := dst[k]; ok {
+			dst[k] = append(old[:len(old):len(old)], vv...)
+		} else {
+			dst[k] = vv
+		}
+	}
+	// The "Trailer" field was removed above, as a hop-by-hop field; the
+	// trailers the upstream announced are announced again.
+	announced := len(resp.Trailer)
+	if announced > 0 {
+		keys := make([]string, 0, announced)
+		for k := range resp.Trailer {
+			keys = append(keys, k)
+		}
+		dst.Add("Trailer", strings.Join(keys, ", "))
+	}
+	w.WriteHeader(resp.StatusCode)
+	if err := rl.copyBody(w, resp); err != nil {
+		resp.Body.Close()
+		rl.log.Debug("upstream body copy failed", "path", r.URL.Path, "err", err)
+		// The head is out: all that can be done is to cut the response
+		// short, so that the client sees it is incomplete.
+		panic(http.ErrAbortHandler)
+	}
+	resp.Body.Close() // now, so that resp.Trailer is complete
+	if len(resp.Trailer) == 0 {
+		return
+	}
+	// A flush before the trailers forces chunking, which trailers need,
+	// even for a short body.
+	_ = http.NewResponseController(w).Flush()
+	if len(resp.Trailer) == announced {
+		for k, vv := range resp.Trailer {
+			dst[k] = append(dst[k], vv...)
+		}
+		return
+	}
+	for k, vv := range resp.Trailer {
+		k = http.TrailerPrefix + k
+		dst[k] = append(dst[k], vv...)
+	}
+}
+
+// copyBody copies the body of resp to w, flushing after every write for
+// server-sent events and bodies of unknown length, so that a stream
+// reaches the client as the upstream sends it; a known length is written
+// as the server's buffer fills, so that a small response leaves in one
+// write with its head. It returns the first write error, or read error
+// other than EOF.
+func (rl *relay) copyBody(w http.ResponseWriter, resp *http.Response) error {
+	var flush func() error
+	if resp.ContentLength == -1 || isEventStream(resp.Header) {
+		flush = http.NewResponseController(w).Flush
+	}
+	buf := rl.bufs.Get()
+	defer rl.bufs.Put(buf)
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			if _, err := w.Write(buf[:n]); err != nil {
+				return err
+			}
+			if flush != nil {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+}
+
+// isEventStream reports whether h says the body is server-sent events
+// (text/event-stream), which are flushed as they come.
+func isEventStream(h http.Header) bool {
+	ct := h["Content-Type"]
+	if len(ct) == 0 {
+		return false
+	}
+	base, _, _ := strings.Cut(ct[0], ";")
+	return strings.EqualFold(textproto.TrimString(base), "text/event-stream")
+}
+
+// switchProtocols completes a protocol switch the upstream accepted with
+// resp: it checks the upstream switched to what the client asked for,
+// writes the 101 on the client's connection (where httplimit's tunnel
+// tracking sees it) and copies each connection to the other until one
+// side fails or both have ended, blocking the handler meanwhile, so that
+// the listener counts the tunnel as active. A shutdown (the request's
+// context ending) closes both.
+func (rl *relay) switchProtocols(w http.ResponseWriter, r *http.Request, resp *http.Response, reqUpType string) {
+	resUpType := upgradeType(resp.Header)
+	backConn, ok := resp.Body.(io.ReadWriteCloser)
+	switch {
+	case !isPrintable(resUpType):
+		resp.Body.Close()
+		rl.fail(w, r, fmt.Errorf("backend tried to switch to invalid protocol %q", resUpType))
+		return
+	case !strings.EqualFold(reqUpType, resUpType):
+		resp.Body.Close()
+		rl.fail(w, r, fmt.Errorf("backend tried to switch protocol %q when %q was requested", resUpType, reqUpType))
+		return
+	case !ok:
+		resp.Body.Close()
+		rl.fail(w, r, errors.New("internal error: 101 switching protocols response with non-writable body"))
+		return
+	}
+	defer backConn.Close()
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		rl.fail(w, r, fmt.Errorf("hijack the client's connection on a protocol switch: %w", err))
+		return
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(r.Context(), func() { backConn.Close() })
+	defer stop()
+
+	dst := w.Header()
+	for k, vv := range resp.Header {
+		dst[k] = append(dst[k], vv...)
+	}
+	resp.Header = dst
+	resp.Body = nil // so that Write writes the head alone
+	if err := resp.Write(brw); err != nil {
+		rl.log.Debug("protocol switch: write the 101", "err", err)
+		return
+	}
+	if err := brw.Flush(); err != nil {
+		rl.log.Debug("protocol switch: write the 101", "err", err)
+		return
+	}
+	var fromClient io.Reader = conn
+	if brw.Reader.Buffered() > 0 {
+		fromClient = brw.Reader // bytes the client sent right after its request
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- pipe(backConn, fromClient) }()
+	go func() { errc <- pipe(conn, backConn) }()
+	// Until one side fails, or both have ended.
+	if err := <-errc; err == nil {
+		<-errc
+	}
+}
+
+// pipe copies src to dst until src ends, then half-closes dst if it can,
+// so that the end reaches the other side.
+func pipe(dst io.Writer, src io.Reader) error {
+	if _, err := io.Copy(dst, src); err != nil {
+		return err
+	}
+	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errPipeDone
+}
+
+var errPipeDone = errors.New("proxy: protocol switch: one side ended")
+
+// closeless passes reads to a request body and ignores Close: the
+// fallback closes the body it was given once it is done with it, or when
+// it fails to connect, and closing the server's body then could block on
+// a client that has not sent it yet (100-continue).
+type closeless struct {
+	r      io.ReadCloser
+	closed bool
+	mu     sync.Mutex
+}
+
+func (c *closeless) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return 0, errors.New("proxy: read of a request body after the upstream exchange closed it")
+	}
+	return c.r.Read(p)
+}
+
+func (c *closeless) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	return nil
+}
+
+// upgradeType returns the protocol h asks to switch to ("" for none): its
+// Upgrade field, when Connection names "upgrade".
+func upgradeType(h http.Header) string {
+	if !httpguts.HeaderValuesContainsToken(h["Connection"], "Upgrade") {
+		return ""
+	}
+	if v := h["Upgrade"]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func isPrintable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// isForwardingHeader reports whether name, in canonical form, is one of
+// the forwarding fields a client's request never carries upstream, as
+// ReverseProxy removes them: the daemon writes its own (forwarding.set).
+func isForwardingHeader(name string) bool {
+	switch name {
+	case hdrFwd, hdrXFF, hdrXFHost, hdrXFProto:
+		return true
+	}
+	return false
+}
+
+// isHopHeader reports whether name, in canonical form, is one of the
+// hop-by-hop fields a proxy never forwards (RFC 9110 §7.6.1, and the
+// older list of RFC 2616 §13.5.1 that ReverseProxy also removes).
+func isHopHeader(name string) bool {
+	switch name {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
+}
+
+// removeHopHeaders removes the hop-by-hop fields from h: those its
+// Connection field names, then the fixed list.
+func removeHopHeaders(h http.Header) {
+	for _, v := range h["Connection"] {
+		for token := range strings.SplitSeq(v, ",") {
+			if token = textproto.TrimString(token); token != "" {
+				delete(h, canonicalToken(token))
+			}
+		}
+	}
+	for _, name := range [...]string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"} {
+		delete(h, name)
+	}
+}
+
+// canonicalToken returns the canonical header name of a Connection token,
+// without allocating for the tokens clients send most.
+func canonicalToken(token string) string {
+	switch token {
+	case "keep-alive", "Keep-Alive":
+		return "Keep-Alive"
+	case "close", "Close":
+		return "Close"
+	case "upgrade", "Upgrade":
+		return "Upgrade"
+	}
+	return textproto.CanonicalMIMEHeaderKey(token)
+}
+
+// cleanQuery returns q as ReverseProxy forwards it: unchanged, unless it
+// has a parameter Go's query parser refuses (a ';', a malformed escape)
+// or more than 10000 parameters; then re-encoded from what the parser
+// accepts, so that the upstream cannot read a query the daemon did not.
+func cleanQuery(q string) string {
+	if q == "" {
+		return q
+	}
+	if strings.Count(q, "&")+1 > 10000 {
+		return reencodeQuery(q)
+	}
+	for i := 0; i < len(q); {
+		switch q[i] {
+		case ';':
+			return reencodeQuery(q)
+		case '%':
+			if i+2 >= len(q) || !isHex(q[i+1]) || !isHex(q[i+2]) {
+				return reencodeQuery(q)
+			}
+			i += 3
+		default:
+			i++
+		}
+	}
+	return q
+}
+
+func reencodeQuery(q string) string {
+	v, _ := url.ParseQuery(q)
+	return v.Encode()
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}

@@ -1,0 +1,57 @@
+package upstream
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"time"
+)
+
+// SendOptions are the settings of one [Transport.Send]. The zero value is
+// RoundTrip's behaviour.
+type SendOptions struct {
+	// HeadTimeout bounds the wait for the response head, as the d of
+	// [Transport.WithHeadTimeout] does. Zero or negative means no bound.
+	HeadTimeout time.Duration
+
+	// Got1xx, if not nil, is called with the status code and header of
+	// every informational response (1xx other than 101) that comes before
+	// the final one; an error it returns fails the exchange. On the fast
+	// path it runs on the goroutine that called Send, before Send returns;
+	// on the fallback path it runs on the fallback's goroutine and may run
+	// after Send returned with an error, so what it shares with the caller
+	// must be guarded. Nil means the Got1xxResponse hook of the context's
+	// [net/http/httptrace.ClientTrace], if any, as for RoundTrip.
+	Got1xx func(code int, header http.Header) error
+}
+
+// Send sends req as RoundTrip does, with ctx in place of req.Context() and
+// with the options of opts. On the fast path (see [Transport.FastPath])
+// it spares the copy of req that giving a request another context takes,
+// and req, its URL and its Header are not used once Send has returned;
+// the response's Request field is req. On the fallback path req is passed
+// on with ctx (a copy, unless ctx is req.Context()), and the fallback may
+// hold it until the response body is closed.
+func (t *Transport) Send(ctx context.Context, req *http.Request, opts SendOptions) (*http.Response, error) {
+	if t.FastPath(req) {
+		return t.roundTripFast(ctx, req, opts.HeadTimeout, opts.Got1xx)
+	}
+	if got := opts.Got1xx; got != nil {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			Got1xxResponse: func(code int, h textproto.MIMEHeader) error { return got(code, http.Header(h)) },
+		})
+	}
+	if ctx != req.Context() {
+		req = req.WithContext(ctx)
+	}
+	return t.roundTripFallback(req, opts.HeadTimeout)
+}
+
+// FastPath reports whether RoundTrip and Send serve req on the caller's
+// goroutine (see [Transport]): scheme "http", no body, no upgrade, not
+// CONNECT, on a system with a non-blocking peek. Every other request goes
+// to the Fallback.
+func (t *Transport) FastPath(req *http.Request) bool {
+	return canProbeSockets && isFastPath(req)
+}
