@@ -278,7 +278,6 @@ listeners:
 	}
 }
 
-
 // TestRelayUpgradeKeepsEarlyBytes switches protocols through the daemon
 // with the client's first bytes of the new protocol sent in the same
 // packet as its request: they reach the upstream, and its answers come
