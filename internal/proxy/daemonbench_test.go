@@ -1,0 +1,420 @@
+package proxy_test
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/backend"
+	"github.com/seed-a07d1050/portcullis/internal/proxy"
+)
+
+// BenchmarkDaemon compares builds of the daemon's data path in one run:
+// each daemon runs in a child process (this test binary, re-executed with
+// PORTCULLIS_BENCH_DAEMON set, GOGC=400 as cmd/portcullis sets it) in
+// front of one backend child (internal/backend, no delay), with every
+// limit on (benchLimitsOn: the connection caps, a client limit, a route
+// limit with a queue and a shadow limit, none reached). 64 keep-alive
+// connections from 8 client addresses send browser-sized requests; b.N
+// requests go to each daemon in alternating batches of 2000, so that all
+// see the machine in the same state. For each it reports the daemon's CPU
+// time per request (user + system, /proc/PID/stat) and requests per second,
+// and the ratios of both to the first daemon's:
+//
+//	go test -run XXX -bench Daemon -benchtime 20000x -count 6 ./internal/proxy
+//
+// The daemons: fast and nethttp are the relay behind each HTTP/1.x server
+// (http1_server); fast-rp and nethttp-rp the same with
+// httputil.ReverseProxy in place of the relay, as before it; fast-log is
+// fast with the access log on, written to a file; nginx and haproxy are
+// those proxies with their bench/peers configurations, when installed
+// (name them in PORTCULLIS_BENCH_DAEMONS, a space-separated list that
+// replaces the default set). Setting
+// PORTCULLIS_BENCH_CPUPROFILE=prefix makes each daemon write a CPU profile
+// to prefix.NAME.
+func BenchmarkDaemon(b *testing.B) {
+	names := []string{"fast", "nethttp", "fast-rp", "nethttp-rp", "fast-log"}
+	if s := os.Getenv("PORTCULLIS_BENCH_DAEMONS"); s != "" {
+		names = strings.Fields(s)
+	}
+	benchDaemons(b, names)
+}
+
+// benchRequest is a browser-sized keep-alive request head.
+const benchRequest = "GET /?page=2 HTTP/1.1\r\nHost: bench.example\r\n" +
+	"User-Agent: Mozilla/5.0 (X11; Linux x86_64) bench/1.0\r\nAccept: text/html,application/xhtml+xml,*/*;q=0.8\r\n" +
+	"Accept-Encoding: gzip, deflate, br\r\nAccept-Language: en-US,en;q=0.9\r\nCookie: session=0123456789abcdef\r\n\r\n"
+
+func TestMain(m *testing.M) {
+	if name := os.Getenv("PORTCULLIS_BENCH_DAEMON"); name != "" {
+		os.Exit(runBenchChild(name))
+	}
+	code := m.Run()
+	stopBenchChildren()
+	os.Exit(code)
+}
+
+// runBenchChild serves as the child name until its standard input closes:
+// the backend, or a daemon in front of PORTCULLIS_BENCH_BACKEND.
+func runBenchChild(name string) int {
+	if prefix := os.Getenv("PORTCULLIS_BENCH_CPUPROFILE"); prefix != "" && name != "backend" {
+		f, err := os.Create(prefix + "." + name)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if name == "backend" {
+		srv, err := backend.StartConfig("127.0.0.1:0", backend.Config{})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer srv.Close()
+		fmt.Println(srv.Addr())
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		return 0
+	}
+	server, rest, _ := strings.Cut(name, "-")
+	text := strings.Replace(benchLimitsOn, "    protocol: http\n", "    protocol: http\n    http1_server: "+map[string]string{"fast": "fast", "nethttp": "net/http"}[server]+"\n", 1)
+	switch rest {
+	case "rp":
+		proxy.SetReverseProxy(true)
+	case "log":
+		text = "log: {access_log: true}\n" + text
+	}
+	cfg := parseConfig(nopTB{}, text, "http://"+os.Getenv("PORTCULLIS_BENCH_BACKEND"))
+	logs, err := os.CreateTemp("", "portcullis-bench-log-*")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.Remove(logs.Name())
+	defer logs.Close()
+	srv, err := proxy.Start(cfg, proxy.Options{LogOutput: logs})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer srv.Close()
+	fmt.Println(srv.Addr("web"))
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// nopTB lets a child process use parseConfig, which reports through a
+// testing.TB; the child has none, and its configurations are valid.
+type nopTB struct{ testing.TB }
+
+func (nopTB) Helper()                   {}
+func (nopTB) Name() string              { return "" }
+func (nopTB) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
+
+// benchChild is a running child process.
+type benchChild struct {
+	cmd   *exec.Cmd
+	stdin io.Closer // nil for nginx and HAProxy
+	addr  string
+	dir   string // nginx's and HAProxy's configuration; removed by stop
+	conns []*benchConn
+}
+
+var (
+	benchMu       sync.Mutex
+	benchChildren = map[string]*benchChild{}
+)
+
+// startBenchChild returns the child serving as name, started once.
+func startBenchChild(b *testing.B, name string) *benchChild {
+	var backendAddr string
+	if name != "backend" {
+		backendAddr = startBenchChild(b, "backend").addr
+	}
+	benchMu.Lock()
+	defer benchMu.Unlock()
+	if c := benchChildren[name]; c != nil {
+		return c
+	}
+	if name == "nginx" || name == "haproxy" {
+		c := startPeer(b, name, backendAddr)
+		benchChildren[name] = c
+		return c
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "PORTCULLIS_BENCH_DAEMON="+name, "PORTCULLIS_BENCH_BACKEND="+backendAddr, "GOGC=400")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		b.Fatalf("%s: %v", name, err)
+	}
+	c := &benchChild{cmd: cmd, stdin: stdin, addr: strings.TrimSpace(line)}
+	benchChildren[name] = c
+	return c
+}
+
+// startPeer starts nginx or HAProxy, with their bench/peers
+// configuration, in front of backend, or skips the benchmark when the
+// program is missing. It runs in the foreground and stops on SIGTERM.
+func startPeer(b *testing.B, name, backendAddr string) *benchChild {
+	bin, err := exec.LookPath(name)
+	if err != nil {
+		b.Skipf("%s is not installed: %v", name, err)
+	}
+	file := map[string]string{"nginx": "nginx.conf", "haproxy": "haproxy.cfg"}[name]
+	tmpl, err := os.ReadFile("../../bench/peers/" + file)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	dir, err := os.MkdirTemp("", "portcullis-bench-"+name+"-*")
+	if err != nil {
+		b.Fatal(err)
+	}
+	conf := strings.NewReplacer("@TMP@", dir, "@LISTEN@", addr, "@BACKEND@", backendAddr).Replace(string(tmpl))
+	if err := os.WriteFile(dir+"/"+file, []byte(conf), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	var cmd *exec.Cmd
+	if name == "nginx" {
+		cmd = exec.Command(bin, "-p", dir, "-e", dir+"/error.log", "-c", dir+"/"+file)
+	} else {
+		cmd = exec.Command(bin, "-db", "-f", dir+"/"+file)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	c := &benchChild{cmd: cmd, addr: addr, dir: dir}
+	for i := 0; ; i++ {
+		nc, err := net.Dial("tcp", addr)
+		if err == nil {
+			_ = nc.Close()
+			return c
+		}
+		if i == 100 {
+			c.stop()
+			b.Fatalf("%s did not listen on %s within 10 s", name, addr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func stopBenchChildren() {
+	benchMu.Lock()
+	defer benchMu.Unlock()
+	for _, c := range benchChildren {
+		c.stop()
+	}
+}
+
+// stop closes the child's connections and stops it: a daemon child when
+// its standard input closes, nginx and HAProxy by SIGTERM to the PID this
+// process started.
+func (c *benchChild) stop() {
+	for _, bc := range c.conns {
+		_ = bc.c.Close()
+	}
+	if c.stdin != nil {
+		_ = c.stdin.Close()
+	} else {
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	_ = c.cmd.Wait()
+	if c.dir != "" {
+		_ = os.RemoveAll(c.dir)
+	}
+}
+
+// cpuTime returns the user + system CPU time of the child and of its own
+// children (nginx's workers).
+func (c *benchChild) cpuTime(b *testing.B) time.Duration {
+	pid := c.cmd.Process.Pid
+	total, ok := procCPU(pid)
+	if !ok {
+		b.Skip("no /proc") // CPU time is read from /proc on Linux only
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil || child == pid {
+			continue
+		}
+		if d, ok := procCPUIfChildOf(child, pid); ok {
+			total += d
+		}
+	}
+	return total
+}
+
+// procStat returns the fields of /proc/PID/stat after the command name.
+func procStat(pid int) ([]string, bool) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, false
+	}
+	return strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+2:])), true
+}
+
+// procCPU returns the user + system time of pid: fields 14 and 15 of its
+// stat (proc(5)), in ticks of 10 ms.
+func procCPU(pid int) (time.Duration, bool) {
+	f, ok := procStat(pid)
+	if !ok {
+		return 0, false
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond, true
+}
+
+func procCPUIfChildOf(pid, parent int) (time.Duration, bool) {
+	f, ok := procStat(pid)
+	if !ok || f[1] != strconv.Itoa(parent) {
+		return 0, false
+	}
+	return procCPU(pid)
+}
+
+// benchConn is a keep-alive client connection that sends benchRequest and
+// reads the response.
+type benchConn struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+const (
+	benchConns   = 64 // keep-alive connections per daemon
+	benchClients = 8  // client addresses 127.0.0.10-17 they come from
+)
+
+// connsFor returns the child's benchConns connections, dialled once.
+func (c *benchChild) connsFor(b *testing.B) []*benchConn {
+	for i := len(c.conns); i < benchConns; i++ {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(10+i%benchClients))}}
+		nc, err := d.Dial("tcp", c.addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.conns = append(c.conns, &benchConn{c: nc, br: bufio.NewReaderSize(nc, 4096)})
+	}
+	return c.conns
+}
+
+var errBadResponse = errors.New("bad response")
+
+func (c *benchConn) do() error {
+	if _, err := io.WriteString(c.c, benchRequest); err != nil {
+		return err
+	}
+	cl := -1
+	for first := true; ; first = false {
+		line, err := c.br.ReadSlice('\n')
+		if err != nil {
+			return err
+		}
+		if first {
+			if !bytes.HasPrefix(line, []byte("HTTP/1.1 200 ")) {
+				return fmt.Errorf("%w: %q", errBadResponse, line)
+			}
+			continue
+		}
+		if len(line) <= 2 {
+			break
+		}
+		if k, v, ok := bytes.Cut(line, []byte(":")); ok && bytes.EqualFold(k, []byte("Content-Length")) {
+			cl, _ = strconv.Atoi(string(bytes.TrimSpace(v)))
+		}
+	}
+	if cl < 0 {
+		return fmt.Errorf("%w: no Content-Length", errBadResponse)
+	}
+	_, err := c.br.Discard(cl)
+	return err
+}
+
+// drive sends n requests over conns, one goroutine per connection, and
+// returns the wall time it took.
+func drive(b *testing.B, conns []*benchConn, n int) time.Duration {
+	var left atomic.Int64
+	left.Store(int64(n))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, c := range conns {
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				if err := c.do(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
+func benchDaemons(b *testing.B, names []string) {
+	children := make([]*benchChild, len(names))
+	conns := make([][]*benchConn, len(names))
+	for i, name := range names {
+		children[i] = startBenchChild(b, name)
+		conns[i] = children[i].connsFor(b)
+		drive(b, conns[i], 2*benchConns) // warm up
+	}
+	cpu := make([]time.Duration, len(names))
+	wall := make([]time.Duration, len(names))
+	const batch = 2000
+	b.ResetTimer()
+	for done := 0; done < b.N; done += batch {
+		n := min(batch, b.N-done)
+		for i, c := range children {
+			c0 := c.cpuTime(b)
+			wall[i] += drive(b, conns[i], n)
+			cpu[i] += c.cpuTime(b) - c0
+		}
+	}
+	b.StopTimer()
+	for i, name := range names {
+		b.ReportMetric(float64(cpu[i].Microseconds())/float64(b.N), name+"-cpu-µs/req")
+		b.ReportMetric(float64(b.N)/wall[i].Seconds(), name+"-req/s")
+		if i > 0 && cpu[0] > 0 {
+			b.ReportMetric(float64(cpu[i])/float64(cpu[0]), name+"/"+names[0]+"-cpu")
+			b.ReportMetric(wall[0].Seconds()/wall[i].Seconds(), name+"/"+names[0]+"-req/s")
+		}
+	}
+}
