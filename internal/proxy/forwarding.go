@@ -120,12 +120,20 @@ func (fw forwarding) set(out http.Header, in *http.Request, peer netip.Addr, tru
 			host = v
 		}
 	}
-	out[hdrXFF] = []string{joinAddrs(path)}
-	out[hdrXRealIP] = []string{plain(path[0]).String()}
-	out[hdrXFProto] = []string{proto}
-	out[hdrXFHost] = []string{host}
+	// One allocation for every value, each field its own slice of it.
+	vals := make([]string, 5)
+	client := plain(path[0]).String()
+	vals[0], vals[1], vals[2], vals[3] = client, client, proto, host
+	if len(path) > 1 {
+		vals[0] = joinAddrs(path)
+	}
+	out[hdrXFF] = vals[0:1:1]
+	out[hdrXRealIP] = vals[1:2:2]
+	out[hdrXFProto] = vals[2:3:3]
+	out[hdrXFHost] = vals[3:4:4]
 	if fw.res.Header == clientkey.HeaderForwarded {
-		out[hdrFwd] = []string{forwardedValue(path, host, proto)}
+		vals[4] = forwardedValue(path, host, proto)
+		out[hdrFwd] = vals[4:5:5]
 	}
 }
 

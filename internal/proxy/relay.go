@@ -67,15 +67,36 @@ func newRelay(p *pool, fw forwarding, t *uptransport.Transport, timeout time.Dur
 	return &relay{pool: p, fw: fw, t: t, timeout: timeout, bufs: bufs, fail: proxyErrorHandler(log), log: log}
 }
 
-// outbound is the request a relay sends upstream, with its URL, in one
-// allocation, and what its 1xx hook needs.
+// outbound is the request a relay sends upstream, with its URL and
+// header, and what its 1xx hook needs. Those of the fast path, which
+// internal/upstream does not hold once the exchange is over, are pooled.
 type outbound struct {
-	req http.Request
-	url url.URL
+	req    http.Request
+	url    url.URL
+	header http.Header
+	hook   func(int, http.Header) error // got1xx, made once
+	pooled bool                         // goes back to outbounds when done
 
 	w    http.ResponseWriter
 	mu   sync.Mutex // guards w's header against a late 1xx from the fallback
 	done bool       // the final response is in: no more 1xx
+}
+
+var outbounds = sync.Pool{New: func() any {
+	o := &outbound{header: make(http.Header, 16)}
+	o.hook = o.got1xx
+	return o
+}}
+
+// release returns o to the pool if it was sent on the fast path.
+func (o *outbound) release() {
+	if !o.pooled {
+		return
+	}
+	clear(o.header)
+	o.req = http.Request{}
+	o.w = nil
+	outbounds.Put(o)
 }
 
 func (rl *relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -91,6 +112,7 @@ func (rl *relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	o.done = true
 	o.mu.Unlock()
 	if err != nil {
+		o.release()
 		rl.fail(w, r, err)
 		return
 	}
@@ -99,11 +121,13 @@ func (rl *relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rl.respond(w, r, resp)
+	o.release()
 }
 
 // outbound builds the request to send to u for r.
 func (rl *relay) outbound(w http.ResponseWriter, r *http.Request, u *upstream, upType string) *outbound {
-	o := &outbound{w: w}
+	o := outbounds.Get().(*outbound)
+	o.w, o.done = w, false
 	o.url = *r.URL
 	o.url.Scheme, o.url.Host = u.scheme, u.host
 	o.url.RawQuery = cleanQuery(o.url.RawQuery)
@@ -120,7 +144,7 @@ func (rl *relay) outbound(w http.ResponseWriter, r *http.Request, u *upstream, u
 	}
 	peer := peerAddr(r)
 	trusted := rl.fw.trusts(peer)
-	h := make(http.Header, len(r.Header)+6)
+	h := o.header
 	for name, values := range r.Header {
 		if !isHopHeader(name) && !isForwardingHeader(name) && !stripped(name, trusted) {
 			h[name] = values
@@ -142,15 +166,18 @@ func (rl *relay) outbound(w http.ResponseWriter, r *http.Request, u *upstream, u
 		h["Connection"] = []string{"Upgrade"}
 		h["Upgrade"] = []string{upType}
 	}
-	if !rl.t.FastPath(out) {
+	o.pooled = rl.t.FastPath(out)
+	if !o.pooled {
 		// The fallback may still read the request after this handler
 		// returned (http.Transport writes bodies on a goroutine of its
 		// own), when the server reuses the values of r's header for the
-		// connection's next request: it gets values of its own. And
+		// connection's next request: it gets a header of its own. And
 		// http.Transport sends its own User-Agent unless told not to.
-		for name, values := range h {
+		h = make(http.Header, len(o.header)+1)
+		for name, values := range o.header {
 			h[name] = slices.Clone(values)
 		}
+		out.Header = h
 		if _, ok := h["User-Agent"]; !ok {
 			h["User-Agent"] = []string{""}
 		}
@@ -164,7 +191,9 @@ func (rl *relay) outbound(w http.ResponseWriter, r *http.Request, u *upstream, u
 // connection means the upstream received nothing, so the retry cannot
 // repeat an effect.
 func (rl *relay) send(ctx context.Context, o *outbound, u *upstream) (*http.Response, error) {
-	opts := uptransport.SendOptions{HeadTimeout: rl.timeout, Got1xx: o.got1xx}
+	// The header is the client's, which the server's parser checked, with
+	// the forwarding fields, made of checked values, added.
+	opts := uptransport.SendOptions{HeadTimeout: rl.timeout, Got1xx: o.hook, HeaderValid: true}
 	req := &o.req
 	resp, err := rl.t.Send(ctx, req, opts)
 	for tries := 1; err != nil && isRefused(err) && tries < len(rl.pool.ups); tries++ {

@@ -18,6 +18,10 @@ type conn struct {
 	addr      string     // the pool key: host:port
 	prober    idleProber // nil: the connection cannot be checked, so it is never kept
 	idleSince time.Time  // set by the pool
+	// deadline is the read and write deadline set on nc by headDeadline,
+	// which a connection keeps between exchanges when it did not stand in
+	// the way of a body; zero when none is set.
+	deadline time.Time
 
 	// The fields below belong to the exchange that holds the connection.
 	readLimit int64 // bytes that may still be read; the head budget, then unlimited
@@ -66,4 +70,36 @@ func (c *conn) Read(p []byte) (int, error) {
 		c.readErr = err
 	}
 	return n, err
+}
+
+// headDeadline sets the deadline of an exchange's head on the connection:
+// want, or a deadline already set that falls no more than
+// deadlineSlack(want) after it, so that a busy connection does not set one
+// for every exchange. A zero want clears any deadline.
+func (c *conn) headDeadline(want time.Time) {
+	if want.IsZero() {
+		c.clearDeadline()
+		return
+	}
+	slack := deadlineSlack(time.Until(want))
+	if !c.deadline.IsZero() && !c.deadline.Before(want) && !c.deadline.After(want.Add(slack)) {
+		return
+	}
+	c.deadline = want.Add(slack)
+	c.nc.SetDeadline(c.deadline)
+}
+
+// clearDeadline lifts the deadline headDeadline set, if any.
+func (c *conn) clearDeadline() {
+	if !c.deadline.IsZero() {
+		c.deadline = time.Time{}
+		c.nc.SetDeadline(time.Time{})
+	}
+}
+
+// deadlineSlack is how much later than asked a head deadline d away may
+// expire: an eighth of d, at most 500 ms, as internal/http1 allows its
+// own timeouts.
+func deadlineSlack(d time.Duration) time.Duration {
+	return max(min(d/8, 500*time.Millisecond), 0)
 }

@@ -24,23 +24,24 @@ var aLongTimeAgo = time.Unix(1, 0)
 // to have been closed, or answers 408, before the request reached the
 // upstream (see [Transport.exchange]).
 //
-// ctx is the request's context (req.Context() for RoundTrip); got1xx, when
-// not nil, receives the informational heads in place of the trace hook of
-// ctx.
-func (t *Transport) roundTripFast(ctx context.Context, req *http.Request, headTimeout time.Duration, got1xx func(int, http.Header) error) (*http.Response, error) {
+// ctx is the request's context (req.Context() for RoundTrip); see
+// SendOptions for opts.
+func (t *Transport) roundTripFast(ctx context.Context, req *http.Request, opts SendOptions) (*http.Response, error) {
 	method, target, host, err := requestTarget(req)
 	if err != nil {
 		return nil, err
 	}
-	if err := validateHeader(req.Header); err != nil {
-		return nil, err
+	if !opts.HeaderValid {
+		if err := validateHeader(req.Header); err != nil {
+			return nil, err
+		}
 	}
 	var deadline time.Time
-	if headTimeout > 0 {
-		deadline = time.Now().Add(headTimeout)
+	if opts.HeadTimeout > 0 {
+		deadline = time.Now().Add(opts.HeadTimeout)
 	}
 	addr := hostPort(req.URL.Host)
-	head := requestHead{req: req, method: method, target: target, host: host, got1xx: got1xx}
+	head := requestHead{req: req, method: method, target: target, host: host, got1xx: opts.Got1xx}
 	c := t.takeIdle(addr)
 	if c != nil {
 		resp, retry, err := t.exchange(ctx, c, head, deadline, true)
@@ -154,15 +155,11 @@ type exchange struct {
 func (t *Transport) exchange(ctx context.Context, c *conn, head requestHead, deadline time.Time, reused bool) (resp *http.Response, retry bool, err error) {
 	x := &exchange{t: t, c: c, ctx: ctx, reused: reused}
 	c.beginExchange(t.cfg.MaxResponseHeaderBytes)
-	if !deadline.IsZero() {
-		c.nc.SetDeadline(deadline)
-		x.deadline = true
-	}
+	c.headDeadline(deadline)
+	x.deadline = !deadline.IsZero()
 	// Registered after the head deadline is set, so that the past deadline
 	// the watch sets is never overwritten by it.
-	if ctx.Done() != nil {
-		x.stop = context.AfterFunc(ctx, x.abort)
-	}
+	x.stop = afterFunc(ctx, x.abort)
 	if err := x.writeHead(head); err != nil {
 		retry := x.isStale(err) && (c.nwritten == 0 || isReplayable(head.req))
 		return nil, retry, x.fail("write request", err)
@@ -174,7 +171,10 @@ func (t *Transport) exchange(ctx context.Context, c *conn, head requestHead, dea
 		return nil, x.isStale(c.readErr) && isReplayable(head.req), x.fail("read response head", err)
 	}
 	if x.deadline {
-		c.nc.SetDeadline(time.Time{})
+		if !bodyBuffered(resp, x.br) {
+			// The body may take as long as it takes.
+			c.clearDeadline()
+		}
 		// A watch that fired before the line above had its deadline erased.
 		if ctx.Err() != nil {
 			return nil, false, x.fail("read response head", ctx.Err())
@@ -191,6 +191,34 @@ func (t *Transport) exchange(ctx context.Context, c *conn, head requestHead, dea
 	x.body = resp.Body
 	resp.Body = x
 	return resp, false, nil
+}
+
+// bodyBuffered reports whether the whole body of resp is in br already, so
+// that reading it touches no socket and needs no deadline lifted.
+func bodyBuffered(resp *http.Response, br *bufio.Reader) bool {
+	if resp.Body == http.NoBody {
+		return true
+	}
+	return resp.ContentLength >= 0 && len(resp.TransferEncoding) == 0 && int64(br.Buffered()) >= resp.ContentLength
+}
+
+// afterFuncer is a context that runs a function when it ends by itself,
+// as internal/http1's request contexts do: context.AfterFunc would first
+// ask such a context for its Done channel, which it makes only then.
+type afterFuncer interface {
+	AfterFunc(func()) (stop func() bool)
+}
+
+// afterFunc arranges for f to run in its own goroutine when ctx ends, as
+// context.AfterFunc does; nil when ctx cannot end.
+func afterFunc(ctx context.Context, f func()) (stop func() bool) {
+	if a, ok := ctx.(afterFuncer); ok {
+		return a.AfterFunc(f)
+	}
+	if ctx.Done() == nil {
+		return nil
+	}
+	return context.AfterFunc(ctx, f)
 }
 
 // errReusedTimedOut is the reason an exchange on a reused connection that

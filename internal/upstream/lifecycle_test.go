@@ -409,3 +409,55 @@ func TestSweepClosesExpiredWithoutTraffic(t *testing.T) {
 		t.Fatalf("%d idle after the sweep", s.Idle)
 	}
 }
+
+// TestKeptHeadDeadline checks the head deadline a connection keeps between
+// exchanges (when its body was buffered whole): it still bounds the next
+// head on that connection, and a request without a head timeout is not
+// bounded by it.
+func TestKeptHeadDeadline(t *testing.T) {
+	var n atomic.Int64
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			switch n.Add(1) {
+			case 2:
+				time.Sleep(400 * time.Millisecond) // longer than the head timeout
+			case 4:
+				time.Sleep(2 * time.Second) // a hang, as far as a 200 ms bound goes
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	tr := newTransport(t, Config{})
+	bounded := tr.WithHeadTimeout(200 * time.Millisecond)
+	resp, err := get(t, bounded, srv.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	// The deadline of the first exchange is still set on the connection.
+	resp, err = get(t, tr, srv.url())
+	if err != nil {
+		t.Fatalf("a request without a head timeout failed on a connection that had one: %v", err)
+	}
+	readAll(t, resp)
+	if c := srv.conns.Load(); c != 1 {
+		t.Fatalf("%d connections, want 1", c)
+	}
+	resp, err = get(t, bounded, srv.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	start := time.Now()
+	_, err = get(t, bounded, srv.url())
+	took := time.Since(start)
+	if !errors.Is(err, ErrHeadTimeout) {
+		t.Fatalf("err = %v, want ErrHeadTimeout", err)
+	}
+	if took > time.Second {
+		t.Fatalf("a 200 ms head timeout on a reused connection fired after %v", took)
+	}
+}

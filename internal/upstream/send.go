@@ -24,6 +24,12 @@ type SendOptions struct {
 	// must be guarded. Nil means the Got1xxResponse hook of the context's
 	// [net/http/httptrace.ClientTrace], if any, as for RoundTrip.
 	Got1xx func(code int, header http.Header) error
+
+	// HeaderValid, when true, says that the caller vouches for every
+	// field name and value of req.Header, as those of a request a server
+	// accepted, with valid fields added: the fast path then does not check
+	// them again. False checks them, as RoundTrip does.
+	HeaderValid bool
 }
 
 // Send sends req as RoundTrip does, with ctx in place of req.Context() and
@@ -35,7 +41,7 @@ type SendOptions struct {
 // hold it until the response body is closed.
 func (t *Transport) Send(ctx context.Context, req *http.Request, opts SendOptions) (*http.Response, error) {
 	if t.FastPath(req) {
-		return t.roundTripFast(ctx, req, opts.HeadTimeout, opts.Got1xx)
+		return t.roundTripFast(ctx, req, opts)
 	}
 	if got := opts.Got1xx; got != nil {
 		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{

@@ -211,7 +211,7 @@ func (t *Transport) roundTrip(req *http.Request, headTimeout time.Duration) (*ht
 	if !canProbeSockets || !isFastPath(req) {
 		return t.roundTripFallback(req, headTimeout)
 	}
-	return t.roundTripFast(req.Context(), req, headTimeout, nil)
+	return t.roundTripFast(req.Context(), req, SendOptions{HeadTimeout: headTimeout})
 }
 
 // WithHeadTimeout returns a RoundTripper that sends requests through t, and
@@ -220,8 +220,11 @@ func (t *Transport) roundTrip(req *http.Request, headTimeout time.Duration) (*ht
 // heads included) with an error wrapping [ErrHeadTimeout], which matches
 // context.DeadlineExceeded; the connection is closed. Once the head is in,
 // the body may take as long as it takes. On the fast path the bound is a
-// connection deadline, costing no timer; on the fallback path it is a timer
-// cancelling the request's context. d ≤ 0 means no bound: t itself.
+// connection deadline, costing no timer, which may expire up to d/8 (at
+// most 500 ms) late: a connection keeps the deadline of its last exchange
+// when it falls within that margin, instead of setting one for every
+// exchange. On the fallback path it is a timer cancelling the request's
+// context. d ≤ 0 means no bound: t itself.
 func (t *Transport) WithHeadTimeout(d time.Duration) http.RoundTripper {
 	if d <= 0 {
 		return t
