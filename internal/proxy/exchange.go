@@ -37,16 +37,6 @@ func exchanges(next http.Handler, o exchangeOpts) http.Handler {
 	})
 }
 
-func logAccess(o exchangeOpts, r *http.Request, st *exchangeState, start time.Time) {
-	status := int(st.status.Load())
-	if status == 0 {
-		status = http.StatusOK
-	}
-	o.log.Info("access", "listener", o.listener, "client", r.RemoteAddr, "method", r.Method,
-		"host", r.Host, "path", r.URL.Path, "proto", r.Proto, "status", status,
-		"bytes", st.bytes.Load(), "duration", time.Since(start))
-}
-
 // deadliner is what http.ResponseController calls to set a write deadline:
 // net/http's HTTP/1 and HTTP/2 writers and quic-go's HTTP/3 writer have it.
 type deadliner interface {

@@ -32,7 +32,10 @@ type Options struct {
 	Logger *slog.Logger
 
 	// LogOutput is where a logger built from the configuration writes. Nil
-	// means os.Stderr. Unused when Logger is set.
+	// means os.Stderr. Unused when Logger is set. Access lines are written
+	// to it in batches, up to 32 KiB at once and each at most 100 ms after
+	// it was logged (and all of them when the server stops); other lines
+	// at once. With Logger set, access lines go to Logger like the others.
 	LogOutput io.Writer
 }
 
@@ -42,8 +45,12 @@ type Options struct {
 // it with [Server.Shutdown] (graceful) or [Server.Close] (abrupt). A Server
 // cannot be restarted.
 type Server struct {
-	log       *slog.Logger
-	level     *slog.LevelVar // nil when Options.Logger was given
+	log   *slog.Logger
+	level *slog.LevelVar // nil when Options.Logger was given
+	// access is the logger of the access lines: log, or, when the server
+	// built log itself, the same format and level over accessOut.
+	access    *slog.Logger
+	accessOut *lineBuffer // nil when Options.Logger was given
 	transport *uptransport.Transport
 	bufs      *bufferPool
 
@@ -91,6 +98,10 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 		}
 		s.level = new(slog.LevelVar)
 		s.log = NewLogger(eff.Log, out, s.level)
+		s.accessOut = newLineBuffer(out)
+		s.access = NewLogger(eff.Log, s.accessOut, s.level)
+	} else {
+		s.access = s.log
 	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	cl, err := newCluster(eff.Cluster, s.log)
@@ -189,8 +200,8 @@ func (s *Server) buildTables(cfg *config.Config) (builtTables, error) {
 		}
 		b := &tableBuilder{
 			lc: lc, id: id, old: s.currentTable(lc.Name), transport: s.transport, bufs: s.bufs,
-			accessLog: cfg.Log.AccessLog,
-			deps:      limiterDeps{log: s.log, cluster: s.cluster},
+			accessLog: cfg.Log.AccessLog, access: s.access,
+			deps: limiterDeps{log: s.log, cluster: s.cluster},
 		}
 		t, err := b.build()
 		if err == nil && testHookBuildTable != nil {
@@ -470,6 +481,9 @@ func (s *Server) finish(cut bool) {
 	s.closeTables()
 	s.cluster.close()
 	s.transport.CloseIdleConnections()
+	if s.accessOut != nil {
+		s.accessOut.Flush()
+	}
 	s.log.Info("portcullis stopped")
 }
 

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httputil"
 
@@ -59,6 +60,7 @@ type tableBuilder struct {
 	transport *uptransport.Transport
 	bufs      httputil.BufferPool
 	accessLog bool
+	access    *slog.Logger // where access lines go
 }
 
 func (b *tableBuilder) build() (*routeTable, error) {
@@ -94,7 +96,7 @@ func (b *tableBuilder) build() (*routeTable, error) {
 	h = reverseRequests(h)
 	o := exchangeOpts{listener: b.lc.Name, send: b.lc.SendTimeout, whole: b.lc.WriteTimeout}
 	if b.accessLog {
-		o.log = b.deps.log
+		o.log = b.access
 	}
 	h = exchanges(h, o)
 	t.handler = h
