@@ -4,18 +4,24 @@
 #
 # Usage: bench/peers/run.sh [--quick] [--rounds N] [--duration D] [--warmup D]
 #                           [--proxies "portcullis nginx haproxy"] [--no-profile]
-#                           [--no-throughput] [--attack-rate R] [--out DIR]
+#                           [--no-throughput] [--no-attacks] [--attack-rate R] [--out DIR]
 #
-#   --quick       1 round of 3 s windows (about 2 minutes): a smoke test
+#   --quick       1 round of 3 s windows (about 3 minutes): a smoke test
 #   --rounds N    interleaved rounds; the table shows medians (default 3)
 #   --duration D  measured window of each run (default 10s)
 #   --warmup D    attacker alone before each attack window (default 3s)
-#   --proxies L   which proxies to run (default all three; "portcullis-syn"
-#                 adds Portcullis with --syn-filter, dropping an over-cap
-#                 client's SYNs in the kernel; "portcullis-rst" adds Portcullis
-#                 refusing with RST, bench/peers/portcullis-rst.yaml)
-#   --no-profile  skip the pprof CPU profile of Portcullis
+#   --proxies L   which proxies to run (default "portcullis portcullis-nethttp
+#                 portcullis-log nginx haproxy"). portcullis is the daemon as
+#                 shipped (its own HTTP/1.1 server); portcullis-nethttp the same
+#                 with http1_server: net/http (bench/peers/portcullis-nethttp.yaml);
+#                 portcullis-log the same as portcullis with the access log on
+#                 (bench/peers/portcullis-log.yaml, lines to a file);
+#                 portcullis-syn adds --syn-filter, dropping an over-cap client's
+#                 SYNs in the kernel; portcullis-rst refuses with RST
+#                 (bench/peers/portcullis-rst.yaml)
+#   --no-profile  skip the pprof CPU profiles of Portcullis
 #   --no-throughput  skip the throughput scenario (attacks only)
+#   --no-attacks  skip the attack scenarios and their baseline (throughput only)
 #   --attack-rate R  attacker connection attempts per second, reconnects
 #                 included (siege -max-connect-rate; default 5000)
 #   --legit-rate R   legitimate requests per second per client in the attack
@@ -28,15 +34,17 @@
 # install nginx-light and haproxy). It never starts or stops a system service:
 # every process it starts runs in the foreground from a config under a temp
 # directory, and is stopped by its PID when the script ends, however it ends.
-# Traffic goes to 127.0.0.1 only. A full run takes about 9 minutes.
+# Traffic goes to 127.0.0.1 only. A full run of the five default proxies takes
+# about 17 minutes; with --no-attacks, about 5.
 set -euo pipefail
 
 ROUNDS=3
 DURATION=10s
 WARMUP=3s
-PROXIES="portcullis nginx haproxy"
+PROXIES="portcullis portcullis-nethttp portcullis-log nginx haproxy"
 PROFILE=1
 THROUGHPUT=1
+ATTACKS=1
 ATTACK_RATE=5000
 LEGIT_RATE=0
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -52,16 +60,17 @@ while (($#)); do
 	--proxies) PROXIES=$2; shift ;;
 	--no-profile) PROFILE=0 ;;
 	--no-throughput) THROUGHPUT=0 PROFILE=0 ;;
+	--no-attacks) ATTACKS=0 ;;
 	--attack-rate) ATTACK_RATE=$2; shift ;;
 	--legit-rate) LEGIT_RATE=$2; shift ;;
 	--out) OUT=$2; shift ;;
-	-h | --help) sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,42p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 	shift
 done
 for p in $PROXIES; do
-	case $p in portcullis | portcullis-syn | portcullis-rst | nginx | haproxy) ;;
+	case $p in portcullis | portcullis-nethttp | portcullis-log | portcullis-syn | portcullis-rst | nginx | haproxy) ;;
 	*) echo "run.sh: unknown proxy $p" >&2; exit 2 ;;
 	esac
 done
@@ -75,7 +84,7 @@ done
 HOST=127.0.0.1
 BACKEND_PORT=18480
 declare -A PORT=([portcullis]=18481 [nginx]=18482 [haproxy]=18483 [profiled]=18484 [portcullis-rst]=18486 [portcullis-syn]=18487
-	[direct]=$BACKEND_PORT)
+	[portcullis-nethttp]=18488 [portcullis-log]=18489 [direct]=$BACKEND_PORT)
 PPROF_PORT=18485
 ATTACK_CONNS=3000
 LEGIT_CLIENTS=18 # fresh connections, one per address, in the attack scenarios
@@ -181,9 +190,9 @@ start_proxy() {
 	portcullis-syn)
 		start portcullis-syn "$TMP/bin/portcullis" run --listen "$addr" --syn-filter \
 			--upstream "http://$HOST:$BACKEND_PORT" --max-conns-per-client "$CAP" ;;
-	portcullis-rst)
-		render "$REPO/bench/peers/portcullis-rst.yaml" "$addr" >"$TMP/portcullis-rst.yaml"
-		start portcullis-rst "$TMP/bin/portcullis" run --config "$TMP/portcullis-rst.yaml" ;;
+	portcullis-rst | portcullis-nethttp | portcullis-log)
+		render "$REPO/bench/peers/$p.yaml" "$addr" >"$TMP/$p.yaml"
+		start "$p" "$TMP/bin/portcullis" run --config "$TMP/$p.yaml" ;;
 	nginx)
 		mkdir -p "$TMP/nginx"
 		render "$REPO/bench/peers/nginx.conf" "$addr" >"$TMP/nginx.conf"
@@ -277,9 +286,14 @@ rotate() {
 	for ((i = 0; i < n; i++)); do printf '%s ' "${l[(i + $1) % n]}"; done
 }
 
+# profile_portcullis SERVER SUFFIX: a CPU profile of the daemon serving with
+# http1_server SERVER under the throughput scenario, written to
+# portcullis$SUFFIX-throughput.pprof, pprof-top$SUFFIX.txt and
+# pprof-top-cum$SUFFIX.txt.
 profile_portcullis() {
-	log "profiling Portcullis under the throughput scenario"
-	start profiled "$TMP/bin/profiled" -listen "$HOST:${PORT[profiled]}" \
+	local server=$1 suffix=$2
+	log "profiling Portcullis (http1_server $server) under the throughput scenario"
+	start profiled "$TMP/bin/profiled" -listen "$HOST:${PORT[profiled]}" -http1-server "$server" \
 		-upstream "http://$HOST:$BACKEND_PORT" -max-conns-per-client "$CAP" -pprof "$HOST:$PPROF_PORT"
 	wait_http "http://$HOST:${PORT[profiled]}/"
 	local secs=${DURATION%s}
@@ -288,16 +302,16 @@ profile_portcullis() {
 	local siege=$!
 	STARTED+=("$siege")
 	sleep 1
-	curl -s -m $((secs + 10)) -o "$OUT/portcullis-throughput.pprof" \
+	curl -s -m $((secs + 10)) -o "$OUT/portcullis$suffix-throughput.pprof" \
 		"http://$HOST:$PPROF_PORT/debug/pprof/profile?seconds=$secs"
 	wait "$siege" || true
 	REAPED[$siege]=1
 	stop_pid "${PID[profiled]}"
-	go tool pprof -top -nodecount=35 "$TMP/bin/profiled" "$OUT/portcullis-throughput.pprof" \
-		>"$OUT/pprof-top.txt" 2>/dev/null
-	go tool pprof -top -cum -nodecount=35 "$TMP/bin/profiled" "$OUT/portcullis-throughput.pprof" \
-		>"$OUT/pprof-top-cum.txt" 2>/dev/null
-	log "profile written to $OUT/pprof-top.txt"
+	go tool pprof -top -nodecount=35 "$TMP/bin/profiled" "$OUT/portcullis$suffix-throughput.pprof" \
+		>"$OUT/pprof-top$suffix.txt" 2>/dev/null
+	go tool pprof -top -cum -nodecount=35 "$TMP/bin/profiled" "$OUT/portcullis$suffix-throughput.pprof" \
+		>"$OUT/pprof-top-cum$suffix.txt" 2>/dev/null
+	log "profile written to $OUT/pprof-top$suffix.txt"
 }
 
 write_meta() {
@@ -339,6 +353,7 @@ main() {
 			throughput direct "$r"
 			for p in $(rotate "$r"); do throughput "$p" "$r"; done
 		fi
+		((ATTACKS)) || continue
 		for p in $(rotate "$r"); do
 			baseline "$p" "$r"
 			attack "$p" slowloris "$r"
@@ -346,7 +361,8 @@ main() {
 		done
 	done
 	for p in $PROXIES; do stop_pid "${PID[$p]}"; done
-	if ((PROFILE)) && [[ " $PROXIES " == *" portcullis "* ]]; then profile_portcullis; fi
+	if ((PROFILE)) && [[ " $PROXIES " == *" portcullis "* ]]; then profile_portcullis fast ""; fi
+	if ((PROFILE)) && [[ " $PROXIES " == *" portcullis-nethttp "* ]]; then profile_portcullis net/http -nethttp; fi
 	write_meta "$start_time" "$load_start"
 	"$TMP/bin/chart" -raw "$RAW" -md "$OUT/results.md" -png "$OUT/peers.png" -json "$OUT/results.json"
 	log "wrote $OUT/results.md, $OUT/results.json and $OUT/peers.png"

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -61,6 +62,10 @@ func writeThroughput(b *bytes.Buffer, rows []ThroughputRow) {
 
 func writeProtection(b *bytes.Buffer, rows []ProtectionRow) {
 	fmt.Fprintf(b, "## Under attack: one address (127.0.0.2) attacks while legitimate clients use fresh connections\n\n")
+	if !slices.ContainsFunc(rows, func(r ProtectionRow) bool { return r.Rounds > 0 }) {
+		fmt.Fprintf(b, "Not run (--no-attacks).\n\n")
+		return
+	}
 	fmt.Fprintf(b, "Goodput ratio: legitimate successes/s under attack over the same proxy's no-attack rate in the same round. "+
 		"Attacker CPU: the proxy's CPU less its no-attack CPU scaled to the legitimate requests served, "+
 		"over the attack's duration, as %% of one core.\n\n")

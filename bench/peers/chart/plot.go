@@ -14,11 +14,13 @@ import (
 
 // proxyColors keeps each proxy's colour the same in both panels.
 var proxyColors = map[string]color.Color{
-	"portcullis":     color.RGBA{R: 0x1f, G: 0x6f, B: 0xb4, A: 0xff},
-	"portcullis-rst": color.RGBA{R: 0x7f, G: 0xb0, B: 0xe0, A: 0xff},
-	"portcullis-syn": color.RGBA{R: 0x0b, G: 0x3a, B: 0x66, A: 0xff},
-	"nginx":          color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
-	"haproxy":        color.RGBA{R: 0xd6, G: 0x5f, B: 0x0e, A: 0xff},
+	"portcullis":         color.RGBA{R: 0x1f, G: 0x6f, B: 0xb4, A: 0xff},
+	"portcullis-nethttp": color.RGBA{R: 0x9a, G: 0x6f, B: 0xc4, A: 0xff},
+	"portcullis-log":     color.RGBA{R: 0x4f, G: 0x9f, B: 0xc8, A: 0xff},
+	"portcullis-rst":     color.RGBA{R: 0x7f, G: 0xb0, B: 0xe0, A: 0xff},
+	"portcullis-syn":     color.RGBA{R: 0x0b, G: 0x3a, B: 0x66, A: 0xff},
+	"nginx":              color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	"haproxy":            color.RGBA{R: 0xd6, G: 0x5f, B: 0x0e, A: 0xff},
 }
 
 const barWidth = 18 // points
@@ -34,7 +36,7 @@ type panel struct {
 }
 
 func writeChart(path string, s Summary) error {
-	panels := []panel{goodputPanel(s), p99Panel(s)}
+	panels := []panel{goodputPanel(s), p99Panel(s), cpuPanel(s)}
 	row := make([]*plot.Plot, len(panels))
 	for i, pn := range panels {
 		p, err := pn.plot(s.Proxies)
@@ -43,7 +45,7 @@ func writeChart(path string, s Summary) error {
 		}
 		row[i] = p
 	}
-	img := vgimg.New(15*vg.Inch, 5.5*vg.Inch)
+	img := vgimg.New(20*vg.Inch, 5.5*vg.Inch)
 	dc := draw.New(img)
 	tiles := draw.Tiles{Rows: 1, Cols: len(row), PadX: vg.Inch / 2, PadTop: vg.Inch / 8, PadBottom: vg.Inch / 8,
 		PadLeft: vg.Inch / 8, PadRight: vg.Inch / 8}
@@ -96,6 +98,20 @@ func p99Panel(s Summary) panel {
 			}
 			r, _ := findProtection(s, proxy, attackScenarios[g-2])
 			return r.P99MS
+		},
+	}
+}
+
+// cpuPanel shows what each proxy spends per request under the throughput
+// scenario, the figure issue 19 is about.
+func cpuPanel(s Summary) panel {
+	return panel{
+		title:  "Proxy CPU per 1000 keep-alive requests",
+		yLabel: "ms of CPU (throughput scenario)",
+		groups: []string{"throughput"},
+		value: func(proxy string, _ int) Num {
+			t, _ := findThroughput(s, proxy)
+			return t.CPUPer1kMS
 		},
 	}
 }

@@ -17,7 +17,7 @@ const (
 )
 
 // proxyOrder is the order of proxies in tables and charts.
-var proxyOrder = []string{"portcullis", "portcullis-syn", "portcullis-rst", "nginx", "haproxy"}
+var proxyOrder = []string{"portcullis", "portcullis-nethttp", "portcullis-log", "portcullis-syn", "portcullis-rst", "nginx", "haproxy"}
 
 // attackScenarios are the scenarios with an attacker, in table order.
 var attackScenarios = []string{scSlowloris, scSlowRequests}

@@ -103,8 +103,9 @@ func TestCheckTargets(t *testing.T) {
 			{Proxy: "haproxy", Scenario: scSlowloris, Rounds: 1, AttackCPUPct: 10.5},
 		},
 		Throughput: []ThroughputRow{
-			{Proxy: "portcullis", Rounds: 1, ReqPerSec: 100},
-			{Proxy: "nginx", Rounds: 1, ReqPerSec: 200},
+			{Proxy: "portcullis", Rounds: 1, ReqPerSec: 100, CPUPer1kMS: 40},
+			{Proxy: "portcullis-log", Rounds: 1, ReqPerSec: 95, CPUPer1kMS: 45},
+			{Proxy: "nginx", Rounds: 1, ReqPerSec: 200, CPUPer1kMS: 20},
 		},
 	}
 	want := map[string]bool{
@@ -117,6 +118,9 @@ func TestCheckTargets(t *testing.T) {
 		"portcullis-syn, slowloris: ≤ 64 attacker connections held":        true,
 		"portcullis-syn, slowloris: less CPU on the attacker than HAProxy": true,
 		"throughput with limits ≥ nginx":                                   false,
+		"CPU per request ≤ nginx":                                          false,
+		"access log on: requests/s within 10% of off":                      true,
+		"access log on: CPU per request within 10% of off":                 false,
 	}
 	got := checkTargets(s)
 	if len(got) != len(want) {

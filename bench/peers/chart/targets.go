@@ -9,6 +9,9 @@ const (
 	maxHeld         = 64
 	// cpuTie is the relative CPU difference below which two proxies tie.
 	cpuTie = 0.10
+	// maxLogCost is the most the access log may cost, relative to the same
+	// daemon without it, in requests/s and in CPU per request.
+	maxLogCost = 0.10
 )
 
 // TargetCheck is one of the issue's targets, checked on the medians.
@@ -21,7 +24,7 @@ type TargetCheck struct {
 
 // portcullisVariants are the Portcullis configurations whose attack
 // targets are checked, each under its own label.
-var portcullisVariants = []string{"portcullis", "portcullis-syn", "portcullis-rst"}
+var portcullisVariants = []string{"portcullis", "portcullis-nethttp", "portcullis-log", "portcullis-syn", "portcullis-rst"}
 
 func checkTargets(s Summary) []TargetCheck {
 	var out []TargetCheck
@@ -34,10 +37,44 @@ func checkTargets(s Summary) []TargetCheck {
 	}
 	for _, peer := range []string{"nginx", "haproxy"} {
 		if t, ok := findThroughput(s, peer); ok {
-			out = append(out, throughputCheck(pt, t))
+			out = append(out, throughputCheck(pt, t), cpuPerRequestCheck(pt, t))
 		}
 	}
+	if lt, ok := findThroughput(s, "portcullis-log"); ok {
+		out = append(out, accessLogChecks(pt, lt)...)
+	}
 	return out
+}
+
+// cpuPerRequestCheck is issue 19's cost target: Portcullis spends no more
+// CPU per request than peer.
+func cpuPerRequestCheck(pt, peer ThroughputRow) TargetCheck {
+	c := TargetCheck{Target: "CPU per request ≤ " + peer.Proxy, Detail: "n/a"}
+	if pt.CPUPer1kMS.Known() && peer.CPUPer1kMS.Known() {
+		met := pt.CPUPer1kMS <= peer.CPUPer1kMS
+		c.Met = &met
+		c.Detail = fmt.Sprintf("%.1f vs %.1f ms per 1000 requests (%.2fx)", float64(pt.CPUPer1kMS), float64(peer.CPUPer1kMS),
+			float64(pt.CPUPer1kMS/peer.CPUPer1kMS))
+	}
+	return c
+}
+
+// accessLogChecks compare Portcullis with the access log on (lt) to itself
+// without it (pt): within maxLogCost in requests/s and in CPU per request.
+func accessLogChecks(pt, lt ThroughputRow) []TargetCheck {
+	rps := TargetCheck{Target: fmt.Sprintf("access log on: requests/s within %.0f%% of off", 100*maxLogCost), Detail: "n/a"}
+	if pt.ReqPerSec.Known() && lt.ReqPerSec.Known() {
+		r := float64(lt.ReqPerSec / pt.ReqPerSec)
+		met := r >= 1-maxLogCost
+		rps.Met, rps.Detail = &met, fmt.Sprintf("%.0f vs %.0f req/s (%.3fx)", float64(lt.ReqPerSec), float64(pt.ReqPerSec), r)
+	}
+	cpu := TargetCheck{Target: fmt.Sprintf("access log on: CPU per request within %.0f%% of off", 100*maxLogCost), Detail: "n/a"}
+	if pt.CPUPer1kMS.Known() && lt.CPUPer1kMS.Known() {
+		r := float64(lt.CPUPer1kMS / pt.CPUPer1kMS)
+		met := r <= 1+maxLogCost
+		cpu.Met, cpu.Detail = &met, fmt.Sprintf("%.1f vs %.1f ms per 1000 requests (%.3fx)", float64(lt.CPUPer1kMS), float64(pt.CPUPer1kMS), r)
+	}
+	return []TargetCheck{rps, cpu}
 }
 
 // attackChecks checks the attack targets of one Portcullis variant; the
