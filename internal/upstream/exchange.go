@@ -249,7 +249,7 @@ func (x *exchange) readHead(head requestHead) (*http.Response, error) {
 		}
 	}
 	for {
-		resp, err := http.ReadResponse(x.br, head.req)
+		resp, err := readResponse(x.br, head.req)
 		if err != nil {
 			return nil, err
 		}

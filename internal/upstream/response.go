@@ -1,0 +1,250 @@
+package upstream
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net/http"
+	"net/textproto"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// readResponse reads a response head from br as http.ReadResponse(br, req)
+// does: the same Response, the same errors, the same bytes consumed. The
+// common answer to a proxied request, a complete HTTP/1.1 head already
+// buffered with one Content-Length and no field that needs more than
+// reading (see simpleResponse), is read here for a fraction of
+// http.ReadResponse's allocations; everything else goes to
+// http.ReadResponse. TestReadResponseMatchesNetHTTP and FuzzReadResponse
+// hold the two to the same result.
+func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+	if br.Buffered() == 0 {
+		if _, err := br.Peek(1); err != nil {
+			// What http.ReadResponse answers when the status line cannot
+			// be read at all.
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+	buf, _ := br.Peek(br.Buffered())
+	if resp := simpleResponse(buf, req); resp != nil {
+		_, _ = br.Discard(int(resp.body.headLen))
+		resp.body.r = br
+		return &resp.resp, nil
+	}
+	return http.ReadResponse(br, req)
+}
+
+// maxSimpleFields bounds the header fields simpleResponse reads; a head
+// with more goes to http.ReadResponse.
+const maxSimpleFields = 64
+
+// fastResponse is a Response read by simpleResponse and its body, in one
+// allocation.
+type fastResponse struct {
+	resp http.Response
+	body fixedBody
+}
+
+// simpleResponse parses the response head at the start of buf, or returns
+// nil when buf does not start with a head it reads exactly as
+// http.ReadResponse would: a whole head (every line ending in CRLF) with
+// the status line "HTTP/1.1 NNN reason", NNN from 200 to 599 but not 204
+// or 304, to a request other than HEAD; fields of token names and valid
+// values, none folded; exactly one Content-Length, plain digits; no
+// Transfer-Encoding, Trailer or Pragma. Anything else, malformed or merely
+// rare, is left to http.ReadResponse, so that every decision about a
+// response's framing and validity stays net/http's.
+func simpleResponse(buf []byte, req *http.Request) *fastResponse {
+	if req != nil && req.Method == http.MethodHead {
+		return nil
+	}
+	end := bytes.Index(buf, []byte("\r\n\r\n"))
+	if end < 0 {
+		return nil
+	}
+	head := buf[:end+2] // every line with its CRLF
+	// Bare CR or LF anywhere: http.ReadResponse's line reading decides.
+	lines := 0
+	for i, c := range head {
+		switch c {
+		case '\n':
+			if i == 0 || head[i-1] != '\r' {
+				return nil
+			}
+			lines++
+		case '\r':
+			if i+1 >= len(head) || head[i+1] != '\n' {
+				return nil
+			}
+		}
+	}
+	fields := lines - 1
+	if fields < 1 || fields > maxSimpleFields {
+		return nil
+	}
+	code, ok := simpleStatusLine(head)
+	if !ok {
+		return nil
+	}
+	// One string for the whole head: the fields are slices of it.
+	s := string(head)
+	r := &fastResponse{}
+	resp := &r.resp
+	lineEnd := bytes.IndexByte(head, '\r')
+	resp.Proto, resp.ProtoMajor, resp.ProtoMinor = s[:8], 1, 1
+	resp.Status = s[9:lineEnd]
+	resp.StatusCode = code
+	resp.Request = req
+	h := make(http.Header, fields)
+	strs := make([]string, fields)
+	clLines := 0
+	for pos := lineEnd + 2; pos < len(s); {
+		n := bytes.IndexByte(head[pos:], '\r')
+		line := s[pos : pos+n]
+		pos += n + 2
+		key, value, ok := simpleField(line)
+		if !ok {
+			return nil
+		}
+		switch key {
+		case "Transfer-Encoding", "Trailer", "Pragma":
+			return nil
+		case "Content-Length":
+			clLines++
+		}
+		if vv := h[key]; vv == nil {
+			vv, strs = strs[:1:1], strs[1:]
+			vv[0] = value
+			h[key] = vv
+		} else {
+			h[key] = append(vv, value)
+		}
+	}
+	if clLines != 1 {
+		return nil
+	}
+	length, ok := plainLength(h["Content-Length"][0])
+	if !ok {
+		return nil
+	}
+	// As net/http's shouldClose: "Connection: close" ends the connection
+	// and is not kept in the header.
+	if httpguts.HeaderValuesContainsToken(h["Connection"], "close") {
+		resp.Close = true
+		delete(h, "Connection")
+	}
+	resp.Header = h
+	resp.ContentLength = length
+	r.body.headLen = int64(len(head) + 2)
+	if length == 0 {
+		resp.Body = http.NoBody
+	} else {
+		r.body.n = length
+		resp.Body = &r.body
+	}
+	return r
+}
+
+// simpleStatusLine returns the status code of head's first line when it is
+// "HTTP/1.1 NNN" alone or followed by a space and a reason, with NNN a
+// final status that allows a body.
+func simpleStatusLine(head []byte) (int, bool) {
+	if len(head) < 12 || string(head[:9]) != "HTTP/1.1 " {
+		return 0, false
+	}
+	code := 0
+	for _, c := range head[9:12] {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		code = code*10 + int(c-'0')
+	}
+	if code < 200 || code > 599 || code == http.StatusNoContent || code == http.StatusNotModified {
+		return 0, false
+	}
+	if c := head[12]; c != ' ' && c != '\r' {
+		return 0, false
+	}
+	return code, true
+}
+
+// simpleField splits a header line (without its CRLF) as net/textproto
+// does: the name before the first colon, in canonical form; the value
+// without the spaces and tabs around it. It reports false for a line
+// textproto would refuse or fold: no colon, a name that is empty or not a
+// token, a value byte it refuses, a leading space or tab.
+func simpleField(line string) (key, value string, ok bool) {
+	colon := -1
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		if c == ':' {
+			colon = i
+			break
+		}
+		if !httpguts.IsTokenRune(rune(c)) {
+			return "", "", false
+		}
+	}
+	if colon <= 0 {
+		return "", "", false
+	}
+	v := line[colon+1:]
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return "", "", false
+		}
+	}
+	return textproto.CanonicalMIMEHeaderKey(line[:colon]), textproto.TrimString(v), true
+}
+
+// plainLength parses a Content-Length value as net/http does, for values
+// of 1 to 18 plain digits (around which it trims spaces and tabs); false
+// for anything else, which net/http is left to judge.
+func plainLength(v string) (int64, bool) {
+	if len(v) == 0 || len(v) > 18 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// fixedBody is a body of a known length read from the connection's
+// reader, with net/http's body's ends: io.EOF with the last bytes, and
+// io.ErrUnexpectedEOF when the connection ends early.
+type fixedBody struct {
+	r       *bufio.Reader
+	n       int64 // bytes left
+	headLen int64 // bytes of the head, consumed before the body
+}
+
+func (b *fixedBody) Read(p []byte) (int, error) {
+	if b.n <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.n {
+		p = p[:b.n]
+	}
+	n, err := b.r.Read(p)
+	b.n -= int64(n)
+	switch {
+	case err == io.EOF && b.n > 0:
+		err = io.ErrUnexpectedEOF
+	case err == nil && b.n == 0:
+		err = io.EOF
+	}
+	return n, err
+}
+
+// Close does nothing: the exchange owns the connection.
+func (b *fixedBody) Close() error { return nil }
