@@ -35,7 +35,7 @@
 # every process it starts runs in the foreground from a config under a temp
 # directory, and is stopped by its PID when the script ends, however it ends.
 # Traffic goes to 127.0.0.1 only. A full run of the five default proxies takes
-# about 17 minutes; with --no-attacks, about 5.
+# about 15 minutes; with --no-attacks, about 5.
 set -euo pipefail
 
 ROUNDS=3
