@@ -326,3 +326,61 @@ func TestWithUserAndUserOf(t *testing.T) {
 		t.Fatalf("User = %q, %v", u, ok)
 	}
 }
+
+// TestPrepareReload checks the two halves of a reload: preparing reads the
+// new file but changes nothing until the commit, and a prepared reload
+// that is never committed leaves the Authenticator as it was.
+func TestPrepareReload(t *testing.T) {
+	dir := t.TempDir()
+	file := writeUsers(t, dir, bcrypt.MinCost, "alice", "alice-pw")
+	a := newAuth(t, proxyauth.Config{File: file})
+	url := serve(t, a.Wrap(echoUser))
+	c := clientFrom(t, "127.0.0.2")
+	status := func(user, pass string) int {
+		t.Helper()
+		return get(t, c, url, "Proxy-Authorization", basic(user, pass)).status
+	}
+	writeUsers(t, dir, bcrypt.MinCost, "bob", "bob-pw")
+	commit, err := a.PrepareReload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := status("alice", "alice-pw"); st != http.StatusOK {
+		t.Fatalf("before the commit, alice: %d, want the old users in effect", st)
+	}
+	if st := status("bob", "bob-pw"); st != http.StatusProxyAuthRequired {
+		t.Fatalf("before the commit, bob: %d, want 407", st)
+	}
+	commit()
+	if st := status("bob", "bob-pw"); st != http.StatusOK {
+		t.Fatalf("after the commit, bob: %d", st)
+	}
+	if st := status("alice", "alice-pw"); st != http.StatusProxyAuthRequired {
+		t.Fatalf("after the commit, alice: %d, want 407", st)
+	}
+
+	// Prepared and dropped: nothing changes.
+	writeUsers(t, dir, bcrypt.MinCost, "carol", "carol-pw")
+	if _, err := a.PrepareReload(); err != nil {
+		t.Fatal(err)
+	}
+	if st := status("bob", "bob-pw"); st != http.StatusOK {
+		t.Fatalf("after a dropped reload, bob: %d", st)
+	}
+
+	// A broken file fails the prepare and is counted.
+	if err := os.WriteFile(file, []byte("bob\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.PrepareReload(); !errors.Is(err, proxyauth.ErrHtpasswd) {
+		t.Fatalf("prepare of a broken file: %v", err)
+	}
+	if st := a.Stats(); st.Reloads != 1 || st.ReloadErrors != 1 {
+		t.Fatalf("stats %+v, want 1 reload and 1 error", st)
+	}
+	select {
+	case <-a.Idle():
+	case <-time.After(waitLimit):
+		t.Fatal("an Authenticator checking nothing is not idle")
+	}
+}
