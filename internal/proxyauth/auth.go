@@ -167,8 +167,8 @@ type userSet struct {
 }
 
 type counters struct {
-	accepted, cacheHits, checks, challenged, failed, overBudget, busy atomic.Uint64
-	reloads, reloadErrors                                             atomic.Uint64
+	accepted, cacheHits, verified, checks, challenged, noCredentials, failed, overBudget, busy atomic.Uint64
+	reloads, reloadErrors                                                                      atomic.Uint64
 }
 
 // New returns an Authenticator configured by cfg with the users of
@@ -402,6 +402,7 @@ func (a *Authenticator) Verify(ctx context.Context, client clientkey.Key, user, 
 		a.stats.failed.Add(1)
 		return ErrBadCredentials
 	}
+	a.stats.verified.Add(1)
 	return nil
 }
 
@@ -450,17 +451,19 @@ var testHookCheck, testHookBcrypt func()
 
 // Stats are an Authenticator's counts since New.
 type Stats struct {
-	Users        int    // users in the file loaded now
-	Cached       int    // credentials in the cache now
-	Accepted     uint64 // requests let through
-	CacheHits    uint64 // credentials accepted without bcrypt
-	Checks       uint64 // bcrypt comparisons run
-	Challenged   uint64 // requests answered 407 (or 401): no, malformed or wrong credentials
-	Failed       uint64 // wrong user or password (counted against the client)
-	OverBudget   uint64 // requests refused with 429: the client used up its failure budget
-	Busy         uint64 // requests refused with 503: no check slot within CheckTimeout
-	Reloads      uint64 // successful reloads
-	ReloadErrors uint64 // failed reloads (the previous users were kept)
+	Users         int    // users in the file loaded now
+	Cached        int    // credentials in the cache now
+	Accepted      uint64 // requests let through
+	CacheHits     uint64 // credentials accepted without bcrypt
+	Verified      uint64 // credentials accepted after a bcrypt check (their own, or one they shared)
+	Checks        uint64 // bcrypt comparisons run
+	Challenged    uint64 // requests answered 407 (or 401): no, malformed or wrong credentials
+	NoCredentials uint64 // of those, requests without credentials (how every client starts)
+	Failed        uint64 // wrong user or password (counted against the client)
+	OverBudget    uint64 // requests refused with 429: the client used up its failure budget
+	Busy          uint64 // requests refused with 503: no check slot within CheckTimeout
+	Reloads       uint64 // successful reloads
+	ReloadErrors  uint64 // failed reloads (the previous users were kept)
 }
 
 // Stats returns the Authenticator's counts.
@@ -468,17 +471,19 @@ func (a *Authenticator) Stats() Stats {
 	set := a.set.Load()
 	c := &a.stats
 	return Stats{
-		Users:        set.users.Len(),
-		Cached:       set.cache.len(),
-		Accepted:     c.accepted.Load(),
-		CacheHits:    c.cacheHits.Load(),
-		Checks:       c.checks.Load(),
-		Challenged:   c.challenged.Load(),
-		Failed:       c.failed.Load(),
-		OverBudget:   c.overBudget.Load(),
-		Busy:         c.busy.Load(),
-		Reloads:      c.reloads.Load(),
-		ReloadErrors: c.reloadErrors.Load(),
+		Users:         set.users.Len(),
+		Cached:        set.cache.len(),
+		Accepted:      c.accepted.Load(),
+		CacheHits:     c.cacheHits.Load(),
+		Verified:      c.verified.Load(),
+		Checks:        c.checks.Load(),
+		Challenged:    c.challenged.Load(),
+		NoCredentials: c.noCredentials.Load(),
+		Failed:        c.failed.Load(),
+		OverBudget:    c.overBudget.Load(),
+		Busy:          c.busy.Load(),
+		Reloads:       c.reloads.Load(),
+		ReloadErrors:  c.reloadErrors.Load(),
 	}
 }
 

@@ -150,7 +150,7 @@ func TestProxyChallenge(t *testing.T) {
 	st := a.Stats()
 	// Four refusals with credentials were failures; the request without
 	// any and the one with Authorization only were not.
-	if st.Failed != 4 || st.Challenged != 6 || st.Accepted != 1 || st.Users != 2 {
+	if st.Failed != 4 || st.Challenged != 6 || st.NoCredentials != 2 || st.Accepted != 1 || st.Verified != 1 || st.Users != 2 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -182,8 +182,8 @@ func TestCachePaysBcryptOnce(t *testing.T) {
 		}
 	}
 	st := a.Stats()
-	if st.Checks != 1 || st.CacheHits != 19 || st.Cached != 1 {
-		t.Fatalf("stats %+v, want 1 check and 19 cache hits", st)
+	if st.Checks != 1 || st.CacheHits != 19 || st.Verified != 1 || st.Cached != 1 {
+		t.Fatalf("stats %+v, want 1 check, 1 verified and 19 cache hits", st)
 	}
 	// A wrong password is never cached: each costs a check.
 	for range 3 {
