@@ -81,7 +81,6 @@ func TestCurl(t *testing.T) {
 	}
 }
 
-
 func TestPythonRequests(t *testing.T) {
 	python := realclients.Python(t)
 	plain, tlsTarget := newTarget(t, false), newTarget(t, true)
