@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -124,4 +125,88 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkForwardVsReverseInterleaved runs the four modes of
+// BenchmarkForwardVsReverse in turns within one benchmark, so that all
+// see the same machine load: each turn sends 64 requests of one mode from
+// 8 clients at once, and the process CPU and wall time of the turn are
+// charged to that mode. An op is one request of each mode. It reports per
+// mode the wall time per request (µs/req-MODE) and the CPU per thousand
+// requests (cpu-ms/1k-MODE), and the forward proxy's CPU against the
+// reverse proxy's (forward-vs-reverse-cpu; 1 means the same cost).
+func BenchmarkForwardVsReverseInterleaved(b *testing.B) {
+	file := writeHtpasswd(b, b.TempDir(), testUsers...)
+	be := startBackend(b)
+	srv, err := proxy.Start(parseConfig(b, strings.ReplaceAll(benchForward, "{{htpasswd}}", file), be.URL()), proxy.Options{Logger: testLogger(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = srv.Shutdown(context.Background()) }()
+	modes := []string{"reverse", "forward", "forward-auth", "forward-auth-limits"}
+	const clients, perClient = 8, 8
+	type modeState struct {
+		target string
+		cs     [clients]*http.Client
+		wall   time.Duration
+		cpu    time.Duration
+		n      int
+	}
+	states := make([]*modeState, len(modes))
+	for i, mode := range modes {
+		st := &modeState{target: "http://" + srv.Addr("reverse").String() + "/"}
+		var proxyURL *url.URL
+		if mode != "reverse" {
+			st.target = be.URL() + "/"
+			proxyURL = &url.URL{Scheme: "http", Host: srv.Addr(mode).String()}
+			if strings.Contains(mode, "auth") {
+				proxyURL.User = url.UserPassword("alice", "alice-pw")
+			}
+		}
+		for j := range st.cs {
+			dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0." + itoa(10+j))}, Timeout: waitLimit}
+			tr := &http.Transport{DialContext: dialer.DialContext, MaxIdleConnsPerHost: 64, DisableCompression: true}
+			if proxyURL != nil {
+				tr.Proxy = http.ProxyURL(proxyURL)
+			}
+			st.cs[j] = &http.Client{Timeout: 2 * waitLimit, Transport: tr}
+			defer tr.CloseIdleConnections()
+			if !fetch(b, st.cs[j], st.target) {
+				return
+			}
+		}
+		states[i] = st
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; done += clients * perClient {
+		for _, st := range states {
+			cpu0, start := processCPU(), time.Now()
+			var wg sync.WaitGroup
+			for _, c := range st.cs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range perClient {
+						if !fetch(b, c, st.target) {
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			st.wall += time.Since(start)
+			st.cpu += processCPU() - cpu0
+			st.n += clients * perClient
+		}
+	}
+	b.StopTimer()
+	for i, st := range states {
+		b.ReportMetric(float64(st.wall.Microseconds())/float64(st.n), "µs/req-"+modes[i])
+		b.ReportMetric(float64(st.cpu)/float64(st.n)/1e3, "cpu-ms/1k-"+modes[i])
+	}
+	rev := float64(states[0].cpu) / float64(states[0].n)
+	b.ReportMetric(float64(states[1].cpu)/float64(states[1].n)/rev, "forward-vs-reverse-cpu")
+	b.ReportMetric(float64(states[2].cpu)/float64(states[2].n)/rev, "forward-auth-vs-reverse-cpu")
+	b.ReportMetric(float64(states[3].cpu)/float64(states[3].n)/rev, "forward-auth-limits-vs-reverse-cpu")
 }
