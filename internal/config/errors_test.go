@@ -430,6 +430,8 @@ var badConfigs = []struct {
 		`portcullis.yaml:6:71: listeners[0].auth.failures.burst: must be 0 (the default) or more (got -1)`},
 	{"auth failures interval negative", base + "    auth: {htpasswd: testdata/files/users.htpasswd, failures: {interval: -1s}}\n",
 		`portcullis.yaml:6:74: listeners[0].auth.failures.interval: must be 0 or more (got -1s)`},
+	{"auth failure budget too long", base + "    auth: {htpasswd: testdata/files/users.htpasswd, failures: {burst: 1000000, interval: 1h}}\n",
+		`portcullis.yaml:6:63: listeners[0].auth.failures: burst × interval must be at most 8760h0m0s, the longest a client may wait for its whole budget to come back (got 1000000 × 1h0m0s)`},
 	{"destination allow with host bits", fwdBase + "    forward: {destinations: {allow: [10.1.2.3/8]}}\n",
 		`portcullis.yaml:5:38: listeners[0].forward.destinations.allow[0]: has bits set after the prefix length; did you mean 10.0.0.0/8? (got 10.1.2.3/8)`},
 	{"destination deny twice", fwdBase + "    forward: {destinations: {deny: [10.0.0.0/8, 10.0.0.0/8]}}\n",

@@ -85,7 +85,8 @@ type Auth struct {
 	CheckTimeout time.Duration `yaml:"check_timeout"`
 
 	// Failures limits failed attempts per client address: a client over its budget gets
-	// 429 without any check, whatever it sends. The zero value means every default.
+	// 429 without any check, whatever it sends. The zero value means every default. Burst ×
+	// Interval above 8760h is invalid.
 	Failures AuthFailures `yaml:"failures"`
 }
 

@@ -91,7 +91,16 @@ func (v *validator) auth(a *Auth, p string) {
 	}
 	v.atMostMaxCount(p+".failures.burst", a.Failures.Burst)
 	v.nonNegativeDuration(p+".failures.interval", a.Failures.Interval)
+	burst := orDefault(a.Failures.Burst, DefaultFailureBurst)
+	interval := orDefault(a.Failures.Interval, DefaultFailureInterval)
+	if burst > 0 && interval > 0 && interval > maxFailureBudget/time.Duration(burst) {
+		v.addf(p+".failures", "burst × interval must be at most %s, the longest a client may wait for its whole budget to come back (got %d × %s)",
+			maxFailureBudget, burst, interval)
+	}
 }
+
+// maxFailureBudget bounds burst × interval of auth.failures.
+const maxFailureBudget = 8760 * time.Hour
 
 // htpasswdProblems reports why an htpasswd file does not load: one problem per bad line.
 func (v *validator) htpasswdProblems(p, file string, err error) {
