@@ -105,7 +105,6 @@ func (b *tableBuilder) forwardProxy(t *routeTable) error {
 	}
 	p, err := forward.New(forward.Config{
 		Policy:                policy,
-		Resolver:              testHookResolver,
 		DialTimeout:           cfg.DialTimeout,
 		UpstreamTimeout:       cfg.UpstreamTimeout,
 		TunnelIdleTimeout:     cfg.TunnelIdleTimeout,
@@ -123,10 +122,6 @@ func (b *tableBuilder) forwardProxy(t *routeTable) error {
 	t.forward.stats = newForwardCollector(p, b.lc.Name)
 	return nil
 }
-
-// testHookResolver, when set by a test, resolves the target names of
-// forward proxies built from then on.
-var testHookResolver forward.Resolver
 
 // authenticate wraps *h in the listener's authentication, if it has any,
 // and records it in t. An Authenticator whose settings did not change is
@@ -228,7 +223,8 @@ func (t *routeTable) closeExtras() {
 	}
 }
 
-// collectors returns the metrics of t's authentication and forward proxy.
+// extraCollectors returns the metrics of t's authentication and forward
+// proxy.
 func (t *routeTable) extraCollectors() []prometheus.Collector {
 	var out []prometheus.Collector
 	if t.auth != nil {
