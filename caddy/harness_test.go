@@ -98,14 +98,28 @@ func startCaddy(t *testing.T, dir, caddyfile string) *instance {
 			t.Errorf("stopping Caddy: %v", err)
 		}
 	})
+	return &instance{dir: dir, admin: adminClient(dir)}
+}
+
+// adminClient talks to the admin endpoint on dir/admin.sock.
+func adminClient(dir string) *http.Client {
 	sock := filepath.Join(dir, "admin.sock")
-	admin := &http.Client{Timeout: waitTimeout, Transport: &http.Transport{
+	return &http.Client{Timeout: waitTimeout, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", sock)
 		},
 	}}
-	return &instance{dir: dir, admin: admin}
+}
+
+// mustConfig decodes a JSON configuration.
+func mustConfig(t testing.TB, js string) *caddy.Config {
+	t.Helper()
+	var cfg caddy.Config
+	if err := json.Unmarshal([]byte(js), &cfg); err != nil {
+		t.Fatalf("decoding %s: %v", js, err)
+	}
+	return &cfg
 }
 
 // adminGet fetches path from the admin endpoint.
