@@ -22,4 +22,3 @@ type storeFailed struct{}
 
 func (storeFailed) Error() string        { return "rate: shared store failed" }
 func (storeFailed) Is(target error) bool { return target == limit.ErrStore }
-
