@@ -136,7 +136,6 @@ type RateConfig struct {
 type rateSettings struct {
 	RateConfig
 	logEvery time.Duration
-	policy   string // the RateLimit-Policy value for the default limit
 	item     string // the quoted policy name
 }
 
