@@ -152,11 +152,11 @@ func (c Config) settings() (settings, error) {
 	s := settings{
 		perClient:     c.PerClient,
 		perClientRate: c.PerClientRate,
-		keyer:     c.Keyer,
-		closeCode: c.PerClientCloseCode,
-		clock:     c.Clock,
-		logger:    c.Logger,
-		logLevel:  c.LogLevel,
+		keyer:         c.Keyer,
+		closeCode:     c.PerClientCloseCode,
+		clock:         c.Clock,
+		logger:        c.Logger,
+		logLevel:      c.LogLevel,
 	}
 	var err error
 	if s.minThreshold, err = count("RetryThresholdMin", c.RetryThresholdMin, DefaultRetryThresholdMin); err != nil {

@@ -91,14 +91,14 @@ func (c *counters) ended(o outcome) {
 
 func (c *counters) snapshot() Snapshot {
 	return Snapshot{
-		Admitted:         c.admitted.Load(),
-		Retried:          c.retried.Load(),
-		Refused:          c.refused.Load(),
+		Admitted:             c.admitted.Load(),
+		Retried:              c.retried.Load(),
+		Refused:              c.refused.Load(),
 		PerClientRefused:     c.perClientRefused.Load(),
 		PerClientRateRefused: c.perClientRateRefused.Load(),
-		Completed:        c.completed.Load(),
-		Failed:           c.failed.Load(),
-		TimedOut:         c.timedOut.Load(),
-		Abandoned:        c.abandoned.Load(),
+		Completed:            c.completed.Load(),
+		Failed:               c.failed.Load(),
+		TimedOut:             c.timedOut.Load(),
+		Abandoned:            c.abandoned.Load(),
 	}
 }
