@@ -90,6 +90,7 @@ type parityResult struct {
 	anchor      int
 	sinceAnchor time.Duration
 	done        time.Time
+	late        time.Duration // how late the request was sent
 }
 
 // expected runs a case through the limiter on a fake clock: the exact
@@ -158,6 +159,7 @@ func play(t *testing.T, addr, path string, c parityCase) []parityResult {
 			_ = conn.SetDeadline(time.Now().Add(waitLimit))
 			time.Sleep(time.Until(start.Add(at)))
 			sent := time.Now()
+			late := sent.Sub(start.Add(at))
 			if _, err := io.WriteString(conn, "GET "+path+" HTTP/1.1\r\nHost: parity\r\nConnection: close\r\n\r\n"); err != nil {
 				return
 			}
@@ -167,7 +169,7 @@ func play(t *testing.T, addr, path string, c parityCase) []parityResult {
 			}
 			done := time.Now()
 			resp.Body.Close()
-			out[i] = parityResult{status: resp.StatusCode, delay: done.Sub(sent), done: done}
+			out[i] = parityResult{status: resp.StatusCode, delay: done.Sub(sent), done: done, late: late}
 		})
 	}
 	wg.Wait()
@@ -215,34 +217,84 @@ func TestNginxParity(t *testing.T) {
 		expected(t, c) // the scripts are sound before anything runs
 	}
 	t.Run("nginx", func(t *testing.T) {
-		base := startNginx(t, parityCases)
-		runParity(t, "nginx", base)
+		addr := startNginx(t, parityCases)
+		// A rerun waits for every zone to drain back to fresh (the longest
+		// script leaves its key at most 2 s ahead).
+		runParity(t, "nginx", addr, func() { time.Sleep(3 * time.Second) })
 	})
 	t.Run("portcullis", func(t *testing.T) {
-		mux := http.NewServeMux()
-		for i, c := range parityCases {
-			l, err := httplimit.NewRate(httplimit.RateConfig{Rate: c.lim.Rate, Burst: c.lim.Burst, Delay: c.lim.Delay, Logger: quietLogger()})
-			if err != nil {
-				t.Fatal(err)
+		var mu sync.Mutex
+		handlers := make([]http.Handler, len(parityCases))
+		build := func() {
+			mu.Lock()
+			defer mu.Unlock()
+			for i, c := range parityCases {
+				l, err := httplimit.NewRate(httplimit.RateConfig{Rate: c.lim.Rate, Burst: c.lim.Burst, Delay: c.lim.Delay, Logger: quietLogger()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { l.Close() })
+				handlers[i] = l.Wrap(okHandler())
 			}
-			t.Cleanup(func() { l.Close() })
-			mux.Handle("/s"+strconv.Itoa(i), l.Wrap(okHandler()))
 		}
-		ts := startServer(t, mux)
-		runParity(t, "portcullis", ts.Listener.Addr().String())
+		build()
+		ts := startServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			i, err := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/s"))
+			if err != nil || i < 0 || i >= len(handlers) {
+				http.NotFound(w, r)
+				return
+			}
+			mu.Lock()
+			h := handlers[i]
+			mu.Unlock()
+			h.ServeHTTP(w, r)
+		}))
+		runParity(t, "portcullis", ts.Listener.Addr().String(), build)
 	})
 }
 
-func runParity(t *testing.T, who, addr string) {
-	var wg sync.WaitGroup
-	results := make([][]parityResult, len(parityCases))
-	for i, c := range parityCases {
-		wg.Go(func() { results[i] = play(t, addr, "/s"+strconv.Itoa(i), c) })
+// runParity plays every case at once against addr and compares. A run in
+// which the machine stalled (a request sent more than 15 ms late, or a
+// response more than 300 ms later than the model allows, as happens when
+// other jobs swamp the cores) says nothing about the server and is run
+// again, on fresh keys, up to three times; the last run is compared
+// whatever happened. A wrong decision is not a stall: it repeats.
+func runParity(t *testing.T, who, addr string, fresh func()) {
+	var results [][]parityResult
+	for attempt := 1; ; attempt++ {
+		var wg sync.WaitGroup
+		results = make([][]parityResult, len(parityCases))
+		for i, c := range parityCases {
+			wg.Go(func() { results[i] = play(t, addr, "/s"+strconv.Itoa(i), c) })
+		}
+		wg.Wait()
+		stall := stalled(t, results)
+		if stall == "" || attempt == 3 {
+			break
+		}
+		t.Logf("%s attempt %d: %s; running again", who, attempt, stall)
+		fresh()
 	}
-	wg.Wait()
 	for i, c := range parityCases {
 		compare(t, who, c, expected(t, c), results[i])
 	}
+}
+
+// stalled describes the first sign that the machine, not the server, held
+// a run back, or returns "".
+func stalled(t *testing.T, results [][]parityResult) string {
+	for i, c := range parityCases {
+		want := expected(t, c)
+		for j, g := range results[i] {
+			switch {
+			case g.late > 15*time.Millisecond:
+				return fmt.Sprintf("%s request %d sent %v late", c.name, j, g.late.Round(time.Millisecond))
+			case g.status > 0 && g.delay > want[j].delay+300*time.Millisecond:
+				return fmt.Sprintf("%s request %d answered after %v, model %v", c.name, j, g.delay.Round(time.Millisecond), want[j].delay)
+			}
+		}
+	}
+	return ""
 }
 
 // startNginx starts nginx in the foreground on a free loopback port with

@@ -117,7 +117,7 @@ func parseCount(num string) (int, error) {
 	for i := 0; i < len(num); i++ {
 		c := num[i]
 		if c < '0' || c > '9' {
-			return 0, errors.New("the number of requests must be a positive decimal integer")
+			return 0, errors.New("the number of requests must be a positive decimal integer, with no spaces or signs")
 		}
 		n = 10*n + int(c-'0')
 	}
