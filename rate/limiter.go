@@ -157,21 +157,24 @@ func (l *Limiter[K]) Allow(key K) Decision {
 	}
 	if l.s.LimitFor != nil {
 		p, _, _ := l.policyOf(key)
-		return l.decideLocal(key, &p, l.now())
+		d, _ := l.decideLocal(key, &p)
+		return d
 	}
-	return l.decideLocal(key, &l.s.policy, l.now())
+	d, _ := l.decideLocal(key, &l.s.policy)
+	return d
 }
 
-// decideLocal decides one request of key arriving at now from this
-// process's state, counts it and reports it. The time is read before the
-// shard's lock is taken, to keep the lock short: a request that finds a
-// later arrival already counted is judged as having come first, which can
-// only make it stricter.
-func (l *Limiter[K]) decideLocal(key K, p *policy, now int64) Decision {
+// decideLocal decides one request of key from this process's state, counts
+// it and reports it; it returns the decision and the time it was taken.
+// The time is read under the shard's lock, so that the decisions of a key
+// are taken in the order of their times and a sweep never forgets a key
+// that a decision in progress still considers busy.
+func (l *Limiter[K]) decideLocal(key K, p *policy) (Decision, int64) {
 	h := l.hash(key)
 	sh := &l.shards[h&l.mask]
 	tag := tagOf(h)
 	sh.mu.Lock()
+	now := l.now()
 	i := sh.t.find(tag, key)
 	var tat int64
 	if i >= 0 {
@@ -192,7 +195,7 @@ func (l *Limiter[K]) decideLocal(key K, p *policy, now int64) Decision {
 	if l.s.Observer != nil {
 		l.s.Observer.Observe(Event[K]{Kind: d.Verdict, Key: key, Delay: d.Delay})
 	}
-	return d
+	return d, now
 }
 
 // Reserve decides one request of key now, as Allow, and returns a
@@ -249,8 +252,7 @@ func (l *Limiter[K]) sleep(ctx context.Context, d time.Duration) error {
 
 func (l *Limiter[K]) reserve(ctx context.Context, key K, mayBlock bool) (Reservation[K], error) {
 	p, lim, _ := l.policyOf(key)
-	now := l.now()
-	d := l.decideLocal(key, &p, now)
+	d, now := l.decideLocal(key, &p)
 	if l.s.Store == nil || !d.Allowed() || d.Verdict == ShadowRefused || p.interval == 0 {
 		r := Reservation[K]{Decision: d, l: l, key: key, lim: lim, proceed: now + int64(d.Delay)}
 		if d.Verdict == Refused {
