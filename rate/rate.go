@@ -81,7 +81,8 @@ var units = [...]struct {
 }
 
 // ParseRate reads a rate written as nginx's limit_req_zone writes it: a
-// positive decimal integer of requests followed by "r/s" (per second),
+// positive decimal integer of requests (leading zeros allowed) followed by
+// "r/s" (per second),
 // "r/m" (per minute) or "r/h" (per hour), with no spaces: "10r/s",
 // "600r/m", "30r/h". "unlimited" gives [Unlimited]. Anything else, an empty
 // string included, is an error that quotes the input; the count must be in
@@ -105,10 +106,14 @@ func ParseRate(s string) (Rate, error) {
 }
 
 // parseCount reads the decimal count of a rate: digits only (no sign, no
-// spaces, no underscores), 1..maxEvents.
+// spaces, no underscores; leading zeros allowed, as nginx allows them),
+// 1..maxEvents.
 func parseCount(num string) (int, error) {
 	if num == "" {
 		return 0, errors.New("the number of requests is missing")
+	}
+	if trimmed := strings.TrimLeft(num, "0"); trimmed != "" {
+		num = trimmed
 	}
 	if len(num) > len(strconv.Itoa(maxEvents)) {
 		return 0, fmt.Errorf("the number of requests must be at most %d", maxEvents)
