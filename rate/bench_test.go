@@ -1,6 +1,7 @@
 package rate_test
 
 import (
+	"net/netip"
 	"runtime"
 	"strconv"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	xrate "golang.org/x/time/rate"
 
+	"github.com/seed-a07d1050/portcullis/clientkey"
 	"github.com/seed-a07d1050/portcullis/rate"
 )
 
@@ -161,4 +163,30 @@ func heapInUse() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// BenchmarkMemoryPerBusyClientKey is BenchmarkMemoryPerBusyKey with
+// clientkey.Key, the key of the accept and QUIC layers (32 bytes).
+func BenchmarkMemoryPerBusyClientKey(b *testing.B) {
+	const n = 100_000
+	keys := make([]clientkey.Key, n)
+	for i := range keys {
+		keys[i] = clientkey.FromAddr(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}))
+	}
+	for b.Loop() {
+		l, err := rate.New(rate.Config[clientkey.Key]{Rate: rate.PerSecond(1), Burst: 10, Hash: clientkey.Key.Hash})
+		if err != nil {
+			b.Fatal(err)
+		}
+		before := heapInUse()
+		for _, k := range keys {
+			l.Allow(k)
+		}
+		after := heapInUse()
+		if busy := l.Totals().Keys; busy != n {
+			b.Fatalf("%d busy keys, want %d", busy, n)
+		}
+		b.ReportMetric(float64(after-before)/n, "B/key")
+		l.Close()
+	}
 }
