@@ -2,6 +2,7 @@ package connlimit
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -95,16 +96,50 @@ func TestConnRateConfigErrors(t *testing.T) {
 	}
 }
 
-// fakeRateStore admits everything; only its type matters in config tests.
-type fakeRateStore struct{}
-
-func (fakeRateStore) Reserve(context.Context, clientkey.Key, rate.Limit) (bool, time.Duration, error) {
-	return true, 0, nil
+// fakeRateStore answers every request as told: admit, refuse, or fail.
+type fakeRateStore struct {
+	refuse bool
+	err    error
 }
-func (fakeRateStore) TryReserve(clientkey.Key, rate.Limit) (bool, time.Duration, error) {
-	return true, 0, nil
+
+func (s fakeRateStore) Reserve(context.Context, clientkey.Key, rate.Limit) (bool, time.Duration, error) {
+	return !s.refuse && s.err == nil, time.Second, s.err
+}
+func (s fakeRateStore) TryReserve(clientkey.Key, rate.Limit) (bool, time.Duration, error) {
+	return s.Reserve(context.Background(), clientkey.Key{}, rate.Limit{})
 }
 func (fakeRateStore) Cancel(clientkey.Key, rate.Limit) {}
+
+// With ConnRateStore the cluster's answer decides, on the connection's
+// own goroutine: a refusal is a rate refusal, a failure a store refusal.
+func TestConnRateStore(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		store fakeRateStore
+		check func(Refused) bool
+	}{
+		{"admits", fakeRateStore{}, func(r Refused) bool { return r.Total() == 0 }},
+		{"refuses", fakeRateStore{refuse: true}, func(r Refused) bool { return r.ClientRate == 1 && r.Total() == 1 }},
+		{"fails", fakeRateStore{err: errors.New("redis down")}, func(r Refused) bool { return r.Store == 1 && r.Total() == 1 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newTestListener(t, nil, Config{ConnRate: rate.Limit{Rate: rate.PerSecond(100), Burst: 10}, ConnRateStore: tc.store})
+			echoServer(t, l)
+			c := dialFrom(t, "127.0.0.37", l.Addr())
+			if tc.store.refuse || tc.store.err != nil {
+				mustBeRefused(t, c)
+			} else {
+				mustServe(t, c, "127.0.0.37")
+			}
+			if r := l.Stats().Refused; !tc.check(r) {
+				t.Fatalf("refused %+v", r)
+			}
+			if n := l.levels[0].lim.Totals().InUse; n != 0 && (tc.store.refuse || tc.store.err != nil) {
+				t.Fatalf("%d cap slots held after a refusal", n)
+			}
+		})
+	}
+}
 
 // BenchmarkClaimWithRate measures the accept path's admission (key, cap
 // slot, rate decision, release) without sockets; it allocates nothing.
