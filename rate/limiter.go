@@ -44,40 +44,17 @@ type shard[K comparable] struct {
 	_     [64]byte // keep neighbouring shards' locks off this cache line
 }
 
-// counters are a shard's share of the limiter's totals.
-type counters struct {
-	admitted, delayed, refused, shadowDelayed, shadowRefused uint64
-	cancelled, storeFailed                                   uint64
-}
+// counters are a shard's share of the limiter's totals, indexed by
+// verdict (events included).
+type counters [StoreFailed + 1]uint64
 
-func (c *counters) add(o counters) {
-	c.admitted += o.admitted
-	c.delayed += o.delayed
-	c.refused += o.refused
-	c.shadowDelayed += o.shadowDelayed
-	c.shadowRefused += o.shadowRefused
-	c.cancelled += o.cancelled
-	c.storeFailed += o.storeFailed
-}
-
-func (c *counters) count(v Verdict) {
-	switch v {
-	case Admitted:
-		c.admitted++
-	case Delayed:
-		c.delayed++
-	case Refused:
-		c.refused++
-	case ShadowDelayed:
-		c.shadowDelayed++
-	case ShadowRefused:
-		c.shadowRefused++
-	case Cancelled:
-		c.cancelled++
-	case StoreFailed:
-		c.storeFailed++
+func (c *counters) add(o *counters) {
+	for i := range c {
+		c[i] += o[i]
 	}
 }
+
+func (c *counters) count(v Verdict) { c[v]++ }
 
 // New returns a Limiter configured by cfg, or an error naming the first
 // invalid field. The Limiter runs one goroutine that forgets idle keys

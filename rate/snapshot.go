@@ -70,7 +70,7 @@ func (l *Limiter[K]) collect(keys *[]KeyStats[K]) Totals {
 		sh := &l.shards[i]
 		sh.mu.Lock()
 		now := l.now()
-		c.add(sh.stats)
+		c.add(&sh.stats)
 		for j, tag := range sh.t.tags {
 			if e := &sh.t.entries[j]; tag != 0 && e.tat > now {
 				t.Keys++
@@ -81,8 +81,8 @@ func (l *Limiter[K]) collect(keys *[]KeyStats[K]) Totals {
 		}
 		sh.mu.Unlock()
 	}
-	t.Admitted, t.Delayed, t.Refused = c.admitted, c.delayed, c.refused
-	t.ShadowDelayed, t.ShadowRefused = c.shadowDelayed, c.shadowRefused
-	t.Cancelled, t.StoreFailed = c.cancelled, c.storeFailed
+	t.Admitted, t.Delayed, t.Refused = c[Admitted], c[Delayed], c[Refused]
+	t.ShadowDelayed, t.ShadowRefused = c[ShadowDelayed], c[ShadowRefused]
+	t.Cancelled, t.StoreFailed = c[Cancelled], c[StoreFailed]
 	return t
 }
