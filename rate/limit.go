@@ -1,8 +1,10 @@
 package rate
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -100,3 +102,62 @@ func policyOf(l Limit) policy {
 }
 
 func (p *policy) unlimited() bool { return p.interval == 0 }
+
+// ParseLimit reads a limit in the words of nginx's limit_req, as String
+// writes it: a rate (see [ParseRate]) followed by any of "burst=N",
+// "delay=N" and "nodelay", separated by single spaces, each at most once
+// and not both delay=N and nodelay: "10r/s", "10r/s burst=20 delay=5",
+// "10r/s burst=20 nodelay". N is a decimal integer (burst ≥ 0, delay ≥ 1,
+// as nginx requires). The result is validated; anything else is an error
+// that quotes the input.
+func ParseLimit(s string) (Limit, error) {
+	fields := strings.Split(s, " ")
+	r, err := ParseRate(fields[0])
+	if err != nil {
+		return Limit{}, fmt.Errorf("rate: limit %q: %w", s, err)
+	}
+	l := Limit{Rate: r}
+	seen := map[string]bool{}
+	for _, f := range fields[1:] {
+		name, val, hasVal := strings.Cut(f, "=")
+		if seen[name] || (name == "nodelay" && seen["delay"]) || (name == "delay" && seen["nodelay"]) {
+			return Limit{}, fmt.Errorf("rate: limit %q: %s given twice, or both delay and nodelay", s, name)
+		}
+		seen[name] = true
+		switch {
+		case name == "nodelay" && !hasVal:
+			l.Delay = NoDelay
+		case (name == "burst" || name == "delay") && hasVal:
+			n, err := parseSmall(val)
+			if err != nil || (name == "delay" && n == 0) {
+				return Limit{}, fmt.Errorf("rate: limit %q: %s must be a decimal integer (delay at least 1)", s, name)
+			}
+			if name == "burst" {
+				l.Burst = n
+			} else {
+				l.Delay = n
+			}
+		default:
+			return Limit{}, fmt.Errorf("rate: limit %q: unknown word %q: write burst=N, delay=N or nodelay, one space apart", s, f)
+		}
+	}
+	if err := l.Validate(); err != nil {
+		return Limit{}, fmt.Errorf("rate: limit %q: %w", s, err)
+	}
+	return l, nil
+}
+
+// parseSmall reads a decimal integer of at most 10 digits.
+func parseSmall(s string) (int, error) {
+	if s == "" || len(s) > 10 {
+		return 0, errors.New("bad number")
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, errors.New("bad number")
+		}
+		n = 10*n + int(s[i]-'0')
+	}
+	return n, nil
+}

@@ -122,3 +122,58 @@ func FuzzParseRate(f *testing.F) {
 		}
 	})
 }
+
+func TestParseLimit(t *testing.T) {
+	for in, want := range map[string]rate.Limit{
+		"10r/s":                  {Rate: rate.PerSecond(10)},
+		"10r/s burst=20":         {Rate: rate.PerSecond(10), Burst: 20},
+		"10r/s burst=20 delay=5": {Rate: rate.PerSecond(10), Burst: 20, Delay: 5},
+		"10r/s burst=20 nodelay": {Rate: rate.PerSecond(10), Burst: 20, Delay: rate.NoDelay},
+		"600r/m nodelay":         {Rate: rate.PerMinute(600), Delay: rate.NoDelay},
+	} {
+		got, err := rate.ParseLimit(in)
+		if err != nil || got != want {
+			t.Errorf("ParseLimit(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "10r/s ", "10r/s  burst=2", "10r/s burst", "10r/s burst=-1", "10r/s delay=0",
+		"10r/s burst=2 burst=3", "10r/s delay=2 nodelay", "10r/s nodelay delay=2", "10r/s nodelay=1", "10r/s fast",
+		"burst=2", "10r/s burst=99999999999", "10r/s burst=1073741825", "1r/h burst=1073741824"} {
+		if l, err := rate.ParseLimit(in); err == nil {
+			t.Errorf("ParseLimit(%q) = %+v, want an error", in, l)
+		}
+	}
+}
+
+// FuzzParseLimit: ParseLimit never panics, and what it accepts is valid
+// and reads back the same from its String.
+func FuzzParseLimit(f *testing.F) {
+	for _, s := range []string{"10r/s", "10r/s burst=20 delay=5", "10r/s burst=20 nodelay", "1r/m burst=0", "10r/s delay=30 burst=2", "x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		l, err := rate.ParseLimit(s)
+		if err != nil {
+			return
+		}
+		if err := l.Validate(); err != nil {
+			t.Fatalf("ParseLimit(%q) = %+v, invalid: %v", s, l, err)
+		}
+		back, err := rate.ParseLimit(l.String())
+		if err != nil {
+			t.Fatalf("ParseLimit(%q).String() = %q does not parse: %v", s, l.String(), err)
+		}
+		if back.Rate != l.Rate || back.Burst != l.Burst || effectiveDelay(back) != effectiveDelay(l) {
+			t.Fatalf("ParseLimit(%q) = %+v; its String %q reads back as %+v", s, l, l.String(), back)
+		}
+	})
+}
+
+// effectiveDelay is how many early requests go at once: a delay of the
+// burst or more is nodelay.
+func effectiveDelay(l rate.Limit) int {
+	if l.Delay == rate.NoDelay || l.Delay >= l.Burst {
+		return l.Burst
+	}
+	return l.Delay
+}
