@@ -23,9 +23,10 @@ type Config[K comparable] struct {
 
 	// LimitFor, if set, gives a key its own limit (a batch user gets
 	// 100r/s): when it returns true, the returned Limit applies to that
-	// decision instead of Rate, Burst and Delay. It is called for every
-	// decision, with no lock held; it must be fast and must not block. Nil
-	// means every key gets the Config's limit.
+	// decision instead of Rate, Burst and Delay; an invalid Limit is
+	// ignored and the Config's applies. It is called for every decision,
+	// with no lock held; it must be fast and must not block. Nil means
+	// every key gets the Config's limit.
 	LimitFor func(key K) (Limit, bool)
 
 	// Shadow admits every request at once, even over the limit, while

@@ -163,6 +163,7 @@ func (s *RateStore[K]) reserve(ctx context.Context, key K, lim rate.Limit, mayCa
 	if !ok {
 		return true, 0, nil // unlimited
 	}
+	probe := s.br.current() != BreakerClosed
 	if !s.br.allow(s.s.Clock.Now()) {
 		return s.fallback(key, &p, errBreakerOpen)
 	}
@@ -172,6 +173,7 @@ func (s *RateStore[K]) reserve(ctx context.Context, key K, lim rate.Limit, mayCa
 	if est+p.iv-now > p.window {
 		sh.mu.Unlock()
 		s.st.cached.Add(1)
+		s.skipProbe(probe)
 		return false, time.Duration(est - now), nil
 	}
 	if e.pending >= 0 && e.pending < p.local || !mayCall {
@@ -182,6 +184,7 @@ func (s *RateStore[K]) reserve(ctx context.Context, key K, lim rate.Limit, mayCa
 		}
 		s.addPending(e, &p, 1)
 		sh.mu.Unlock()
+		s.skipProbe(probe)
 		return true, time.Duration(est + p.iv - now), nil
 	}
 	n := e.pending
@@ -209,6 +212,15 @@ func (s *RateStore[K]) reserve(ctx context.Context, key K, lim rate.Limit, mayCa
 	sh.mu.Unlock()
 	s.br.success()
 	return reply.ok, time.Duration(reply.ahead * 1000), nil
+}
+
+// skipProbe hands the breaker's probe back when the request that was let
+// through to probe Redis decided without asking it, so that the next one
+// probes.
+func (s *RateStore[K]) skipProbe(probe bool) {
+	if probe {
+		s.br.abandon()
+	}
 }
 
 // addPending counts n requests of e admitted (or, negative, cancelled)
