@@ -276,8 +276,27 @@ func runParity(t *testing.T, who, addr string, fresh func()) {
 		fresh()
 	}
 	for i, c := range parityCases {
-		compare(t, who, c, expected(t, c), results[i])
+		want := expected(t, c)
+		compare(t, who, c, want, results[i])
+		logTable(t, who, c, want, results[i])
 	}
+}
+
+// logTable writes, with -v, one line per request: its arrival, what the
+// model says and what the server did (status, and the delay measured from
+// the request that fixed it, or from sending it when not delayed).
+func logTable(t *testing.T, who string, c parityCase, want, got []parityResult) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s, %s (%v); +t is when a delayed request proceeded, after the request that found the key fresh:\n  arrival  model         %s\n", who, c.name, c.lim, who)
+	for i := range want {
+		w, g := want[i], got[i]
+		wd, gd := w.delay, g.delay
+		if w.delay > 0 {
+			wd, gd = w.sinceAnchor, g.done.Sub(got[w.anchor].done)
+		}
+		fmt.Fprintf(&b, "  %6v   %d +%-8v  %d +%v\n", c.arrivals[i], w.status, wd, g.status, gd.Round(time.Millisecond))
+	}
+	t.Log(b.String())
 }
 
 // stalled describes the first sign that the machine, not the server, held
