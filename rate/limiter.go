@@ -165,11 +165,14 @@ func (l *Limiter[K]) decideLocal(key K, p *policy) (Decision, int64) {
 			sh.t.insert(tag, key, next, now)
 		}
 	}
-	if l.s.Store == nil || !d.Allowed() || d.Verdict == ShadowRefused || p.interval == 0 {
+	// With a Store, a request the local state admits is counted and
+	// reported once the Store has answered.
+	final := l.s.Store == nil || !d.Allowed() || d.Verdict == ShadowRefused || p.interval == 0
+	if final {
 		sh.stats.count(d.Verdict)
 	}
 	sh.mu.Unlock()
-	if l.s.Observer != nil {
+	if final && l.s.Observer != nil {
 		l.s.Observer.Observe(Event[K]{Kind: d.Verdict, Key: key, Delay: d.Delay})
 	}
 	return d, now
@@ -257,17 +260,17 @@ func (l *Limiter[K]) askStore(ctx context.Context, key K, lim Limit, p *policy, 
 		if local.Delay > d.Delay {
 			d.Verdict, d.Delay = Delayed, local.Delay
 		}
-		l.countEvent(key, d.Verdict)
+		l.countEvent(key, d.Verdict, d.Delay)
 		return Reservation[K]{Decision: d, l: l, key: key, lim: lim, proceed: now + int64(d.Delay), stored: true}, nil
 	}
 	l.giveBack(key, p.interval)
 	if err != nil {
-		l.countEvent(key, StoreFailed)
+		l.countEvent(key, StoreFailed, 0)
 		r := Reservation[K]{Decision: Decision{Verdict: Refused, window: p.window, interval: p.interval}}
 		return r, fmt.Errorf("%w: %s: %w", ErrStore, l.s.Name, err)
 	}
 	d := p.fromAhead(int64(ahead), l.s.Shadow, false)
-	l.countEvent(key, d.Verdict)
+	l.countEvent(key, d.Verdict, 0)
 	r := Reservation[K]{Decision: d, l: l, key: key, lim: lim}
 	if d.Verdict == Refused {
 		return r, ErrLimited
@@ -299,13 +302,13 @@ func (l *Limiter[K]) giveBack(key K, interval int64) bool {
 }
 
 // countEvent counts an event outside the decision's lock and reports it.
-func (l *Limiter[K]) countEvent(key K, v Verdict) {
+func (l *Limiter[K]) countEvent(key K, v Verdict, delay time.Duration) {
 	sh := &l.shards[l.hash(key)&l.mask]
 	sh.mu.Lock()
 	sh.stats.count(v)
 	sh.mu.Unlock()
 	if l.s.Observer != nil {
-		l.s.Observer.Observe(Event[K]{Kind: v, Key: key})
+		l.s.Observer.Observe(Event[K]{Kind: v, Key: key, Delay: delay})
 	}
 }
 
@@ -346,7 +349,7 @@ func (r *Reservation[K]) Cancel() bool {
 	if r.stored {
 		l.s.Store.Cancel(r.key, r.lim)
 	}
-	l.countEvent(r.key, Cancelled)
+	l.countEvent(r.key, Cancelled, 0)
 	return true
 }
 

@@ -108,3 +108,30 @@ func TestStoreAskedOnlyWhenLocallyAdmitted(t *testing.T) {
 		t.Fatalf("cancel of a stored request: %v, store saw %d cancels", r.Verdict, st.cancelled)
 	}
 }
+
+// With a Store, each decision is counted and reported once, with the
+// Store's verdict.
+func TestStoreDecisionReportedOnce(t *testing.T) {
+	var mu sync.Mutex
+	var seen []rate.Verdict
+	st := &fakeStore{ok: false, ahead: time.Second}
+	l, err := rate.New(rate.Config[string]{Rate: rate.PerSecond(10), Burst: 5, Clock: limittest.NewClock(), Store: st,
+		Observer: rate.ObserverFunc[string](func(e rate.Event[string]) {
+			mu.Lock()
+			seen = append(seen, e.Kind)
+			mu.Unlock()
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	l.Allow("k")
+	st.ok, st.ahead = true, 0
+	l.Allow("k")
+	if len(seen) != 2 || seen[0] != rate.Refused || seen[1] != rate.Admitted {
+		t.Fatalf("events %v, want [refused admitted]", seen)
+	}
+	if tot := l.Totals(); tot.Refused != 1 || tot.Admitted != 1 {
+		t.Fatalf("totals %+v", tot)
+	}
+}
