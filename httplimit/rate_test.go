@@ -339,3 +339,33 @@ func TestRateCustomReject(t *testing.T) {
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// Over HTTP/2, a delayed request whose stream the client resets gives its
+// place back, and the connection lives on.
+func TestRateHTTP2StreamResetGivesPlaceBack(t *testing.T) {
+	l, clock := newRate(t, httplimit.RateConfig{Rate: rate.PerSecond(10), Burst: 5})
+	ts, conns := startTLSServer(t, l.Wrap(okHandler()))
+	c := h2ClientFrom(t, ts, "127.0.0.29")
+	get(t, c, ts.URL) // at once
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL, nil)
+		if resp, err := c.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	waitFor(t, "the delayed stream's timer", func() bool { return clock.Timers() >= 2 })
+	cancel()
+	<-done
+	waitFor(t, "the reset stream's place given back", func() bool { return l.Totals().Cancelled == 1 })
+	// The next request waits 100 ms, not 200: the reset one is gone.
+	next := make(chan int, 1)
+	go func() { next <- get(t, c, ts.URL).StatusCode }()
+	waitFor(t, "the next request's timer", func() bool { return clock.Timers() >= 2 })
+	clock.Advance(100 * time.Millisecond)
+	if st := <-next; st != 200 || conns.Load() != 1 {
+		t.Fatalf("next request %d over %d connections", st, conns.Load())
+	}
+}
