@@ -324,6 +324,15 @@ func startNginx(t *testing.T, cases []parityCase) string {
 	t.Helper()
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
+		// Debian installs it in /usr/sbin, which a non-root PATH may lack.
+		for _, p := range []string{"/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx"} {
+			if _, serr := os.Stat(p); serr == nil {
+				bin, err = p, nil
+				break
+			}
+		}
+	}
+	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("no nginx on PATH (CI=true, so this fails instead of skipping); install it with `apt-get install -y nginx`")
 		}
