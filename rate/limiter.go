@@ -126,7 +126,7 @@ func (l *Limiter[K]) KeyLimit(key K) Limit {
 // Allow does not do (see [Limiter.Wait]). A caller that cannot wait, such
 // as an accept loop, may treat Delayed as admitted: the request was
 // counted. With a Store it asks Store.TryReserve, which answers from what
-// the Store already knows. Allow allocates nothing.
+// the Store already knows. Without a Store, Allow allocates nothing.
 func (l *Limiter[K]) Allow(key K) Decision {
 	if l.s.Store != nil {
 		r, _ := l.reserve(context.Background(), key, false)
