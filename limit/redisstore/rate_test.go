@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"math"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -180,6 +181,11 @@ func TestRateStoreTwoNodesHoldOneRate(t *testing.T) {
 			}
 			if got < 0.95*want || got > 1.05*want {
 				t.Fatalf("admitted %v over %v at 100r/s burst 9 on two nodes; want %v ± 5%%", got, d, want)
+			}
+			// The fast path's bound: N·L more, L = floor(LocalShare × (Burst+1)),
+			// plus one interval at each end of the measured window.
+			if bound := want + 2*math.Floor(tc.share*float64(lim.Burst+1)) + 2; got > bound {
+				t.Fatalf("admitted %v, above the bound %v", got, bound)
 			}
 			calls := nodes[0].st.Stats().Reserve.Calls + nodes[1].st.Stats().Reserve.Calls
 			t.Logf("admitted %v of %d offered (want %v); %d reserve round trips, %.3f per request",
