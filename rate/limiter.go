@@ -157,7 +157,15 @@ func (l *Limiter[K]) decideLocal(key K, p *policy) (Decision, int64) {
 	if i >= 0 {
 		tat = sh.t.entries[i].tat
 	}
-	d, next := p.decide(tat, now, l.s.Shadow)
+	var d Decision
+	var next int64
+	if p.interval != 0 && tat+p.interval-now <= p.free && tat+p.interval-now <= p.window {
+		// The common case, inline: admitted at once.
+		next = max(tat, now) + p.interval
+		d = Decision{Verdict: Admitted, Reset: time.Duration(next - now), window: p.window, interval: p.interval}
+	} else {
+		d, next = p.decide(tat, now, l.s.Shadow)
+	}
 	if next != tat && next > now {
 		if i >= 0 {
 			sh.t.entries[i].tat = next
