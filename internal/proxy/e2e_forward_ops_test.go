@@ -304,6 +304,22 @@ listeners:
 		t.Fatalf("over the failure budget: %d, want 429", st)
 	}
 
+	// A reload with the file and the auth block unchanged keeps the cache:
+	// alice, verified once, is not checked by bcrypt again.
+	if st := status("alice", "alice-pw", "127.0.0.2"); st != http.StatusOK {
+		t.Fatalf("alice: %d", st)
+	}
+	if err := d.srv.Reload(d.reloadConfig(text, file)); err != nil {
+		t.Fatal(err)
+	}
+	before := d.listener("egress").Auth
+	if st := status("alice", "alice-pw", "127.0.0.5"); st != http.StatusOK {
+		t.Fatalf("alice after the reload: %d", st)
+	}
+	if after := d.listener("egress").Auth; after.Verified != before.Verified || after.CacheHits != before.CacheHits+1 {
+		t.Fatalf("auth before %+v, after %+v: want alice found in the cache kept by the reload", before, after)
+	}
+
 	// carol is added: she works after the reload, and the failure count
 	// of 127.0.0.9 stays (the auth block did not change).
 	writeHtpasswd(t, strings.TrimSuffix(file, "/users.htpasswd"), append(testUsers, "carol", "carol-pw")...)
