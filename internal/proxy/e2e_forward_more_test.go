@@ -2,9 +2,11 @@ package proxy_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/proxy"
 	"github.com/seed-a07d1050/portcullis/internal/redistest"
@@ -94,4 +96,46 @@ listeners:
 	if !waitUntil(func() bool { return viaB("alice", "alice-pw") == http.StatusOK }) {
 		t.Fatal("node B never admitted alice after node A released her permit")
 	}
+}
+
+// TestForwardSendTimeout asks the forward proxy for an endless body and
+// never reads it: within send_timeout the exchange ends and its permit
+// comes back, as on a reverse listener. A CONNECT tunnel, whose bounds are
+// its own, outlives the listener's write_timeout and send_timeout while
+// idle.
+func TestForwardSendTimeout(t *testing.T) {
+	d, _ := startForward(t, `
+admin: {listen: "127.0.0.1:0"}
+listeners:
+  - name: egress
+    protocol: http
+    listen: "127.0.0.1:0"
+    mode: forward
+    send_timeout: 500ms
+    write_timeout: 500ms
+    forward:
+      destinations: {allow: ["127.0.0.0/8"]}
+      limits: [{key: client_ip, permits: 4}]
+`)
+	echo := tcpEcho(t)
+	tu, resp := d.openTunnel("egress", "127.0.0.3", echo, "")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT: %d", resp.StatusCode)
+	}
+	c := dialFrom(t, "127.0.0.2", d.srv.Addr("egress").String())
+	fmt.Fprintf(c, "GET %s/big HTTP/1.1\r\nHost: %s\r\n\r\n", d.backend.URL(), strings.TrimPrefix(d.backend.URL(), "http://"))
+	select {
+	case err := <-d.backend.bigEnded:
+		if err == nil {
+			t.Fatal("the whole endless body was sent to a client that reads nothing")
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("the stalled exchange was not ended")
+	}
+	d.waitFor("the stalled exchange's permit back", func() bool {
+		return d.forwardLimit("egress", "client_ip").Totals.InUse == 1 // the tunnel's
+	})
+	time.Sleep(time.Second) // past write_timeout and send_timeout, the tunnel idle
+	tu.echo(t, "the tunnel is bounded by its own timeouts only")
+	tu.c.Close()
 }
