@@ -281,7 +281,8 @@ type Listener struct {
 	// this listener shares, so an exchange counts the same whichever listener it came
 	// through. An http3 listener sharing a TCP listener's routes is advertised there with
 	// Alt-Svc. The named listener must not itself use RoutesFrom, and this listener must
-	// have no Routes. Empty means this listener has its own Routes. HTTP listeners only.
+	// have no Routes and no ClientLimit (the named listener's applies). Empty means this
+	// listener has its own Routes. HTTP listeners only.
 	RoutesFrom string `yaml:"routes_from"`
 
 	// QUIC tunes QUIC handshake admission. The zero value means every default.

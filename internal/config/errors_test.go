@@ -269,6 +269,8 @@ var badConfigs = []struct {
 		`portcullis.yaml:6:27: listeners[0].max_conns_per_client: must be at most 2147483646 (got 2147483648)`},
 	{"permits above MaxCount", "listeners:\n  - protocol: http\n    listen: :80\n    routes: [{upstreams: [http://a], limit: {permits: 2147483647}}]\n",
 		`portcullis.yaml:4:55: listeners[0].routes[0].limit.permits: must be at most 2147483646 (got 2147483647)`},
+	{"client_limit with routes_from", "listeners:\n  - {name: a, protocol: http, listen: \":80\", routes: [{upstreams: [http://a]}]}\n  - {name: b, protocol: http, listen: \":81\", routes_from: a, client_limit: {permits: 2}}\n",
+		`portcullis.yaml:3:76: listeners[1].client_limit: a listener with routes_from shares the route table, client limit included, of "a": set client_limit there`},
 	{"negative send_timeout", base + "    send_timeout: -1s\n",
 		`portcullis.yaml:6:19: listeners[0].send_timeout: must be 0 or more (got -1s)`},
 	{"negative max_concurrent_streams", "listeners:\n  - protocol: http3\n    listen: :443\n    tls: {cert_file: testdata/files/server.crt, key_file: testdata/files/server.key}\n    max_concurrent_streams: -1\n    routes: [{upstreams: [http://a]}]\n",

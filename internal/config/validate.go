@@ -235,6 +235,10 @@ func (v *validator) listenerNames(c *Config) {
 			continue
 		}
 		p := indexPath("listeners", i) + ".routes_from"
+		if l.ClientLimit != nil {
+			v.addf(indexPath("listeners", i)+".client_limit",
+				"a listener with routes_from shares the route table, client limit included, of %q: set client_limit there", l.RoutesFrom)
+		}
 		j, ok := byName[l.RoutesFrom]
 		switch {
 		case !ok:
