@@ -152,6 +152,12 @@ type Listener struct {
 	// Protocol is what the listener speaks. Required.
 	Protocol Protocol `yaml:"protocol"`
 
+	// Mode says what an http or https listener does with requests: ModeReverse sends them to
+	// the upstreams of its Routes; ModeForward is a forward proxy, carrying absolute-form
+	// requests and CONNECT tunnels to the target each request names (see Forward). Empty
+	// means ModeReverse. http and https listeners only.
+	Mode ListenerMode `yaml:"mode"`
+
 	// Listen is the host:port to listen on: an IP address (IPv6 in brackets) or a host name,
 	// and a numeric port; an empty host means every interface; port 0 picks a free port.
 	// A TCP port (http, https, tcp) and a UDP port (http3) may be the same number. Required.
@@ -285,17 +291,31 @@ type Listener struct {
 	// this listener shares, so an exchange counts the same whichever listener it came
 	// through. An http3 listener sharing a TCP listener's routes is advertised there with
 	// Alt-Svc. The named listener must not itself use RoutesFrom, and this listener must
-	// have no Routes. Empty means this listener has its own Routes. HTTP listeners only.
+	// have no Routes and no ClientLimit (the named listener's applies). Empty means this
+	// listener has its own Routes. HTTP listeners only.
 	RoutesFrom string `yaml:"routes_from"`
 
 	// QUIC tunes QUIC handshake admission. The zero value means every default.
 	// http3 listeners only.
 	QUIC QUIC `yaml:"quic"`
 
+	// Auth requires HTTP Basic credentials checked against an htpasswd file before any
+	// limit counts a request: on a forward listener proxy authentication (407,
+	// Proxy-Authorization), on a reverse listener server authentication (401,
+	// Authorization). A request without right credentials is refused before it takes a
+	// permit; the verified name is what limits keyed by proxy_user (forward) or user
+	// (reverse) count. Nil means no authentication. HTTP listeners only, not with
+	// RoutesFrom (such a listener uses the authentication of the listener it names).
+	Auth *Auth `yaml:"auth"`
+
+	// Forward configures a forward listener: where it may connect, its timeouts, and its
+	// limits. Nil means every default. Only with Mode ModeForward.
+	Forward *Forward `yaml:"forward"`
+
 	// Routes map requests to upstreams. Among the routes whose Host and PathPrefix match a
 	// request, the most specific host wins (an exact name, then a wildcard, then a route
 	// without Host), then the longest PathPrefix; a request no route matches gets 404. HTTP
-	// listeners need at least one unless they use RoutesFrom; tcp listeners have none.
+	// listeners need at least one unless they use RoutesFrom; tcp and forward listeners have none.
 	Routes []Route `yaml:"routes"`
 }
 
@@ -441,6 +461,24 @@ type Limit struct {
 	// (the 2xx to CONNECT or the 101 of an upgrade) rather than when it closes. False (the
 	// default) holds it until the tunnel closes.
 	ReleaseTunnels bool `yaml:"release_tunnels"`
+
+	// CountTunnels, false, stops the limit from counting CONNECT requests at all (neither
+	// counted nor refused) and gives an upgraded connection's permit back after its 101, so
+	// that only plain exchanges and the setting up of upgrades are limited. Nil means true:
+	// a tunnel holds its permit until it closes. Only on the limits of forward listeners
+	// (forward.limits and client_limit), where CONNECT is served.
+	CountTunnels *bool `yaml:"count_tunnels"`
+
+	// ReclaimAfter is how long a permit may be held before it is taken back and logged at
+	// WARN, a safety net for a permit an exchange failed to give back; established tunnels
+	// are exempt. Zero means DefaultReclaimAfter (10m). NoReclaim (-1ns; "none" or 0 in
+	// YAML) never reclaims. Other values below 1s are invalid.
+	ReclaimAfter time.Duration `yaml:"reclaim_after" config:"none"`
+
+	// Response replaces the body of a refusal and adds headers to it; the status is Status
+	// and the Retry-After header RetryAfter. Nil means the default: "Too Many Requests" (the
+	// status text) in text/plain. Not in a shadow_limit, which never refuses.
+	Response *LimitResponse `yaml:"response"`
 }
 
 // Queue is a bounded FIFO wait queue per key in front of a limit.

@@ -88,6 +88,9 @@ func (c *Cluster) effective() Cluster {
 func (l *Listener) effective(i int) Listener {
 	e := *l
 	e.Name = orDefault(e.Name, defaultListenerName(l.Protocol, i))
+	if l.Protocol.Uses("mode") {
+		e.Mode = orDefault(e.Mode, ModeReverse)
+	}
 	e.MaxConnsPerClient = orDefault(e.MaxConnsPerClient, DefaultMaxConnsPerClient)
 	e.IPv6Prefix = orDefault(e.IPv6Prefix, DefaultIPv6Prefix)
 	e.IPv4Prefix = orDefault(e.IPv4Prefix, DefaultIPv4Prefix)
@@ -114,6 +117,7 @@ func (l *Listener) effective(i int) Listener {
 		cl := l.ClientLimit.effective(false)
 		e.ClientLimit = &cl
 	}
+	e.effectiveForward(l)
 	if l.Protocol == ProtocolHTTP3 {
 		e.QUIC.RetryThresholdMin = orDefault(e.QUIC.RetryThresholdMin, DefaultRetryThresholdMin)
 		e.QUIC.RetryThresholdMax = orDefault(e.QUIC.RetryThresholdMax, DefaultRetryThresholdMax)
@@ -158,6 +162,16 @@ func (l *Limit) effective(shadow bool) Limit {
 	e.Key = orDefault(e.Key, KeyClientIP)
 	e.Permits = orDefault(e.Permits, DefaultPermits)
 	e.Overrides = maps.Clone(l.Overrides)
+	e.ReclaimAfter = orDefault(e.ReclaimAfter, DefaultReclaimAfter)
+	if l.CountTunnels != nil {
+		b := *l.CountTunnels
+		e.CountTunnels = &b
+	}
+	if l.Response != nil {
+		r := *l.Response
+		r.Headers = maps.Clone(l.Response.Headers)
+		e.Response = &r
+	}
 	if !shadow {
 		e.Status = orDefault(e.Status, DefaultStatus)
 		e.RetryAfter = orDefault(e.RetryAfter, DefaultRetryAfter)

@@ -129,7 +129,8 @@ const (
 )
 
 // LimitKey is what a [Limit] counts by: KeyClientIP, KeyUser, KeyHost, or "header:" and a
-// header name (see [HeaderKey]).
+// header name (see [HeaderKey]) on reverse listeners; KeyClientIP, KeyProxyUser,
+// KeyTargetHost or a header on forward listeners.
 //
 // A request without a value for its key (no user, no such header) is not counted by that
 // limit; pair such limits with a client_ip limit (or rely on the listener's connection caps)
@@ -141,7 +142,8 @@ const (
 	// KeyClientIP counts by client key: the client address, masked to the listener's
 	// ipv4_prefix or ipv6_prefix, behind trusted proxies the real client.
 	KeyClientIP LimitKey = "client_ip"
-	// KeyUser counts by the user name of the request's Basic credentials (Authorization).
+	// KeyUser counts by the user name the listener's auth block verified (Basic
+	// credentials in Authorization). Reverse listeners with auth only.
 	KeyUser LimitKey = "user"
 	// KeyHost counts by the request host (Host or :authority, lower-cased, without port).
 	KeyHost LimitKey = "host"

@@ -147,5 +147,8 @@ func resolveFiles(c *Config, filename string) {
 		abs(&l.TLS.CertFile)
 		abs(&l.TLS.KeyFile)
 		abs(&l.QUIC.TokenKeyFile)
+		if l.Auth != nil {
+			abs(&l.Auth.Htpasswd)
+		}
 	}
 }

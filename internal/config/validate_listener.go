@@ -37,6 +37,7 @@ func (v *validator) listener(l *Listener, p string) {
 	v.tcpProxy(l, p)
 	v.quic(l, p)
 	v.routes(l, p)
+	v.listenerMode(l, p)
 }
 
 func (v *validator) serverTLS(l *Listener, p string) {
@@ -298,7 +299,7 @@ func (v *validator) quic(l *Listener, p string) {
 // routes checks a listener's routes, or its routes_from (whose target is checked once every
 // listener name is known).
 func (v *validator) routes(l *Listener, p string) {
-	if !l.Protocol.IsHTTP() {
+	if !l.Protocol.IsHTTP() || l.IsForward() {
 		return
 	}
 	if l.RoutesFrom != "" {

@@ -25,6 +25,7 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	var denied *DeniedError
 	switch {
 	case errors.As(err, &denied):
+		p.stats.denied.Add(1)
 		status, body = http.StatusForbidden, "forbidden: destination "+denied.Addr.String()+" refused by rule \""+denied.Rule+"\"\n"
 	case errors.Is(err, ErrOriginForm):
 		body = "bad request: this is a forward proxy; send absolute-form requests (GET http://host/path) or CONNECT host:port\n"
@@ -34,6 +35,9 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		status, body = http.StatusServiceUnavailable, "service unavailable: the proxy is shutting down\n"
 	default:
 		body = "bad request: " + err.Error() + "\n"
+	}
+	if status != http.StatusForbidden {
+		p.stats.refused.Add(1)
 	}
 	if ok, held := p.refusals.allow(); ok {
 		p.log.LogAttrs(r.Context(), slog.LevelInfo, "forward request refused",
@@ -61,6 +65,7 @@ func (p *Proxy) targetFailed(w http.ResponseWriter, r *http.Request, err error) 
 		w.WriteHeader(http.StatusBadGateway)
 		return
 	}
+	p.stats.failed.Add(1)
 	t, _ := TargetOf(r)
 	status, reason := classify(err)
 	if ok, held := p.failures.allow(); ok {

@@ -106,6 +106,9 @@ func (m metricsOf) Collect(ch chan<- prometheus.Metric) {
 				c.Collect(ch)
 			}
 		}
+		for _, c := range t.extraCollectors() {
+			c.Collect(ch)
+		}
 	}
 }
 
@@ -127,6 +130,38 @@ type ListenerSnapshot struct {
 	ClientLimit *LimitSnapshot  `json:"client_limit,omitempty"`
 	RoutesFrom  string          `json:"routes_from,omitempty"`
 	Routes      []RouteSnapshot `json:"routes,omitempty"`
+	// Auth is the listener's authentication, when it has an auth block.
+	Auth *AuthSnapshot `json:"auth,omitempty"`
+	// Forward is the proxy of a forward listener; nil for a reverse one.
+	Forward *ForwardSnapshot `json:"forward,omitempty"`
+}
+
+// ForwardSnapshot is the state of a forward listener's proxy and limits.
+type ForwardSnapshot struct {
+	// Limits are the forward limits, outermost first; each names its key
+	// (proxy_user, target_host, ...) and lists its busiest users or targets.
+	Limits         []LimitSnapshot `json:"limits"`
+	TunnelsOpen    int             `json:"tunnels_open"`
+	TunnelsOpened  uint64          `json:"tunnels_opened"`
+	Denied         uint64          `json:"denied"`
+	Refused        uint64          `json:"refused"`
+	TargetFailures uint64          `json:"target_failures"`
+}
+
+// AuthSnapshot is a listener's authentication counts since its
+// Authenticator was made (at start, or by a reload that changed its
+// settings).
+type AuthSnapshot struct {
+	Users         int    `json:"users"`
+	Cached        int    `json:"cached"`
+	Verified      uint64 `json:"verified"`
+	CacheHits     uint64 `json:"cache_hits"`
+	NoCredentials uint64 `json:"no_credentials"`
+	Failed        uint64 `json:"failed"`
+	OverBudget    uint64 `json:"over_budget"`
+	Busy          uint64 `json:"busy"`
+	Reloads       uint64 `json:"reloads"`
+	ReloadErrors  uint64 `json:"reload_errors"`
 }
 
 // RouteSnapshot is the state of one route's limits.
@@ -185,10 +220,42 @@ func (s *Server) Snapshot() Snapshot {
 				}
 				ls.Routes = append(ls.Routes, rs)
 			}
+			ls.Auth, ls.Forward = authSnapshot(t), forwardSnapshot(t)
 		}
 		out.Listeners = append(out.Listeners, ls)
 	}
 	return out
+}
+
+func forwardSnapshot(t *routeTable) *ForwardSnapshot {
+	if t.forward == nil {
+		return nil
+	}
+	st := t.forward.proxy.Stats()
+	fs := &ForwardSnapshot{
+		Limits:         []LimitSnapshot{},
+		TunnelsOpen:    st.TunnelsOpen,
+		TunnelsOpened:  st.TunnelsOpened,
+		Denied:         st.Denied,
+		Refused:        st.Refused,
+		TargetFailures: st.TargetFailures,
+	}
+	for _, l := range t.forward.limits {
+		fs.Limits = append(fs.Limits, *limitSnapshot(l))
+	}
+	return fs
+}
+
+func authSnapshot(t *routeTable) *AuthSnapshot {
+	if t.auth == nil {
+		return nil
+	}
+	st := t.auth.a.Stats()
+	return &AuthSnapshot{
+		Users: st.Users, Cached: st.Cached, Verified: st.Verified, CacheHits: st.CacheHits,
+		NoCredentials: st.NoCredentials, Failed: st.Failed, OverBudget: st.OverBudget, Busy: st.Busy,
+		Reloads: st.Reloads, ReloadErrors: st.ReloadErrors,
+	}
 }
 
 func limitSnapshot(l *limiter) *LimitSnapshot {
@@ -211,8 +278,8 @@ func keyStats(keys []limit.KeyStats[string]) []KeySnapshot {
 }
 
 // InUse sums what the snapshot shows held or waiting: open and pending
-// connections, and exchange permits in use or waited for. It is zero on an
-// idle server.
+// connections, exchange permits in use or waited for, and open tunnels. It
+// is zero on an idle server.
 func (s Snapshot) InUse() int {
 	n := 0
 	for _, l := range s.Listeners {
@@ -225,6 +292,12 @@ func (s Snapshot) InUse() int {
 				if x != nil {
 					n += x.Totals.InUse + x.Totals.Waiting
 				}
+			}
+		}
+		if l.Forward != nil {
+			n += l.Forward.TunnelsOpen
+			for _, x := range l.Forward.Limits {
+				n += x.Totals.InUse + x.Totals.Waiting
 			}
 		}
 	}

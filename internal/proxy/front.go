@@ -78,6 +78,7 @@ func (f *front) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 func socketConfig(lc config.Listener) config.Listener {
 	lc.Routes = nil
 	lc.ClientLimit = nil
+	lc.Mode, lc.Auth, lc.Forward = "", nil, nil // the route table's
 	return lc
 }
 

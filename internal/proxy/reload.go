@@ -90,7 +90,6 @@ type reloadPlan struct {
 	rebind []rebind          // http3 listeners whose UDP socket must be bound again
 	drain  []*front          // running fronts that stop and drain
 	tables builtTables
-	certs  map[*front]bool // kept https and http3 fronts whose certificate was read again
 }
 
 // rebind is an http3 listener to bind again at the address a running one

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/forward"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
@@ -239,6 +240,7 @@ func (s *Server) discard(built builtTables) {
 // limiters end once the exchanges still holding them have ended.
 func (s *Server) installTables(built builtTables) {
 	for name, t := range built {
+		t.commitAuth()
 		p := s.tables[name]
 		if p == nil {
 			p = new(atomic.Pointer[routeTable])
@@ -248,13 +250,16 @@ func (s *Server) installTables(built builtTables) {
 			for _, l := range t.retired(old) {
 				s.retire(l)
 			}
+			s.retireExtras(old, t)
 		}
 	}
 	for name, p := range s.tables {
 		if _, ok := built[name]; !ok {
-			for _, l := range p.Load().limiters() {
+			old := p.Load()
+			for _, l := range old.limiters() {
 				s.retire(l)
 			}
+			s.retireExtras(old, nil)
 			delete(s.tables, name)
 		}
 	}
@@ -431,12 +436,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
 	s.log.Info("shutting down: draining exchanges")
 	fronts := s.frontList()
-	errs := make(chan error, len(fronts))
+	proxies := s.forwardProxies()
+	errs := make(chan error, len(fronts)+len(proxies))
 	for _, f := range fronts {
 		go func() { errs <- f.shutdown(ctx) }()
 	}
+	for _, p := range proxies {
+		// Refuses new CONNECTs, and cuts the tunnels still open when ctx
+		// ends: http.Server.Shutdown does not see hijacked connections.
+		go func() { errs <- p.Shutdown(ctx) }()
+	}
 	var cut error
-	for range fronts {
+	for range len(fronts) + len(proxies) {
 		if err := <-errs; err != nil {
 			cut = err
 		}
@@ -459,8 +470,22 @@ func (s *Server) Close() error {
 	for _, f := range s.frontList() {
 		f.close()
 	}
+	for _, p := range s.forwardProxies() {
+		_ = p.Close() // cuts the tunnels, which http.Server.Close leaves open
+	}
 	s.finish(true)
 	return nil
+}
+
+// forwardProxies returns the forward proxies of the running tables.
+func (s *Server) forwardProxies() []*forward.Proxy {
+	var out []*forward.Proxy
+	for _, p := range s.tables {
+		if fp := p.Load().forwardProxy(); fp != nil {
+			out = append(out, fp)
+		}
+	}
+	return out
 }
 
 // finish cancels what is left (when cut), waits for it within forceWait,
@@ -489,9 +514,11 @@ func (s *Server) finish(cut bool) {
 
 func (s *Server) closeTables() {
 	for _, p := range s.tables {
-		for _, l := range p.Load().limiters() {
+		t := p.Load()
+		for _, l := range t.limiters() {
 			l.close()
 		}
+		t.closeExtras()
 	}
 }
 

@@ -76,6 +76,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a := h.a
 	vals := r.Header[h.header]
 	if len(vals) == 0 {
+		a.stats.noCredentials.Add(1)
 		a.stats.challenged.Add(1)
 		a.writeChallenge(w)
 		return
