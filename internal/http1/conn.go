@@ -52,6 +52,13 @@ type conn struct {
 	// The deadlines the server last set, so that it sets them only when
 	// they must change (see readDeadlineIn).
 	rd, wd time.Time
+
+	// The read deadline the handler in flight set through
+	// ResponseController, and the timer that cancels the request when it
+	// passes while the kernel watch is armed (see handlerReadDeadline);
+	// under watchMu.
+	handlerRD    time.Time
+	handlerTimer *time.Timer
 }
 
 func (s *Server) newConn(rwc net.Conn, base context.Context) *conn {

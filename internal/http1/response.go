@@ -705,10 +705,14 @@ func (w *response) FlushError() error {
 }
 
 // SetReadDeadline sets the connection's read deadline, for
-// http.ResponseController.
+// http.ResponseController. Once the request body has been read, the
+// deadline also cancels the request's context when it passes, as
+// net/http's background read does when its read times out.
 func (w *response) SetReadDeadline(t time.Time) error {
 	w.c.rd = t
-	return w.c.rwc.SetReadDeadline(t)
+	err := w.c.rwc.SetReadDeadline(t)
+	w.c.handlerReadDeadline(t)
+	return err
 }
 
 // SetWriteDeadline sets the connection's write deadline, for

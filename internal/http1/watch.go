@@ -36,6 +36,9 @@ func (c *conn) arm(x *requestContext) {
 		x.cancel(context.Canceled)
 		return
 	}
+	if !c.handlerRD.IsZero() && c.watchMode.Load() == watchKernel {
+		c.cancelAtLocked(x, c.handlerRD)
+	}
 	if c.watchMode.Load() == watchBackground {
 		x.mu.Lock()
 		wanted := x.watched
@@ -52,9 +55,51 @@ func (c *conn) disarm() {
 	defer c.watchMu.Unlock()
 	c.inflight.Store(nil)
 	c.cur.Store(nil)
+	c.handlerRD = time.Time{}
+	if c.handlerTimer != nil {
+		c.handlerTimer.Stop()
+		c.handlerTimer = nil
+	}
 	if c.watchMode.Load() == watchBackground {
 		c.bg.stop(c)
 	}
+}
+
+// handlerReadDeadline is called when the handler sets the connection's
+// read deadline to t. net/http's background read, running once the body
+// has been read, fails when such a deadline passes and cancels the
+// request: httplimit's reclaim ends an exchange so, by setting a past
+// deadline. The background watch here does the same by itself; the kernel
+// watch, which does not read, cancels the request at t, from the moment
+// it is armed (at once if t has passed). A zero t cancels nothing.
+func (c *conn) handlerReadDeadline(t time.Time) {
+	c.watchMu.Lock()
+	defer c.watchMu.Unlock()
+	c.handlerRD = t
+	if c.handlerTimer != nil {
+		c.handlerTimer.Stop()
+		c.handlerTimer = nil
+	}
+	x := c.cur.Load()
+	if t.IsZero() || x == nil || c.watchMode.Load() != watchKernel {
+		return
+	}
+	c.cancelAtLocked(x, t)
+}
+
+// cancelAtLocked cancels x at t, unless the watch ends first; under
+// watchMu.
+func (c *conn) cancelAtLocked(x *requestContext, t time.Time) {
+	d := time.Until(t)
+	if d <= 0 {
+		x.cancel(context.Canceled)
+		return
+	}
+	c.handlerTimer = time.AfterFunc(d, func() {
+		if c.cur.Load() == x {
+			x.cancel(context.Canceled)
+		}
+	})
 }
 
 // watchWanted is called when a handler starts waiting on x (Done, Err,
@@ -125,7 +170,10 @@ func (bg *backgroundRead) start(c *conn, x *requestContext) {
 	bg.touched = true
 	bg.aborted = false
 	bg.done = make(chan struct{})
-	_ = c.rwc.SetReadDeadline(time.Time{})
+	// Under the handler's own read deadline, if it set one, which then
+	// ends the read and cancels the request as in net/http; under none
+	// of the server's.
+	_ = c.rwc.SetReadDeadline(c.handlerRD)
 	go bg.read(c)
 }
 

@@ -318,14 +318,14 @@ type benchConn struct {
 }
 
 const (
-	benchConns   = 64 // keep-alive connections per daemon
-	benchClients = 8  // client addresses 127.0.0.10-17 they come from
+	benchConns = 64 // keep-alive connections per daemon
+	benchAddrs = 8  // client addresses 127.0.0.10-17 they come from
 )
 
 // connsFor returns the child's benchConns connections, dialled once.
 func (c *benchChild) connsFor(b *testing.B) []*benchConn {
 	for i := len(c.conns); i < benchConns; i++ {
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(10+i%benchClients))}}
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(10+i%benchAddrs))}}
 		nc, err := d.Dial("tcp", c.addr)
 		if err != nil {
 			b.Fatal(err)

@@ -50,7 +50,9 @@ func checkEchoed(t *testing.T, body, targetAddr string) {
 // TestForwardGoClient drives the forward listeners with Go's
 // http.Transport{Proxy: ...}, for plain HTTP (absolute-form) and HTTPS
 // (CONNECT to a TLS target), with and without authentication.
-func TestForwardGoClient(t *testing.T) {
+func TestForwardGoClient(t *testing.T) { bothServers(t, testForwardGoClient) }
+
+func testForwardGoClient(t *testing.T) {
 	d, _ := startForward(t, forwardPair)
 	plain, secure := newGatedTarget(t, false), newGatedTarget(t, true)
 	for _, tc := range []struct {
@@ -100,7 +102,9 @@ func TestForwardGoClient(t *testing.T) {
 }
 
 // TestForwardCurl drives the forward listeners with curl -x.
-func TestForwardCurl(t *testing.T) {
+func TestForwardCurl(t *testing.T) { bothServers(t, testForwardCurl) }
+
+func testForwardCurl(t *testing.T) {
 	curl := realclients.Curl(t)
 	d, _ := startForward(t, forwardPair)
 	plain, secure := newGatedTarget(t, false), newGatedTarget(t, true)
@@ -143,7 +147,9 @@ func TestForwardCurl(t *testing.T) {
 
 // TestForwardPythonRequests drives the forward listeners with Python's
 // requests and proxies=.
-func TestForwardPythonRequests(t *testing.T) {
+func TestForwardPythonRequests(t *testing.T) { bothServers(t, testForwardPythonRequests) }
+
+func testForwardPythonRequests(t *testing.T) {
 	python := realclients.Python(t)
 	d, _ := startForward(t, forwardPair)
 	plain, secure := newGatedTarget(t, false), newGatedTarget(t, true)
@@ -180,7 +186,9 @@ func TestForwardPythonRequests(t *testing.T) {
 
 // TestForwardHTTPSListener serves the forward proxy over TLS: Go's client
 // speaks to an https:// proxy and tunnels through it.
-func TestForwardHTTPSListener(t *testing.T) {
+func TestForwardHTTPSListener(t *testing.T) { bothServers(t, testForwardHTTPSListener) }
+
+func testForwardHTTPSListener(t *testing.T) {
 	certFile, keyFile := certFiles(t)
 	d, _ := startForward(t, `
 admin: {listen: "127.0.0.1:0"}

@@ -15,7 +15,9 @@ import (
 // TestForwardReclaimAfter sets reclaim_after to 1s: a plain request held
 // past it loses its permit (and is cut), while an older CONNECT tunnel,
 // established, keeps its own.
-func TestForwardReclaimAfter(t *testing.T) {
+func TestForwardReclaimAfter(t *testing.T) { bothServers(t, testForwardReclaimAfter) }
+
+func testForwardReclaimAfter(t *testing.T) {
 	d, _ := startForward(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -52,6 +54,10 @@ listeners:
 // TestForwardLimitsCountAcrossTheCluster runs two nodes sharing one Redis:
 // a user holding its one permit on node A is refused on node B.
 func TestForwardLimitsCountAcrossTheCluster(t *testing.T) {
+	bothServers(t, testForwardLimitsCountAcrossTheCluster)
+}
+
+func testForwardLimitsCountAcrossTheCluster(t *testing.T) {
 	redis := redistest.Start(t)
 	text := `
 admin: {listen: "127.0.0.1:0"}
@@ -103,7 +109,9 @@ listeners:
 // comes back, as on a reverse listener. A CONNECT tunnel, whose bounds are
 // its own, outlives the listener's write_timeout and send_timeout while
 // idle.
-func TestForwardSendTimeout(t *testing.T) {
+func TestForwardSendTimeout(t *testing.T) { bothServers(t, testForwardSendTimeout) }
+
+func testForwardSendTimeout(t *testing.T) {
 	d, _ := startForward(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:

@@ -20,6 +20,10 @@ import (
 // requests and CONNECT alike, each answer naming the rule; and that
 // nothing reaches the loopback backend.
 func TestForwardDestinationPolicyByDefault(t *testing.T) {
+	bothServers(t, testForwardDestinationPolicyByDefault)
+}
+
+func testForwardDestinationPolicyByDefault(t *testing.T) {
 	d, _ := startForward(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -150,7 +154,9 @@ func resetConn(c net.Conn) {
 // reset during a request and during a tunnel, a target that closes without
 // answering, a refused connection, a reload during a tunnel, and shutdown
 // with a tunnel and a request in flight.
-func TestForwardPermitsComeBack(t *testing.T) {
+func TestForwardPermitsComeBack(t *testing.T) { bothServers(t, testForwardPermitsComeBack) }
+
+func testForwardPermitsComeBack(t *testing.T) {
 	d, file := startForward(t, forwardFailures)
 	d.manualStop = true
 	alice := basicAuth("alice", "alice-pw")
@@ -275,7 +281,9 @@ func TestForwardPermitsComeBack(t *testing.T) {
 // TestForwardAuthReload reloads the htpasswd file: a new user works at
 // once; an unchanged auth block keeps its failure counts; a file that does
 // not load fails the whole reload, and nothing of it applies.
-func TestForwardAuthReload(t *testing.T) {
+func TestForwardAuthReload(t *testing.T) { bothServers(t, testForwardAuthReload) }
+
+func testForwardAuthReload(t *testing.T) {
 	const text = `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -372,7 +380,9 @@ listeners:
 // listener's authentication: the user is the verified one, a name in
 // Authorization without the right password gets 401, and the upstream
 // never sees the credentials.
-func TestReverseUserKeyIsVerified(t *testing.T) {
+func TestReverseUserKeyIsVerified(t *testing.T) { bothServers(t, testReverseUserKeyIsVerified) }
+
+func testReverseUserKeyIsVerified(t *testing.T) {
 	d, _ := startForward(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -428,7 +438,9 @@ listeners:
 // TestForwardMetricsAndSnapshot checks that /metrics shows the forward
 // limits by key, the authentication outcomes and the tunnels, without any
 // per-client label, and /debug/limits the busy users and targets.
-func TestForwardMetricsAndSnapshot(t *testing.T) {
+func TestForwardMetricsAndSnapshot(t *testing.T) { bothServers(t, testForwardMetricsAndSnapshot) }
+
+func testForwardMetricsAndSnapshot(t *testing.T) {
 	d, _ := startForward(t, forwardFailures)
 	target := newGatedTarget(t, false)
 	echo := tcpEcho(t)
