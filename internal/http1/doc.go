@@ -67,7 +67,10 @@
 //     read or write on the connection fails, when the Server is closed,
 //     and when the client closes, half-closes or resets the connection
 //     while the handler runs, from the moment the request body has been
-//     read to its end (at once when there is none), as in net/http. On
+//     read to its end (at once when there is none), as in net/http; and
+//     when a read deadline the handler set through
+//     http.ResponseController passes, from that same moment, as
+//     net/http's background read fails then. On
 //     Linux, for connections with a socket (through TLS and connlimit
 //     wrappers), the kernel reports it (one epoll registration per
 //     connection, no read, no goroutine per request); a client that
