@@ -25,7 +25,8 @@ func goroutines() map[string]string {
 var goroutineID = regexp.MustCompile(`^goroutine (\d+) \[`)
 
 // framework are frames of goroutines that belong to the testing framework
-// or the runtime, not to the code under test.
+// or the runtime, or live as long as the process by design, not to the
+// code under test.
 var framework = []string{
 	"testing.(*T).Run",
 	"testing.tRunner",
@@ -35,6 +36,9 @@ var framework = []string{
 	"os/signal.signal_recv",
 	"runtime.ensureSigM",
 	"runtime/pprof.(*profileBuilder)",
+	// internal/http1's kernel watch: one goroutine for the whole process,
+	// started with the first connection it watches and kept on purpose.
+	"internal/http1.(*peerWatcher).init",
 }
 
 func isFramework(stack string) bool {

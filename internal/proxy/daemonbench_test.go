@@ -58,6 +58,9 @@ const benchRequest = "GET /?page=2 HTTP/1.1\r\nHost: bench.example\r\n" +
 	"User-Agent: Mozilla/5.0 (X11; Linux x86_64) bench/1.0\r\nAccept: text/html,application/xhtml+xml,*/*;q=0.8\r\n" +
 	"Accept-Encoding: gzip, deflate, br\r\nAccept-Language: en-US,en;q=0.9\r\nCookie: session=0123456789abcdef\r\n\r\n"
 
+// TestMain runs this test binary as one of BenchmarkDaemon's children when
+// PORTCULLIS_BENCH_DAEMON says so, and otherwise runs the tests, then stops
+// the children a benchmark started.
 func TestMain(m *testing.M) {
 	if name := os.Getenv("PORTCULLIS_BENCH_DAEMON"); name != "" {
 		os.Exit(runBenchChild(name))
