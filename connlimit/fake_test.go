@@ -229,7 +229,7 @@ func TestRefusalLogRateLimited(t *testing.T) {
 		pending := acceptAsync(l)
 		synctest.Wait()
 		lines := h.lines()
-		if len(lines) != 1 || !strings.Contains(lines[0], "WARN") || !strings.Contains(lines[0], "reason=client cap") ||
+		if len(lines) != 1 || !strings.Contains(lines[0], "WARN") || !strings.Contains(lines[0], "reason=client_cap") ||
 			!strings.Contains(lines[0], "peer=192.0.2.1") || !strings.Contains(lines[0], "suppressed=0") {
 			t.Fatalf("lines after 5 refusals = %q; want one WARN naming reason and peer", lines)
 		}

@@ -155,7 +155,7 @@ func (e env) serve(cfg *config.Config, reload func() (*config.Config, error)) in
 			err = srv.Reload(next)
 		}
 		if err != nil {
-			log.Error("reload refused; the running configuration stays", "err", err)
+			log.Error("reload refused; the running configuration stays", "error", err)
 			continue
 		}
 		running = next.Effective()

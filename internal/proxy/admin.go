@@ -64,7 +64,7 @@ func startAdmin(addr string, s *Server) (*adminServer, error) {
 	go func() {
 		defer close(a.served)
 		if err := a.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("admin listener stopped", "err", err)
+			s.log.Error("admin listener stopped", "error", err)
 		}
 	}()
 	return a, nil

@@ -130,7 +130,7 @@ func bindFront(lc config.Listener, log *slog.Logger, cl *cluster) (*front, error
 		return nil, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
 	}
 	f := &front{cfg: lc, id: id, log: log.With("listener", lc.Name), raw: raw, served: make(chan struct{})}
-	cc := f.connConfig()
+	cc := f.connConfig(log)
 	cs, err := cl.connStore(lc.Name)
 	if cs != nil { // a nil *clusterStore must not become a non-nil Store
 		cc.Store, f.store, f.redis = cs, cs, cs.metrics
@@ -147,7 +147,9 @@ func bindFront(lc config.Listener, log *slog.Logger, cl *cluster) (*front, error
 	return f, nil
 }
 
-func (f *front) connConfig() connlimit.Config {
+// connConfig is the connlimit configuration of f, logging to log: not f.log,
+// since connlimit names the listener in its lines itself.
+func (f *front) connConfig(log *slog.Logger) connlimit.Config {
 	lc := &f.cfg
 	c := connlimit.Config{
 		PerClient:          lc.MaxConnsPerClient,
@@ -159,7 +161,7 @@ func (f *front) connConfig() connlimit.Config {
 		ProxyHeaderTimeout: lc.ProxyProtocolTimeout,
 		ResetOnRefuse:      lc.ResetOnRefuse,
 		SYNFilter:          lc.SYNFilter,
-		Logger:             f.log,
+		Logger:             log,
 		Name:               lc.Name,
 	}
 	for _, pl := range lc.PrefixLevels {
@@ -254,7 +256,7 @@ func (f *front) serveHTTP(table *atomic.Pointer[routeTable], base context.Contex
 			err = srv.Serve(f.conns)
 		}
 		if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-			f.log.Error("listener stopped", "err", err)
+			f.log.Error("listener stopped", "error", err)
 		}
 	}()
 	return nil

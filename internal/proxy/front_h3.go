@@ -131,7 +131,7 @@ func (h *h3Front) serve(f *front) {
 	go func() {
 		defer close(f.served)
 		if err := h.srv.ServeListener(h.ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, quic.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-			f.log.Error("listener stopped", "err", err)
+			f.log.Error("listener stopped", "error", err)
 		}
 	}()
 }

@@ -130,7 +130,7 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	s.cfg = eff
 	s.fronts.Store(&fronts)
-	s.log.Info("portcullis started", "listeners", len(fronts), "admin", s.AdminAddr())
+	s.log.Info("portcullis started", "listeners", len(fronts), "admin", addrString(s.AdminAddr()))
 	return s, nil
 }
 

@@ -42,7 +42,7 @@ func (p *tcpProxy) serve(ctx context.Context, ln net.Listener) {
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
-			p.log.Warn("accept failed", "err", err)
+			p.log.Warn("accept failed", "error", err)
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
@@ -83,7 +83,7 @@ func (p *tcpProxy) handle(ctx context.Context, client net.Conn) {
 	d := net.Dialer{Timeout: tcpDialTimeout}
 	up, err := d.DialContext(ctx, "tcp", p.upstream)
 	if err != nil {
-		p.log.Warn("upstream dial failed", "client", client.RemoteAddr().String(), "upstream", p.upstream, "err", err)
+		p.log.Warn("upstream dial failed", "client", client.RemoteAddr().String(), "upstream", p.upstream, "error", err)
 		return
 	}
 	if !p.track(up) {
