@@ -2,9 +2,9 @@ package proxy
 
 import (
 	"io"
-	"net"
 	stdlog "log"
 	"log/slog"
+	"net"
 	"sync/atomic"
 	"time"
 
