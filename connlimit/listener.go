@@ -101,7 +101,7 @@ func NewListener(inner net.Listener, cfg Config) (*Listener, error) {
 		return nil, err
 	}
 	l := &Listener{inner: inner, s: s, now: time.Now, done: make(chan struct{})}
-	l.async = s.ProxyProtocol || s.Store != nil
+	l.async = s.ProxyProtocol || s.Store != nil && s.anyCap()
 	if s.MaxConns > 0 {
 		l.tokens = make(chan struct{}, s.MaxConns)
 	}

@@ -23,8 +23,8 @@ type Config struct {
 	// Negative is invalid.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 
-	// Cluster makes route limits and client limits count cluster-wide on Redis.
-	// Nil means every node counts on its own.
+	// Cluster makes route limits, client limits and connection caps count cluster-wide on
+	// Redis. Nil means every node counts on its own.
 	Cluster *Cluster `yaml:"cluster"`
 
 	// Listeners are the sockets the daemon serves, in order. At least one is required.
@@ -57,9 +57,11 @@ type Admin struct {
 
 // Cluster makes limits count across every node sharing one Redis.
 //
-// Route limits (limit and shadow_limit) and listener client limits then count cluster-wide.
-// Accept-time connection caps (max_conns_per_client, prefix_levels, max_conns) always count
-// on the node alone: a refusal at accept must not wait for Redis.
+// Route limits (limit and shadow_limit), listener client limits and, unless
+// LocalConnectionCaps is set, the accept-time per-client connection caps then count
+// cluster-wide. max_conns always counts on the node alone. A key that a limit or cap leaves
+// unlimited never reaches Redis: a listener with max_conns_per_client -1 makes no Redis call
+// per connection, and is not refused while Redis is away.
 type Cluster struct {
 	// Redis says how to reach Redis. Required.
 	Redis Redis `yaml:"redis"`

@@ -131,7 +131,7 @@ func bindFront(lc config.Listener, log *slog.Logger, cl *cluster) (*front, error
 	}
 	f := &front{cfg: lc, id: id, log: log.With("listener", lc.Name), raw: raw, served: make(chan struct{})}
 	cc := f.connConfig(log)
-	cs, err := cl.connStore(lc.Name)
+	cs, err := cl.connStore(&lc)
 	if cs != nil { // a nil *clusterStore must not become a non-nil Store
 		cc.Store, f.store, f.redis = cs, cs, cs.metrics
 	}
