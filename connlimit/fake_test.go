@@ -366,7 +366,7 @@ func TestStoreSkippedForUncappedClients(t *testing.T) {
 			t.Fatalf("%d Store calls for an uncapped client, want 0", calls)
 		}
 		next := acceptAsync(l)
-		f.push("192.0.2.1") // capped by its override: asks the Store, which fails
+		f.push("192.0.2.1")   // capped by its override: asks the Store, which fails
 		f.push("2001:db8::1") // capped by the IPv6 level
 		synctest.Wait()
 		store.mu.Lock()
