@@ -273,6 +273,14 @@ type Listener struct {
 	// listeners, not accepted otherwise.
 	Upstream string `yaml:"upstream"`
 
+	// TCPIdleTimeout closes a proxied TCP connection on which no byte has moved, in either
+	// direction, for this long (as HAProxy's timeout client and server do), giving back its
+	// connection slot: a client that stays silent after the upstream closed its side, or
+	// after both went quiet, does not hold its slot for good. A connection with traffic in
+	// either direction is never cut. Zero means DefaultTCPIdleTimeout (5m). Negative is
+	// invalid. tcp listeners only.
+	TCPIdleTimeout time.Duration `yaml:"tcp_idle_timeout"`
+
 	// RoutesFrom names another HTTP listener whose routes, and the limiters of those routes,
 	// this listener shares, so an exchange counts the same whichever listener it came
 	// through. An http3 listener sharing a TCP listener's routes is advertised there with

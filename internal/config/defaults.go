@@ -24,6 +24,7 @@ const (
 	DefaultMaxHeaderBytes       = 1 << 20
 	DefaultSendTimeout          = 60 * time.Second
 	DefaultMaxConcurrentStreams = 100
+	DefaultTCPIdleTimeout       = 5 * time.Minute
 	DefaultPermits              = 64
 	DefaultStatus               = 429
 	DefaultRetryAfter           = 1 * time.Second
@@ -103,6 +104,9 @@ func (l *Listener) effective(i int) Listener {
 		e.IdleTimeout = orDefault(e.IdleTimeout, DefaultIdleTimeout)
 		e.MaxHeaderBytes = orDefault(e.MaxHeaderBytes, DefaultMaxHeaderBytes)
 		e.SendTimeout = orDefault(e.SendTimeout, DefaultSendTimeout)
+	}
+	if l.Protocol == ProtocolTCP {
+		e.TCPIdleTimeout = orDefault(e.TCPIdleTimeout, DefaultTCPIdleTimeout)
 	}
 	if l.Protocol.Uses("max_concurrent_streams") {
 		e.MaxConcurrentStreams = orDefault(e.MaxConcurrentStreams, DefaultMaxConcurrentStreams)

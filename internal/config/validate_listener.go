@@ -238,14 +238,16 @@ func (v *validator) httpServer(l *Listener, p string) {
 }
 
 func (v *validator) tcpProxy(l *Listener, p string) {
-	p += ".upstream"
-	switch {
-	case l.Protocol != ProtocolTCP:
-	case l.Upstream == "":
-		v.addf(p, "required for tcp listeners: the host:port to proxy to")
-	default:
-		v.hostPort(p, l.Upstream, false)
+	if l.Protocol != ProtocolTCP {
+		return
 	}
+	switch {
+	case l.Upstream == "":
+		v.addf(p+".upstream", "required for tcp listeners: the host:port to proxy to")
+	default:
+		v.hostPort(p+".upstream", l.Upstream, false)
+	}
+	v.nonNegativeDuration(p+".tcp_idle_timeout", l.TCPIdleTimeout)
 }
 
 func (v *validator) quic(l *Listener, p string) {

@@ -275,7 +275,7 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serveTCP starts proxying the admitted connections to the listener's
 // upstream.
 func (f *front) serveTCP(base context.Context, accessLog bool) {
-	f.tcp = newTCPProxy(f.cfg.Upstream, f.log, accessLog)
+	f.tcp = newTCPProxy(f.cfg.Upstream, f.cfg.TCPIdleTimeout, f.log, accessLog)
 	go func() {
 		defer close(f.served)
 		f.tcp.serve(base, f.conns)
