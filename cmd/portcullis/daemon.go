@@ -14,7 +14,8 @@ import (
 
 const runSynopsis = `run --config FILE
        portcullis run --listen ADDR --upstream URL [--max-conns-per-client N] [--syn-filter]
-                      [--max-concurrent-per-client N] [--trusted-proxy CIDR ...] [--admin ADDR]
+                      [--max-concurrent-per-client N] [--trusted-proxy CIDR ...]
+                      [--admin ADDR [--admin-token-file FILE]]
 
 Serves until SIGTERM or SIGINT (then drains in-flight exchanges up to the
 shutdown timeout and exits 0). SIGHUP reloads --config FILE; an invalid file is
@@ -30,6 +31,7 @@ type runFlags struct {
 	maxConcurrent int
 	trusted       stringList
 	admin         string
+	adminToken    string
 }
 
 func (e env) runCmd(args []string) int {
@@ -43,12 +45,13 @@ func (e env) runCmd(args []string) int {
 	fs.IntVar(&f.maxConcurrent, "max-concurrent-per-client", 0, "requests one client may run at once; more get 429 (0: no limit)")
 	fs.Var(&f.trusted, "trusted-proxy", "a proxy `CIDR` whose X-Forwarded-For is believed and whose connections are not capped; repeatable")
 	fs.StringVar(&f.admin, "admin", "", "serve /metrics, /debug/limits, /healthz and /readyz on this host:port")
+	fs.StringVar(&f.adminToken, "admin-token-file", "", "require the bearer token in this `file` for every admin endpoint but /healthz and /readyz")
 	if code := e.parseFlags(fs, args); code >= 0 {
 		return code
 	}
 	if f.file != "" {
-		if f.listen != "" || len(f.upstreams) > 0 || f.maxConns != 0 || f.synFilter || f.maxConcurrent != 0 || len(f.trusted) > 0 || f.admin != "" {
-			fmt.Fprintln(e.stderr, "portcullis run: --config excludes --listen, --upstream, --max-*, --trusted-proxy and --admin")
+		if f.listen != "" || len(f.upstreams) > 0 || f.maxConns != 0 || f.synFilter || f.maxConcurrent != 0 || len(f.trusted) > 0 || f.admin != "" || f.adminToken != "" {
+			fmt.Fprintln(e.stderr, "portcullis run: --config excludes --listen, --upstream, --max-*, --trusted-proxy and --admin*")
 			return exitUsage
 		}
 		cfg, err := loadConfig(f.file)
@@ -93,7 +96,7 @@ func (f *runFlags) config() (*config.Config, error) {
 	if f.maxConcurrent > 0 {
 		ln.ClientLimit = &config.Limit{Key: config.KeyClientIP, Permits: f.maxConcurrent}
 	}
-	cfg := &config.Config{Admin: config.Admin{Listen: f.admin}, Listeners: []config.Listener{ln}}
+	cfg := &config.Config{Admin: config.Admin{Listen: f.admin, TokenFile: f.adminToken}, Listeners: []config.Listener{ln}}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

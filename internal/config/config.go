@@ -53,6 +53,14 @@ type Admin struct {
 	// Listen is the host:port of the admin listener. Empty means no admin listener.
 	// Port 0 picks a free port.
 	Listen string `yaml:"listen"`
+
+	// TokenFile is a file holding the bearer token every admin endpoint but /healthz and
+	// /readyz then requires (Authorization: Bearer <token>; others get 401). The token is the
+	// file's content without surrounding white space: at least 16 characters of RFC 6750's
+	// token alphabet (letters, digits, '-', '.', '_', '~', '+', '/', then optional '='), as
+	// `openssl rand -hex 32` writes. It is read again on every reload. Empty means no token:
+	// whoever reaches the admin listener reads every endpoint. Requires Listen.
+	TokenFile string `yaml:"token_file"`
 }
 
 // Cluster makes limits count across every node sharing one Redis.

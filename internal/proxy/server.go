@@ -60,6 +60,8 @@ type Server struct {
 
 	draining atomic.Bool
 	cluster  *cluster // nil without a cluster section; fixed at Start
+
+	adminAuth atomic.Pointer[adminAuth] // the admin token in force; nil: none
 }
 
 // Start validates cfg, binds every listener and the admin listener, and
@@ -90,6 +92,12 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 		s.log = NewLogger(eff.Log, out, s.level)
 	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
+	auth, err := loadAdminAuth(eff.Admin)
+	if err != nil {
+		s.cancelBase()
+		return nil, err
+	}
+	s.adminAuth.Store(auth) // before the admin listener serves
 	cl, err := newCluster(eff.Cluster, s.log)
 	if err != nil {
 		s.cancelBase()
@@ -130,6 +138,7 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	s.cfg = eff
 	s.fronts.Store(&fronts)
+	s.logAdminChange(nil, nil, true)
 	s.log.Info("portcullis started", "listeners", len(fronts), "admin", addrString(s.AdminAddr()))
 	return s, nil
 }
@@ -305,7 +314,7 @@ func (s *Server) frontList() []*front {
 // is the same (connections arriving in that instant are refused), and its
 // connections drain for up to the shutdown timeout. Listeners no longer in
 // cfg drain the same way. The admin listener is rebound if its address
-// changed. The log level follows cfg; a change of log format needs a restart,
+// changed, and its token file is read again. The log level follows cfg; a change of log format needs a restart,
 // and a change of the cluster section is refused with an error. After
 // Shutdown or Close it returns ErrClosed.
 func (s *Server) Reload(cfg *config.Config) error {
@@ -323,6 +332,10 @@ func (s *Server) Reload(cfg *config.Config) error {
 	}
 	if !s.cluster.sameAs(eff.Cluster) {
 		return errors.New("proxy: a change of the cluster section needs a restart")
+	}
+	auth, err := loadAdminAuth(eff.Admin)
+	if err != nil {
+		return err
 	}
 	old := s.frontList()
 	keep := make(map[string]*front, len(old))
@@ -376,9 +389,11 @@ func (s *Server) Reload(cfg *config.Config) error {
 		}
 	}
 	s.drainInBackground(drain, eff.ShutdownTimeout)
+	prevAuth, prevAdmin := s.adminAuth.Swap(auth), s.AdminAddr()
 	if err := s.reloadAdmin(eff); err != nil {
 		s.log.Error("admin listener not moved", "err", err)
 	}
+	s.logAdminChange(prevAuth, prevAdmin, false)
 	if s.level != nil {
 		s.level.Set(eff.Log.Level.Slog())
 	}
