@@ -348,23 +348,40 @@ type ConnOverride struct {
 
 // QUIC tunes handshake admission on an http3 listener (the quicadmit package).
 //
-// While fewer than the adaptive retry threshold of handshakes are in progress, attempts are
-// accepted at once; above it, attempts from unvalidated addresses get a stateless Retry; at
+// While fewer than the retry threshold of handshakes are in progress, attempts are accepted at
+// once; at or above it, attempts from unvalidated addresses get a stateless Retry; at
 // MaxInProgress new attempts are refused. The threshold follows the rate of completed
-// handshakes between RetryThresholdMin and RetryThresholdMax.
+// handshakes between RetryThresholdMin and RetryThresholdMax (a minimum above the maximum
+// pins it at the minimum), and MaxInProgress caps it; Retry set to RetryAlways makes it zero.
 type QUIC struct {
-	// RetryThresholdMin is the lowest the retry threshold goes. Zero means
-	// DefaultRetryThresholdMin (256). Negative is invalid.
+	// Retry chooses how the retry threshold is set. Empty means RetryAdaptive: it follows the
+	// completion rate between RetryThresholdMin and RetryThresholdMax. RetryAlways makes it
+	// zero: every attempt from an address not proven by a token gets a Retry, at the cost of
+	// one round trip per new client; RetryThresholdMin and RetryThresholdMax must then be
+	// left zero.
+	Retry QUICRetry `yaml:"retry"`
+
+	// RetryThresholdMin is the retry threshold when the endpoint completes few handshakes.
+	// Zero means DefaultRetryThresholdMin (256). Negative is invalid. A minimum above
+	// RetryThresholdMax pins the threshold at the minimum.
 	RetryThresholdMin int `yaml:"retry_threshold_min"`
 
-	// RetryThresholdMax is the highest the retry threshold goes; at least
-	// RetryThresholdMin. Zero means DefaultRetryThresholdMax (4096). Negative is invalid.
+	// RetryThresholdMax is the highest the retry threshold rises, however many handshakes
+	// complete. Zero means DefaultRetryThresholdMax (4096). Negative is invalid.
 	RetryThresholdMax int `yaml:"retry_threshold_max"`
 
 	// MaxInProgress is how many handshakes may be in progress before new attempts are
-	// refused; at least RetryThresholdMax. Zero means DefaultMaxInProgress (16384).
-	// Negative is invalid.
+	// refused with CONNECTION_REFUSED. It also caps the retry threshold: below it, attempts
+	// are refused at MaxInProgress before any would get a Retry. Zero means
+	// DefaultMaxInProgress (16384). Negative is invalid.
 	MaxInProgress int `yaml:"max_in_progress"`
+
+	// HandshakeTimeout is quic-go's HandshakeIdleTimeout: a handshake during which the client
+	// sends nothing for this long, or that has not completed in twice this long, is
+	// abandoned, and its attempt leaves the count in progress. Zero means
+	// DefaultHandshakeTimeout (5s, quic-go's default). Negative and values above
+	// MaxHandshakeTimeout (1m) are invalid.
+	HandshakeTimeout time.Duration `yaml:"handshake_timeout"`
 
 	// TokenKeyFile holds the key protecting Retry and resumption tokens: 64 hexadecimal
 	// digits (32 bytes), as `openssl rand -hex 32` writes. Nodes sharing it accept each

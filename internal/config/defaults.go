@@ -31,7 +31,11 @@ const (
 	DefaultRetryThresholdMin    = 256
 	DefaultRetryThresholdMax    = 4096
 	DefaultMaxInProgress        = 16384
+	DefaultHandshakeTimeout     = 5 * time.Second
 )
+
+// MaxHandshakeTimeout is the longest QUIC.HandshakeTimeout accepted.
+const MaxHandshakeTimeout = time.Minute
 
 // Default returns a Config with every top-level default filled in and no listener. It is
 // not valid until at least one listener is added.
@@ -116,9 +120,14 @@ func (l *Listener) effective(i int) Listener {
 		e.ClientLimit = &cl
 	}
 	if l.Protocol == ProtocolHTTP3 {
-		e.QUIC.RetryThresholdMin = orDefault(e.QUIC.RetryThresholdMin, DefaultRetryThresholdMin)
-		e.QUIC.RetryThresholdMax = orDefault(e.QUIC.RetryThresholdMax, DefaultRetryThresholdMax)
+		e.QUIC.Retry = orDefault(e.QUIC.Retry, RetryAdaptive)
+		if e.QUIC.Retry == RetryAdaptive {
+			// With RetryAlways the bounds stay zero: they do not apply.
+			e.QUIC.RetryThresholdMin = orDefault(e.QUIC.RetryThresholdMin, DefaultRetryThresholdMin)
+			e.QUIC.RetryThresholdMax = orDefault(e.QUIC.RetryThresholdMax, DefaultRetryThresholdMax)
+		}
 		e.QUIC.MaxInProgress = orDefault(e.QUIC.MaxInProgress, DefaultMaxInProgress)
+		e.QUIC.HandshakeTimeout = orDefault(e.QUIC.HandshakeTimeout, DefaultHandshakeTimeout)
 	}
 	if l.Routes != nil {
 		e.Routes = make([]Route, len(l.Routes))
