@@ -46,6 +46,7 @@ func (l *Listener) admit(ctx context.Context, wait bool, c net.Conn, peer, clien
 // key, whether it is exempt, and its slots.
 type claim struct {
 	key    clientkey.Key
+	client netip.Addr // the address keyed: the peer, or the client a PROXY header named
 	exempt bool
 	ps     permits
 }
@@ -53,7 +54,7 @@ type claim struct {
 // claim takes client's slots, as admit describes, without needing the
 // connection itself.
 func (l *Listener) claim(ctx context.Context, wait bool, client netip.Addr, exempt bool) (claim, reason, error) {
-	cl := claim{key: l.levels[0].keyer.FromAddr(client), exempt: exempt}
+	cl := claim{key: l.levels[0].keyer.FromAddr(client), client: client, exempt: exempt}
 	cl.exempt = cl.exempt || !cl.key.IsValid()
 	if cl.exempt {
 		l.stats.exempt.Add(1)
@@ -73,7 +74,9 @@ func (l *Listener) claim(ctx context.Context, wait bool, client netip.Addr, exem
 // wrap makes the Conn that holds cl for c, and counts it open.
 func (l *Listener) wrap(c net.Conn, cl claim) *Conn {
 	l.stats.open.Add(1)
-	return &Conn{conn: c, l: l, key: cl.key, exempt: cl.exempt, ps: cl.ps}
+	conn := &Conn{conn: c, l: l, key: cl.key, client: cl.client, exempt: cl.exempt, ps: cl.ps}
+	l.live.add(conn)
+	return conn
 }
 
 // acquire takes one slot at each level that applies to client, into ps. A

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -30,8 +31,18 @@ type Conn struct {
 	exempt bool
 	remote net.Addr           // the client named by a PROXY header; nil: conn's own peer
 	header *proxyproto.Header // nil: none was read
+	client netip.Addr         // the address keyed
 	ps     permits
 	closed atomic.Bool
+
+	// In the list of l's open connections, under l.live.mu. gone is set
+	// when Close takes it out.
+	prev, next *Conn
+	gone       bool
+	// adopted are the slots the Listeners that adopted the connection
+	// counted it under (see Listener.Adopt), given back by Close; under
+	// l.live.mu.
+	adopted []*adoption
 
 	// Bytes read past the PROXY header, returned by Read before the
 	// connection's own bytes. hasPending keeps Read lock-free once empty.
@@ -120,6 +131,9 @@ func (c *Conn) Close() error {
 		}
 		c.l.stats.open.Add(-1)
 		c.l.giveToken()
+		for _, a := range c.l.live.remove(c) {
+			a.end()
+		}
 	}
 	return err
 }

@@ -52,6 +52,8 @@ type Listener struct {
 
 	syn *synFilter // nil without Config.SYNFilter
 
+	live liveConns // the open connections, for Adopt
+
 	stats                      counters
 	refusalGate, acceptErrGate logGate
 	now                        func() time.Time

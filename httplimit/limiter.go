@@ -207,6 +207,25 @@ func addTotals(t *limit.Totals, o limit.Totals) {
 	t.Keys += o.Keys
 }
 
+// Idle returns a channel that is closed once the Limiter holds no permit
+// and has no waiter, tunnels included, which may be at once. It is meant
+// for retiring a Limiter: wait on it, then Close, so that the exchanges it
+// admitted end under it and its waiters are served rather than refused.
+// See limit.Limiter.Idle for its cost.
+func (l *Limiter) Idle() <-chan struct{} {
+	if l.tunnels == nil {
+		return l.exchanges.Idle()
+	}
+	ch := make(chan struct{})
+	ex, tu := l.exchanges.Idle(), l.tunnels.Idle()
+	go func() {
+		<-ex
+		<-tu
+		close(ch)
+	}()
+	return ch
+}
+
 // Close stops the Limiter's background work. Waiting requests and later
 // ones are refused with 503 Service Unavailable (limit.ErrClosed); permits
 // already held stay valid and are released as their exchanges end. Close

@@ -26,6 +26,9 @@ type Limiter[K comparable] struct {
 
 	closed    atomic.Bool
 	done      chan struct{}
+
+	idle         idleWatch
+	watchingIdle atomic.Bool // set by the first call to Idle
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 }
@@ -300,4 +303,32 @@ func (l *Limiter[K]) count(key K, kind EventKind) {
 	}
 	sh.mu.Unlock()
 	l.observe(key, kind, 0)
+}
+
+// AcquireOver takes one permit of key whether or not one is free, and
+// returns it at once, valid. It is for work that is already running and
+// must now be counted here, such as a connection a listener adopts from
+// the one it replaces at a reload: refusing it would not stop it, and
+// leaving it out would let its key run over its limit. The permit counts
+// like any other, and may take the key (and the global count) above its
+// limit until enough are released; it is never shadowed and never waits.
+// It is counted in this process only, never in the Store: work admitted
+// elsewhere is already counted there. After Close it still grants.
+func (l *Limiter[K]) AcquireOver(key K) Permit[K] {
+	limit := l.s.permits
+	if l.s.PermitsFor != nil {
+		limit = l.s.limitFor(key)
+	}
+	if l.s.globalPermits != 0 {
+		l.global.Add(1)
+	}
+	sh, h := l.shard(key)
+	sh.mu.Lock()
+	e := sh.lookup(h, key, limit)
+	p := sh.take(e, l.now.Load())
+	p.stored = false
+	sh.stats.granted++
+	sh.mu.Unlock()
+	l.observe(key, Granted, 0)
+	return Permit[K]{p: p, gen: p.gen, key: key}
 }

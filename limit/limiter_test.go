@@ -550,3 +550,72 @@ func TestOnReclaim(t *testing.T) {
 	exempt.Release()
 	assertIdle(t, l)
 }
+
+// TestIdle checks that Idle's channel closes when the last permit returns
+// and the last waiter leaves, and not before.
+func TestIdle(t *testing.T) {
+	l := newLimiter(t, limit.Config[string]{Permits: 1, QueueSize: 1})
+	select {
+	case <-l.Idle():
+	case <-time.After(10 * time.Second):
+		t.Fatal("an unused limiter is not idle")
+	}
+	l2 := newLimiter(t, limit.Config[string]{Permits: 1, QueueSize: 1})
+	a, _ := l2.TryAcquire("a")
+	b, _ := l2.TryAcquire("b")
+	got := make(chan limit.Permit[string], 1)
+	go func() {
+		p, err := l2.Acquire(context.Background(), "a")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- p
+	}()
+	waitFor(t, "the waiter", func() bool { return l2.Totals().Waiting == 1 })
+	idle := l2.Idle()
+	steps := []func(){a.Release, b.Release, func() { (<-got).Release() }}
+	for i, step := range steps {
+		select {
+		case <-idle:
+			t.Fatalf("idle before step %d", i)
+		default:
+		}
+		step()
+	}
+	select {
+	case <-idle:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not idle after the last release")
+	}
+	assertIdle(t, l2)
+}
+
+// TestAcquireOver checks that AcquireOver grants over the limit and the
+// global cap, that the key then refuses until it is back under its limit,
+// and that the Store never hears of it.
+func TestAcquireOver(t *testing.T) {
+	store := newClusterStore()
+	l := newLimiter(t, limit.Config[string]{Permits: 1, GlobalPermits: 1, Store: store})
+	first, err := l.TryAcquire("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	over := l.AcquireOver("k")
+	if !over.Valid() || over.Shadowed() || l.InUse("k") != 2 {
+		t.Fatalf("AcquireOver: valid %v, shadowed %v, InUse %d; want a plain permit and 2 in use", over.Valid(), over.Shadowed(), l.InUse("k"))
+	}
+	if _, err := l.TryAcquire("other"); !errors.Is(err, limit.ErrGlobalLimited) {
+		t.Errorf("another key over a full global cap: %v, want ErrGlobalLimited", err)
+	}
+	first.Release()
+	if _, err := l.TryAcquire("k"); !errors.Is(err, limit.ErrLimited) {
+		t.Errorf("key still at its limit: %v, want ErrLimited", err)
+	}
+	over.Release()
+	assertIdle(t, l)
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if store.tryCalls != 1 || len(store.held) != 0 {
+		t.Errorf("the Store saw %d acquires and holds %v, want 1 and nothing (never the adopted permit)", store.tryCalls, store.held)
+	}
+}

@@ -106,6 +106,11 @@ func (sh *shard[K]) forgetIfIdle(e *entry[K]) {
 		return
 	}
 	sh.keys.del(e.hash, e)
+	if sh.keys.n == 0 && sh.l.watchingIdle.Load() {
+		// This shard may have held the last busy key; the others must be
+		// looked at without this shard's lock held.
+		go sh.l.checkIdle()
+	}
 	*e = entry[K]{}
 	if sh.nFreeEntries < maxFreeEntries {
 		e.nextFree = sh.freeEntries

@@ -10,6 +10,10 @@ import (
 // means "no limit".
 const Unlimited = -1
 
+// MaxCount is the largest count a limit accepts (permits, connection caps, queue sizes):
+// the limiters count in 32 bits and keep one value for "unlimited".
+const MaxCount = 1<<31 - 2
+
 // NoRetryAfter is the [Limit.RetryAfter] that sends no Retry-After header. In YAML it is
 // written "none" (or 0).
 const NoRetryAfter time.Duration = -1

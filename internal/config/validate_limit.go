@@ -24,11 +24,20 @@ func (v *validator) limit(l *Limit, p string, kind limitKind) {
 	if l.Permits < Unlimited {
 		v.addf(p+".permits", "must be -1 (unlimited) or more (got %d)", l.Permits)
 	}
+	v.atMostMaxCount(p+".permits", l.Permits)
 	v.overrides(l, p+".overrides")
 	v.queue(&l.Queue, p+".queue", kind)
 	v.refusal(l, p, kind)
 	if l.TunnelPermits < Unlimited {
 		v.addf(p+".tunnel_permits", "must be -1 (unlimited), 0 (share permits) or more (got %d)", l.TunnelPermits)
+	}
+	v.atMostMaxCount(p+".tunnel_permits", l.TunnelPermits)
+}
+
+// atMostMaxCount refuses a count above MaxCount, which no limiter can hold.
+func (v *validator) atMostMaxCount(p string, n int) {
+	if n > MaxCount {
+		v.addf(p, "must be at most %d (got %d)", MaxCount, n)
 	}
 }
 
@@ -71,6 +80,7 @@ func (v *validator) overrides(l *Limit, p string) {
 		if n == 0 || n < Unlimited {
 			v.addf(kp, "must be -1 (unlimited) or 1 or more (got %d)", n)
 		}
+		v.atMostMaxCount(kp, n)
 	}
 }
 
@@ -84,6 +94,7 @@ func (v *validator) queue(q *Queue, p string, kind limitKind) {
 	if q.Size < 0 {
 		v.addf(p+".size", "must be 0 (no queue) or more (got %d)", q.Size)
 	}
+	v.atMostMaxCount(p+".size", q.Size)
 	switch {
 	case q.Timeout < 0:
 		v.addf(p+".timeout", "must be 0 (wait until the client leaves) or more (got %s)", q.Timeout)

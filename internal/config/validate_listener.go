@@ -64,9 +64,11 @@ func (v *validator) connCaps(l *Listener, p string) {
 	if l.MaxConnsPerClient < Unlimited {
 		v.addf(p+".max_conns_per_client", "must be -1 (unlimited) or more (got %d)", l.MaxConnsPerClient)
 	}
+	v.atMostMaxCount(p+".max_conns_per_client", l.MaxConnsPerClient)
 	if l.MaxConns < 0 {
 		v.addf(p+".max_conns", "must be 0 (no cap) or more (got %d)", l.MaxConns)
 	}
+	v.atMostMaxCount(p+".max_conns", l.MaxConns)
 	ok4 := v.prefixLen(p+".ipv4_prefix", l.IPv4Prefix, 32)
 	ok6 := v.prefixLen(p+".ipv6_prefix", l.IPv6Prefix, 128)
 	key4, key6 := orDefault(l.IPv4Prefix, DefaultIPv4Prefix), orDefault(l.IPv6Prefix, DefaultIPv6Prefix)
@@ -116,6 +118,7 @@ func (v *validator) prefixLevels(levels []PrefixLevel, p string, key4, key6 int)
 		if lv.Max < 1 {
 			v.addf(lp+".max", "must be 1 or more (got %d)", lv.Max)
 		}
+		v.atMostMaxCount(lp+".max", lv.Max)
 	}
 }
 
@@ -153,6 +156,7 @@ func (v *validator) connOverrides(overrides []ConnOverride, p string, key4, key6
 		if o.Max == 0 || o.Max < Unlimited {
 			v.addf(op+".max", "must be -1 (unlimited) or 1 or more (got %d)", o.Max)
 		}
+		v.atMostMaxCount(op+".max", o.Max)
 	}
 }
 

@@ -36,7 +36,7 @@ func startAdmin(addr string, s *Server) (*adminServer, error) {
 		return nil, fmt.Errorf("proxy: admin listener: %w", err)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metricsOf{s})
+	reg.MustRegister(metricsOf{s}, upstreamCollector{s.transport})
 	// Everything but the health checks is behind the admin token, when
 	// there is one; an unknown path gets its 404 only once authorized.
 	private := http.NewServeMux()
@@ -53,8 +53,8 @@ func startAdmin(addr string, s *Server) (*adminServer, error) {
 		writeShort(w, http.StatusOK, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if s.Draining() {
-			writeShort(w, http.StatusServiceUnavailable, "draining\n")
+		if ok, why := s.Ready(); !ok {
+			writeShort(w, http.StatusServiceUnavailable, why+"\n")
 			return
 		}
 		writeShort(w, http.StatusOK, "ready\n")

@@ -2,11 +2,11 @@ package proxy_test
 
 import (
 	"bufio"
-	"fmt"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"

@@ -49,6 +49,9 @@ type front struct {
 	// cert is the certificate of https and http3 listeners, read again on
 	// every reload so that a renewed file is picked up without a restart.
 	cert atomic.Pointer[tls.Certificate]
+	// nextCert is the certificate a reload in progress read, stored in
+	// cert when it commits; under Server.mu.
+	nextCert *tls.Certificate
 
 	served chan struct{} // closed when the serving goroutine returns
 }
@@ -93,31 +96,41 @@ func (f *front) sameAddr(listen string) bool {
 	return listen == f.cfg.Listen || sameBoundAddr(f.addr(), listen)
 }
 
+// testHookBind, when set by a test, runs before a listener is bound; an
+// error from it fails the bind, as a taken port would.
+var testHookBind func(config.Listener) error
+
 // listenTCP binds the TCP socket of lc. HTTP listeners leave TCP keep-alive
 // off on the connections they accept, as nginx does by default: their idle
 // and read-header timeouts already end silent clients, and every accepted
 // socket, refused ones included, is then spared four setsockopt calls,
 // which matters under a reconnect storm. tcp listeners keep Go's default
-// keep-alive, since their connections may stay silent for long.
+// keep-alive, since their connections may stay silent for long. Every
+// socket is plain TCP, not MPTCP (Go's default since 1.24): an MPTCP socket
+// takes no socket filter, and a reload may turn syn_filter on for a socket
+// it keeps.
 func listenTCP(lc config.Listener) (net.Listener, error) {
 	var lcfg net.ListenConfig
 	if lc.Protocol.IsHTTP() {
 		lcfg.KeepAlive = -1
 	}
-	if lc.SYNFilter {
-		lcfg.SetMultipathTCP(false) // an MPTCP socket takes no socket filter
-	}
+	lcfg.SetMultipathTCP(false)
 	return lcfg.Listen(context.Background(), "tcp", lc.Listen)
 }
 
 // bindFront binds the socket of lc and wraps it in its connection caps; it
 // does not serve yet. On error nothing is left open.
 func bindFront(lc config.Listener, log *slog.Logger, cl *cluster) (*front, error) {
-	id, err := newIdentity(&lc)
-	if err != nil {
-		return nil, err
+	if testHookBind != nil {
+		if err := testHookBind(lc); err != nil {
+			return nil, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
+		}
 	}
 	if lc.Protocol == config.ProtocolHTTP3 {
+		id, err := newIdentity(&lc)
+		if err != nil {
+			return nil, err
+		}
 		f := &front{cfg: lc, id: id, log: log.With("listener", lc.Name), served: make(chan struct{})}
 		if err := bindH3(f); err != nil {
 			return nil, err
@@ -129,7 +142,37 @@ func bindFront(lc config.Listener, log *slog.Logger, cl *cluster) (*front, error
 	if err != nil {
 		return nil, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
 	}
+	return bindFrontOn(raw, lc, log, cl)
+}
+
+// bindShared opens a second descriptor on the socket of holder, a running
+// TCP front at the address of lc, and builds lc's front on it, so that the
+// new front can take over the socket without refusing a connection. On
+// error nothing is left open and holder is untouched.
+func bindShared(holder *front, lc config.Listener, log *slog.Logger, cl *cluster) (*front, error) {
+	raw, err := dupListener(holder.raw)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: listener %s: share the socket of %s: %w", lc.Name, holder.cfg.Name, err)
+	}
+	return bindFrontOn(raw, lc, log, cl)
+}
+
+// bindFrontOn builds the front of lc, a TCP listener, on the bound socket
+// raw: its connection caps, its certificate. On error raw and everything
+// else is closed.
+func bindFrontOn(raw net.Listener, lc config.Listener, log *slog.Logger, cl *cluster) (*front, error) {
+	id, err := newIdentity(&lc)
+	if err != nil {
+		_ = raw.Close()
+		return nil, err
+	}
 	f := &front{cfg: lc, id: id, log: log.With("listener", lc.Name), raw: raw, served: make(chan struct{})}
+	if lc.Protocol == config.ProtocolHTTPS {
+		if err := f.loadCert(); err != nil {
+			_ = raw.Close()
+			return nil, err
+		}
+	}
 	cc := f.connConfig(log)
 	cs, err := cl.connStore(&lc)
 	if cs != nil { // a nil *clusterStore must not become a non-nil Store
@@ -186,14 +229,12 @@ func (f *front) serving() bool {
 	return f.srv != nil || f.tcp != nil || (f.h3 != nil && f.h3.srv != nil)
 }
 
-// closeSocket closes the bound socket only, so that a reload can bind its
-// address again; f's goroutines then end by themselves.
-func (f *front) closeSocket() {
-	if f.h3 != nil {
-		_ = f.h3.udp.Close()
-		return
+// stopAccepting makes a TCP front accept no more connections, leaving
+// those it has to drain. Its socket stays open if a new front shares it.
+func (f *front) stopAccepting() {
+	if f.conns != nil {
+		_ = f.conns.Close()
 	}
-	_ = f.raw.Close()
 }
 
 // connStats returns the listener's connection counts.
@@ -233,9 +274,6 @@ func (f *front) serveHTTP(table *atomic.Pointer[routeTable], base context.Contex
 		BaseContext:       func(net.Listener) context.Context { return base },
 	}
 	if lc.Protocol == config.ProtocolHTTPS {
-		if err := f.loadCert(); err != nil {
-			return err
-		}
 		srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: lc.MaxConcurrentStreams}
 		srv.TLSConfig = &tls.Config{
 			GetCertificate: f.getCertificate,

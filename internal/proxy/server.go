@@ -61,6 +61,9 @@ type Server struct {
 	draining atomic.Bool
 	cluster  *cluster // nil without a cluster section; fixed at Start
 
+	downMu sync.Mutex
+	down   map[string]error // listeners that should serve and do not, by name
+
 	adminAuth atomic.Pointer[adminAuth] // the admin token in force; nil: none
 }
 
@@ -104,18 +107,20 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.cluster = cl
-	fronts, err := s.bindAll(eff, nil)
+	fronts, err := s.bindAll(eff)
 	if err != nil {
 		s.cluster.close()
 		s.cancelBase()
 		return nil, err
 	}
-	if err := s.installTables(eff, fronts); err != nil {
+	built, err := s.buildTables(eff)
+	if err != nil {
 		closeUnserved(fronts)
 		s.cluster.close()
 		s.cancelBase()
 		return nil, err
 	}
+	s.installTables(built)
 	if eff.Admin.Listen != "" {
 		a, err := startAdmin(eff.Admin.Listen, s)
 		if err != nil {
@@ -143,22 +148,16 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// bindAll binds a front for every listener of cfg, taking over the fronts of
-// keep (by name) whose socket configuration did not change. On error it
-// closes what it bound and returns the error; keep is left as it was.
-func (s *Server) bindAll(cfg *config.Config, keep map[string]*front) ([]*front, error) {
-	var out, bound []*front
+// bindAll binds a new front for every listener of cfg. On error it closes
+// what it bound and returns the error.
+func (s *Server) bindAll(cfg *config.Config) ([]*front, error) {
+	var out []*front
 	for _, lc := range cfg.Listeners {
-		if f, ok := keep[lc.Name]; ok && f.sameSocket(lc) {
-			out = append(out, f) // its routes come from cfg, in installTables
-			continue
-		}
 		f, err := bindFront(lc, s.log, s.cluster)
 		if err != nil {
-			closeUnserved(bound)
+			closeUnserved(out)
 			return nil, err
 		}
-		bound = append(bound, f)
 		out = append(out, f)
 	}
 	return out, nil
@@ -166,45 +165,77 @@ func (s *Server) bindAll(cfg *config.Config, keep map[string]*front) ([]*front, 
 
 func closeUnserved(fronts []*front) {
 	for _, f := range fronts {
-		if !f.serving() {
+		if f != nil && !f.serving() {
 			f.closeUnserved()
 		}
 	}
 }
 
-// installTables builds the route table of every HTTP listener of cfg that
-// has routes and stores it, so that requests arriving from now on use it.
-// Tables are built first and stored only if every one built, so a failure
-// changes nothing.
-func (s *Server) installTables(cfg *config.Config, fronts []*front) error {
-	built := make(map[string]*routeTable)
-	for i, f := range fronts {
+// testHookBuildTable, when set by a test, runs after each route table is
+// built; an error from it fails the build, as a limiter refusing a value
+// would.
+var testHookBuildTable func(listener string) error
+
+// builtTables are the route tables of a configuration, built but not yet
+// serving: by listener name, for the HTTP listeners that own routes.
+type builtTables map[string]*routeTable
+
+// buildTables builds the route table of every HTTP listener of cfg that
+// has routes, keeping the limiters of the running tables whose settings did
+// not change. It changes nothing that serves: on error it closes the new
+// limiters it built and returns the error.
+func (s *Server) buildTables(cfg *config.Config) (builtTables, error) {
+	built := make(builtTables)
+	for i := range cfg.Listeners {
 		lc := &cfg.Listeners[i]
 		if !lc.Protocol.IsHTTP() || lc.RoutesFrom != "" {
 			continue
 		}
-		var old *routeTable
-		if p := s.tables[lc.Name]; p != nil {
-			old = p.Load()
+		id, err := newIdentity(lc)
+		if err != nil {
+			s.discard(built)
+			return nil, err
 		}
 		b := &tableBuilder{
-			lc: lc, id: f.id, old: old, transport: s.transport, bufs: s.bufs,
+			lc: lc, id: id, old: s.currentTable(lc.Name), transport: s.transport, bufs: s.bufs,
 			accessLog: cfg.Log.AccessLog,
 			deps:      limiterDeps{log: s.log, cluster: s.cluster},
 		}
 		t, err := b.build()
-		if err != nil {
-			for name, nt := range built {
-				var prev *routeTable
-				if p := s.tables[name]; p != nil {
-					prev = p.Load()
-				}
-				nt.closeNew(prev)
+		if err == nil && testHookBuildTable != nil {
+			if err = testHookBuildTable(lc.Name); err != nil {
+				t.closeNew(b.old)
 			}
-			return err
+		}
+		if err != nil {
+			s.discard(built)
+			return nil, err
 		}
 		built[lc.Name] = t
 	}
+	return built, nil
+}
+
+// currentTable returns the table the listener named name serves now, or nil.
+func (s *Server) currentTable(name string) *routeTable {
+	if p := s.tables[name]; p != nil {
+		return p.Load()
+	}
+	return nil
+}
+
+// discard closes the limiters of built that the running tables do not use.
+func (s *Server) discard(built builtTables) {
+	for name, t := range built {
+		t.closeNew(s.currentTable(name))
+	}
+}
+
+// installTables makes built the tables requests are served by from now on,
+// and retires the limiters of the old tables that built no longer uses,
+// together with the tables of listeners that no longer own routes: those
+// limiters end once the exchanges still holding them have ended.
+func (s *Server) installTables(built builtTables) {
 	for name, t := range built {
 		p := s.tables[name]
 		if p == nil {
@@ -217,9 +248,6 @@ func (s *Server) installTables(cfg *config.Config, fronts []*front) error {
 			}
 		}
 	}
-	// Tables of listeners that no longer own routes: their limiters end
-	// once the exchanges of the draining listeners that still hold the
-	// table have ended.
 	for name, p := range s.tables {
 		if _, ok := built[name]; !ok {
 			for _, l := range p.Load().limiters() {
@@ -228,29 +256,22 @@ func (s *Server) installTables(cfg *config.Config, fronts []*front) error {
 			delete(s.tables, name)
 		}
 	}
-	return nil
 }
 
 // retire closes a limiter a reload replaced once the exchanges that still
 // use it have ended, so that they finish under the limits they started
-// with and its queue does not fail waiters with 503.
+// with and its queue does not fail waiters with 503. It waits, without
+// polling, for the limiter's last permit to come back, or for the server
+// to stop.
 func (s *Server) retire(l *limiter) {
 	s.retired.Add(1)
+	idle := l.lim.Idle()
 	go func() {
 		defer s.retired.Done()
 		defer l.close()
-		t := time.NewTicker(50 * time.Millisecond)
-		defer t.Stop()
-		for {
-			tot := l.lim.Totals()
-			if tot.InUse == 0 && tot.Waiting == 0 {
-				return
-			}
-			select {
-			case <-s.base.Done():
-				return
-			case <-t.C:
-			}
+		select {
+		case <-idle:
+		case <-s.base.Done():
 		}
 	}()
 }
@@ -298,111 +319,6 @@ func (s *Server) frontList() []*front {
 	if p := s.fronts.Load(); p != nil {
 		return *p
 	}
-	return nil
-}
-
-// Reload replaces the running configuration with cfg. It validates cfg
-// first and, if it is invalid or a new socket cannot be bound, returns the
-// error and leaves the running configuration untouched.
-//
-// Listeners whose socket settings (address, protocol, TLS files, caps,
-// trusted proxies, timeouts) did not change keep their socket, their open
-// connections and their counts; their routes are replaced, and a route limit
-// whose settings did not change keeps its counts and waiters. Exchanges in
-// progress finish on the routes and limits they started with. Listeners
-// that changed are rebound: the old socket is closed first when the address
-// is the same (connections arriving in that instant are refused), and its
-// connections drain for up to the shutdown timeout. Listeners no longer in
-// cfg drain the same way. The admin listener is rebound if its address
-// changed, and its token file is read again. The log level follows cfg; a change of log format needs a restart,
-// and a change of the cluster section is refused with an error. After
-// Shutdown or Close it returns ErrClosed.
-func (s *Server) Reload(cfg *config.Config) error {
-	if cfg == nil {
-		return errors.New("proxy: nil config")
-	}
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("proxy: %w", err)
-	}
-	eff := cfg.Effective()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
-	}
-	if !s.cluster.sameAs(eff.Cluster) {
-		return errors.New("proxy: a change of the cluster section needs a restart")
-	}
-	auth, err := loadAdminAuth(eff.Admin)
-	if err != nil {
-		return err
-	}
-	old := s.frontList()
-	keep := make(map[string]*front, len(old))
-	for _, f := range old {
-		keep[f.cfg.Name] = f
-	}
-	// Listeners that change and stay on the same address must let go of it
-	// before the new socket binds.
-	var stopped []*front
-	for _, lc := range eff.Listeners {
-		if f, ok := keep[lc.Name]; ok && !f.sameSocket(lc) && f.sameAddr(lc.Listen) {
-			f.closeSocket()
-			stopped = append(stopped, f)
-		}
-	}
-	fronts, err := s.bindAll(eff, keep)
-	if err == nil {
-		err = s.installTables(eff, fronts)
-		if err != nil {
-			closeUnserved(fronts)
-		}
-	}
-	if err != nil {
-		if len(stopped) > 0 {
-			s.log.Error("reload failed after closing changed listeners; they stay down", "err", err)
-		}
-		return err
-	}
-	linkAltSvc(fronts)
-	var drain []*front
-	reused := make(map[*front]bool)
-	for _, f := range fronts {
-		if !f.serving() {
-			if err := s.serve(f, eff); err != nil {
-				s.log.Error("listener failed to start", "listener", f.cfg.Name, "err", err)
-			}
-			continue
-		}
-		reused[f] = true
-		if f.cert.Load() != nil {
-			// Same files, perhaps renewed content: a reload is how an
-			// operator rotates a certificate.
-			if err := f.loadCert(); err != nil {
-				s.log.Error("certificate not reloaded; the old one stays", "listener", f.cfg.Name, "err", err)
-			}
-		}
-	}
-	for _, f := range old {
-		if !reused[f] {
-			drain = append(drain, f)
-		}
-	}
-	s.drainInBackground(drain, eff.ShutdownTimeout)
-	prevAuth, prevAdmin := s.adminAuth.Swap(auth), s.AdminAddr()
-	if err := s.reloadAdmin(eff); err != nil {
-		s.log.Error("admin listener not moved", "err", err)
-	}
-	s.logAdminChange(prevAuth, prevAdmin, false)
-	if s.level != nil {
-		s.level.Set(eff.Log.Level.Slog())
-	}
-	if eff.Log.Format != s.cfg.Log.Format {
-		s.log.Warn("log format change needs a restart", "running", s.cfg.Log.Format, "configured", eff.Log.Format)
-	}
-	s.cfg = eff
-	s.fronts.Store(&fronts)
-	s.log.Info("configuration reloaded", "listeners", len(fronts), "rebound", len(fronts)-len(reused), "drained", len(drain))
 	return nil
 }
 
@@ -463,6 +379,38 @@ func sameBoundAddr(a net.Addr, listen string) bool {
 
 // Draining reports whether Shutdown has begun.
 func (s *Server) Draining() bool { return s.draining.Load() }
+
+// Ready reports whether the server serves its whole configuration: it is
+// not draining and no listener is down. When it is not ready, why says so
+// in a line.
+func (s *Server) Ready() (ok bool, why string) {
+	if s.Draining() {
+		return false, "draining"
+	}
+	s.downMu.Lock()
+	defer s.downMu.Unlock()
+	for name, err := range s.down {
+		return false, fmt.Sprintf("listener %s is down: %v", name, err)
+	}
+	return true, "ready"
+}
+
+// markDown records that the listener named name cannot serve, for Ready.
+func (s *Server) markDown(name string, err error) {
+	s.downMu.Lock()
+	defer s.downMu.Unlock()
+	if s.down == nil {
+		s.down = make(map[string]error)
+	}
+	s.down[name] = err
+}
+
+// clearDown records that every listener serves.
+func (s *Server) clearDown() {
+	s.downMu.Lock()
+	defer s.downMu.Unlock()
+	s.down = nil
+}
 
 // Shutdown stops the server gracefully: every listener stops accepting at
 // once and /readyz turns 503; exchanges, tunnels and TCP connections in

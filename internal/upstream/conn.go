@@ -15,13 +15,19 @@ var errHeadLimit = errors.New("upstream: head read limit reached")
 // exchange lends it a pooled bufio.Reader for its duration.
 type conn struct {
 	nc        net.Conn
-	addr      string    // the pool key: host:port
-	idleSince time.Time // set by the pool
+	addr      string     // the pool key: host:port
+	prober    idleProber // nil: the connection cannot be checked, so it is never kept
+	idleSince time.Time  // set by the pool
 
 	// The fields below belong to the exchange that holds the connection.
 	readLimit int64 // bytes that may still be read; the head budget, then unlimited
 	nread     int64 // bytes read during this exchange
+	nwritten  int64 // bytes written during this exchange
 	readErr   error // first error of the underlying Read during this exchange
+}
+
+func newConn(nc net.Conn, addr string) *conn {
+	return &conn{nc: nc, addr: addr, prober: proberFor(nc)}
 }
 
 // beginExchange resets the per-exchange counters with a head budget of
@@ -29,7 +35,16 @@ type conn struct {
 func (c *conn) beginExchange(headBytes int64) {
 	c.readLimit = headBytes
 	c.nread = 0
+	c.nwritten = 0
 	c.readErr = nil
+}
+
+// Write writes to the connection, counting what was written: a request of
+// which nothing left may be sent again whatever its method.
+func (c *conn) Write(p []byte) (int, error) {
+	n, err := c.nc.Write(p)
+	c.nwritten += int64(n)
+	return n, err
 }
 
 // liftReadLimit ends the head budget once the head is read.

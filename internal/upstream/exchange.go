@@ -19,8 +19,10 @@ import (
 // connection return at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
-// roundTripFast sends a fast-path request, retrying once on a new
-// connection when a reused one turns out stale.
+// roundTripFast sends a fast-path request on a checked idle connection or a
+// new one, and once more on a new connection when the reused one turns out
+// to have been closed, or answers 408, before the request reached the
+// upstream (see [Transport.exchange]).
 func (t *Transport) roundTripFast(req *http.Request, headTimeout time.Duration) (*http.Response, error) {
 	method, target, host, err := requestTarget(req)
 	if err != nil {
@@ -36,10 +38,10 @@ func (t *Transport) roundTripFast(req *http.Request, headTimeout time.Duration) 
 	ctx := req.Context()
 	addr := hostPort(req.URL.Host)
 	head := requestHead{req: req, method: method, target: target, host: host}
-	c := t.takeIdle(addr, req)
+	c := t.takeIdle(addr)
 	if c != nil {
-		resp, stale, err := t.exchange(ctx, c, head, deadline, true)
-		if !stale || !isReplayable(req) {
+		resp, retry, err := t.exchange(ctx, c, head, deadline, true)
+		if !retry {
 			return resp, err
 		}
 		t.retries.Add(1)
@@ -51,21 +53,28 @@ func (t *Transport) roundTripFast(req *http.Request, headTimeout time.Duration) 
 	return resp, err
 }
 
-// maxPeeks bounds how many idle connections a request that cannot be
-// replayed checks before it dials.
-const maxPeeks = 4
+// maxProbes bounds how many idle connections a request checks before it
+// dials; the others are checked by later requests or expire.
+const maxProbes = 4
 
-// takeIdle returns an idle connection to addr, or nil. A request that
-// cannot be sent again after a failure first checks that the connection is
-// still open, since a connection the upstream closed while idle would fail
-// it; a replayable request skips the check (a syscall) and is retried if
-// the connection turns out stale.
-func (t *Transport) takeIdle(addr string, req *http.Request) *conn {
-	replayable := isReplayable(req)
-	for range maxPeeks {
+// takeIdle returns an idle connection to addr on which nothing arrived
+// while it was idle, or nil. Every connection it takes is checked first,
+// whatever the request: one the upstream closed, reset or timed out (408),
+// or on which bytes arrived that no request asked for, is closed, counted,
+// and never carries a request.
+func (t *Transport) takeIdle(addr string) *conn {
+	for range maxProbes {
 		c := t.idle.take(addr)
-		if c == nil || replayable || !c.peerGone() {
+		if c == nil {
+			return nil
+		}
+		switch c.prober.probeIdle() {
+		case idleOpen:
 			return c
+		case idleClosed:
+			t.idleClosed.Add(1)
+		default:
+			t.unsolicited.Add(1)
 		}
 		c.nc.Close()
 	}
@@ -91,7 +100,7 @@ func (t *Transport) dial(ctx context.Context, addr string, deadline time.Time) (
 		return nil, fmt.Errorf("upstream: dial %s: %w", addr, err)
 	}
 	t.dials.Add(1)
-	return &conn{nc: nc, addr: addr}, nil
+	return newConn(nc, addr), nil
 }
 
 // requestHead is a validated fast-path request.
@@ -120,15 +129,25 @@ type exchange struct {
 	body     io.ReadCloser // the body http.ReadResponse made
 	deadline bool          // a head deadline is set on the connection
 	reused   bool          // c came from the idle pool
+	informed bool          // an informational (1xx) head arrived before the final one
 	reusable bool          // the response allows another exchange on c
 	state    atomic.Uint32
 	endErr   error // what Read returns after the body ended; reader's goroutine only
 }
 
 // exchange sends head on c and reads the response head. On failure c is
-// closed, and stale reports whether c was a reused connection that failed
-// before any response byte arrived, so that the request may be sent again.
-func (t *Transport) exchange(ctx context.Context, c *conn, head requestHead, deadline time.Time, reused bool) (resp *http.Response, stale bool, err error) {
+// closed, and retry reports whether the request may be sent once more on a
+// new connection: only when c was reused and the upstream had not received
+// the request, as net/http decides it:
+//   - nothing of the request was written, because the upstream had closed
+//     or reset c (any method: a bodyless request of which no byte left was
+//     not received);
+//   - c was closed or reset before any response byte arrived, and the
+//     request is replayable;
+//   - the first response head is 408 Request Timeout, and the request is
+//     replayable: the upstream timed c out just as the request left, and
+//     RFC 9110 §15.5.9 lets a client repeat a request in transit then.
+func (t *Transport) exchange(ctx context.Context, c *conn, head requestHead, deadline time.Time, reused bool) (resp *http.Response, retry bool, err error) {
 	x := &exchange{t: t, c: c, ctx: ctx, reused: reused}
 	c.beginExchange(t.cfg.MaxResponseHeaderBytes)
 	if !deadline.IsZero() {
@@ -141,13 +160,14 @@ func (t *Transport) exchange(ctx context.Context, c *conn, head requestHead, dea
 		x.stop = context.AfterFunc(ctx, x.abort)
 	}
 	if err := x.writeHead(head); err != nil {
-		return nil, x.isStale(err), x.fail("write request", err)
+		retry := x.isStale(err) && (c.nwritten == 0 || isReplayable(head.req))
+		return nil, retry, x.fail("write request", err)
 	}
 	x.br = readerPool.Get().(*bufio.Reader)
 	x.br.Reset(c)
 	resp, err = x.readHead(head.req)
 	if err != nil {
-		return nil, x.isStale(c.readErr), x.fail("read response head", err)
+		return nil, x.isStale(c.readErr) && isReplayable(head.req), x.fail("read response head", err)
 	}
 	if x.deadline {
 		c.nc.SetDeadline(time.Time{})
@@ -155,6 +175,9 @@ func (t *Transport) exchange(ctx context.Context, c *conn, head requestHead, dea
 		if ctx.Err() != nil {
 			return nil, false, x.fail("read response head", ctx.Err())
 		}
+	}
+	if resp.StatusCode == http.StatusRequestTimeout && x.reused && !x.informed && ctx.Err() == nil && isReplayable(head.req) {
+		return nil, true, x.fail("read response head", errReusedTimedOut)
 	}
 	x.reusable = resp.ProtoAtLeast(1, 1) && !resp.Close && !wantsClose(head.req)
 	if resp.Body == http.NoBody {
@@ -166,13 +189,17 @@ func (t *Transport) exchange(ctx context.Context, c *conn, head requestHead, dea
 	return resp, false, nil
 }
 
+// errReusedTimedOut is the reason an exchange on a reused connection that
+// got 408 ended; the request is then sent again, so it is never returned.
+var errReusedTimedOut = errors.New("upstream: 408 request timeout as the first response on a reused connection")
+
 // abort makes the connection's blocked I/O return; it runs when the
 // request's context ends during the exchange.
 func (x *exchange) abort() { x.c.nc.SetDeadline(aLongTimeAgo) }
 
 func (x *exchange) writeHead(head requestHead) error {
 	bw := writerPool.Get().(*bufio.Writer)
-	bw.Reset(x.c.nc)
+	bw.Reset(x.c)
 	writeRequest(bw, head.req, head.method, head.target, head.host)
 	err := bw.Flush()
 	bw.Reset(nil)
@@ -197,6 +224,7 @@ func (x *exchange) readHead(req *http.Request) (*http.Response, error) {
 		if code == http.StatusSwitchingProtocols {
 			return nil, ErrUnexpectedSwitch
 		}
+		x.informed = true
 		if trace != nil && trace.Got1xxResponse != nil {
 			if err := trace.Got1xxResponse(code, textproto.MIMEHeader(resp.Header)); err != nil {
 				return nil, fmt.Errorf("got1xxResponse hook: %w", err)
@@ -206,7 +234,8 @@ func (x *exchange) readHead(req *http.Request) (*http.Response, error) {
 }
 
 // isStale reports whether err, on a reused connection before any response
-// byte, means the server had closed the connection while it was idle.
+// byte, means the upstream had closed or reset the connection: it closed it
+// while idle after the check, or as the request arrived.
 func (x *exchange) isStale(err error) bool {
 	if !x.reused || x.c.nread != 0 || x.ctx.Err() != nil {
 		return false
@@ -235,8 +264,9 @@ func (x *exchange) explain(what string, err error) error {
 	return fmt.Errorf("upstream: %s: %w", what, err)
 }
 
-// end settles the connection once: to the idle pool when reuse holds and
-// the exchange left nothing unread, closed otherwise. Later calls do nothing.
+// end settles the connection once: to the idle pool when reuse holds, the
+// connection can be checked when taken again and the exchange left nothing
+// unread; closed otherwise. Later calls do nothing.
 func (x *exchange) end(state uint32, reuse bool) {
 	if !x.state.CompareAndSwap(stateLive, state) {
 		return
@@ -246,8 +276,14 @@ func (x *exchange) end(state uint32, reuse bool) {
 		// deadline on the connection.
 		reuse = false
 	}
+	if reuse && x.c.prober == nil {
+		reuse = false // nothing could tell whether bytes arrive while it is idle
+	}
 	if reuse && x.br.Buffered() != 0 {
-		reuse = false // bytes after the response: the stream cannot be trusted
+		// Bytes beyond what the response's framing accounts for: they
+		// answer no request, and what follows them cannot be trusted.
+		reuse = false
+		x.t.unsolicited.Add(1)
 	}
 	if reuse {
 		x.releaseReader()

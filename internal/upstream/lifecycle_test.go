@@ -75,47 +75,6 @@ func TestStaleConnectionRetry(t *testing.T) {
 	}
 }
 
-// TestIdleClosedByServer has the server close each connection after one
-// response: a replayable request finds out on the stale connection and is
-// retried, one that is not checks the connection first and dials.
-func TestIdleClosedByServer(t *testing.T) {
-	cases := []struct {
-		method  string
-		retries uint64
-	}{
-		{http.MethodGet, 1},
-		{http.MethodPost, 0},
-	}
-	for _, tc := range cases {
-		t.Run(tc.method, func(t *testing.T) {
-			closed := make(chan struct{}, 4)
-			srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
-				serveFixed("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 1)(c, br)
-				c.Close()
-				closed <- struct{}{}
-			})
-			tr := newTransport(t, Config{})
-			resp, err := get(t, tr, srv.url())
-			if err != nil {
-				t.Fatal(err)
-			}
-			readAll(t, resp)
-			waitChan(t, closed)
-			if tr.Stats().Idle != 1 {
-				t.Fatal("the first connection was not pooled")
-			}
-			resp, err = doReq(t, tr, tc.method, srv.url(), nil)
-			if err != nil {
-				t.Fatalf("%s after the server closed the idle connection: %v", tc.method, err)
-			}
-			readAll(t, resp)
-			if s := tr.Stats(); s.Retries != tc.retries || s.Dials != 2 {
-				t.Fatalf("stats %+v, want %d retries and 2 dials", s, tc.retries)
-			}
-		})
-	}
-}
-
 // hangingServer reads one request per connection, sends prefix and then
 // waits for the client to close the connection, reporting it on closed.
 func hangingServer(t *testing.T, prefix string) (srv *rawServer, closed chan struct{}) {

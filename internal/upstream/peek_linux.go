@@ -1,29 +1,21 @@
-//go:build linux
-
 package upstream
 
-import "syscall"
+import (
+	"syscall"
+	"unsafe"
 
-// peerGone reports whether the idle connection c cannot carry a request:
-// the upstream closed or reset it, or sent bytes nobody asked for. It costs
-// one non-blocking peek; a connection that is not a socket is presumed fine.
-func (c *conn) peerGone() bool {
-	sc, ok := c.nc.(syscall.Conn)
-	if !ok {
-		return false
+	"golang.org/x/sys/unix"
+)
+
+// peekFD peeks at most len(p.buf) bytes of fd without blocking or
+// consuming them. It calls recvfrom directly, without a source address:
+// unix.Recvfrom would allocate one on every call. The call cannot block,
+// so it need not tell the scheduler.
+func (p *socketProber) peekFD(fd uintptr) {
+	n, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&p.buf[0])), uintptr(len(p.buf)),
+		unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+	p.n, p.err = int(n), nil
+	if errno != 0 {
+		p.n, p.err = 0, syscall.Errno(errno)
 	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	gone := false
-	var b [1]byte
-	err = raw.Read(func(fd uintptr) bool {
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		// EAGAIN: nothing to read, the connection is as it should be.
-		// n == 0 without error: EOF. n > 0: stray bytes. Else: reset.
-		gone = (err != syscall.EAGAIN && err != syscall.EWOULDBLOCK) || n > 0
-		return true
-	})
-	return gone || err != nil
 }

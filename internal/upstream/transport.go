@@ -1,8 +1,11 @@
 // Package upstream is the daemon's HTTP/1.1 client to its upstreams. Its
 // [Transport] does a plain-http, bodyless exchange entirely on the caller's
 // goroutine: no read or write loop goroutines and no channel hand-offs, so a
-// proxied GET costs the scheduler nothing beyond the caller itself. Every
-// other request goes to a fallback [http.RoundTripper].
+// proxied GET costs the scheduler nothing beyond the caller itself. With no
+// read loop to watch idle connections, each request checks the one it takes
+// with a non-blocking peek, so that nothing the upstream sent while the
+// connection was idle is ever read as an answer. Every other request goes to
+// a fallback [http.RoundTripper].
 package upstream
 
 import (
@@ -23,8 +26,10 @@ type Config struct {
 	// default Fallback. It is called on the goroutine of the request that
 	// needs a connection, with the request's context (bounded by the head
 	// timeout of [Transport.WithHeadTimeout], if any); an error fails that
-	// request. Nil means a [net.Dialer] with DialTimeout and 30 s TCP
-	// keep-alive probes.
+	// request. A connection it returns that is not a socket (does not
+	// implement syscall.Conn) cannot be checked while idle, so it serves
+	// one exchange and is closed. Nil means a [net.Dialer] with DialTimeout
+	// and 30 s TCP keep-alive probes.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	// DialTimeout bounds a dial of the default dialer. Zero means 10 s;
@@ -42,9 +47,11 @@ type Config struct {
 	// connection is closed when a request meets it or by a sweep that runs
 	// every IdleConnTimeout/2 while connections are idle (one timer per
 	// Transport, no goroutine per connection). Zero means 90 s; negative
-	// means idle connections never expire. Keep it below the upstreams' own
-	// keep-alive timeout: a connection the upstream closed while idle is
-	// only found out by the next request on it (see [Transport]).
+	// means idle connections never expire. Nothing watches an idle
+	// connection: one the upstream closed is found by the check of the
+	// request that takes it (see [Transport]); keeping this below the
+	// upstreams' own keep-alive timeout spares that check and the close
+	// racing a request.
 	IdleConnTimeout time.Duration
 
 	// MaxResponseHeaderBytes bounds the bytes read before the final response
@@ -132,29 +139,55 @@ func (c Config) validate() error {
 //
 // The connection returns to the idle pool when the response body reaches
 // EOF, or at once for a response without body (HEAD, 204, 304, length 0),
-// provided both sides speak HTTP/1.1 and neither asked to close. Closing the
-// body before EOF closes the connection without draining it. If the
-// request's context ends while the request is written, the head awaited or
-// the body read, the blocked I/O ends at once, the connection is closed and
-// the error wraps [context.Cause] of the context.
+// provided both sides speak HTTP/1.1, neither asked to close, and no byte
+// beyond the response's framing was read (bytes after it, such as a body
+// on a 204, close the connection). Closing the body before EOF closes the
+// connection without draining it. If the request's context ends while the
+// request is written, the head awaited or the body read, the blocked I/O
+// ends at once, the connection is closed and the error wraps
+// [context.Cause] of the context.
 //
-// When a reused connection fails before any byte of the response arrived
-// (the server closed it while idle), a replayable request (GET, HEAD,
-// OPTIONS, TRACE, or one with an Idempotency-Key or X-Idempotency-Key
-// header) is sent once more on a new connection. A request that is not
-// replayable is never sent twice; to make that failure unlikely it first
-// checks, with one non-blocking peek (on Linux), that the idle connection
-// it takes is still open, closing it and taking the next or dialing if
-// not. Dial errors keep their cause, so
-// errors.Is(err, syscall.ECONNREFUSED) holds for a refused dial.
+// An idle connection carries a request only if nothing arrived on it while
+// it was idle. Every request, whatever its method, first checks the idle
+// connection it takes with one non-blocking peek (MSG_PEEK): one the
+// upstream closed or reset, or timed out with a 408 (as net/http, a
+// server's idle timeout), is dropped and counted in [Stats].IdleClosed;
+// one on which any other byte arrived is dropped and counted in
+// [Stats].Unsolicited; the request then takes the next idle connection or
+// dials. A connection that cannot be checked (DialContext returned
+// something other than a socket) is never kept idle.
+//
+// One window stays open, as in every HTTP/1.1 client, net/http's
+// included: bytes the upstream writes after the check and before its real
+// answer are read as the answer to the request just sent, since nothing in
+// HTTP/1.1 ties a response to its request. The real answer that follows is
+// then a surplus: the connection is closed as soon as the surplus shows,
+// beside a response in the buffer when an exchange ends, or on the socket
+// when a request takes the connection. Only an upstream that keeps writing
+// each answer after the next request has left keeps the connection one
+// answer behind until then.
+//
+// A request is sent again, once, on a new connection, only when a reused
+// connection shows that the upstream did not receive it, as net/http
+// decides: nothing of the request could be written (any method, the
+// request having no body); or the connection was closed or reset before
+// any response byte, or the first response head was 408 Request Timeout,
+// and the request is replayable (GET, HEAD, OPTIONS, TRACE, or one with an
+// Idempotency-Key or X-Idempotency-Key header). Any other request is never
+// sent twice. Dial errors keep their cause, so
+// errors.Is(err, syscall.ECONNREFUSED) holds for a refused dial. On systems
+// without a non-blocking peek (other than Linux, macOS and the BSDs) every
+// request goes to the Fallback.
 //
 // Every other request goes to [Config.Fallback] unchanged. A Transport is
 // safe for concurrent use; make it with [New].
 type Transport struct {
-	cfg     Config
-	idle    *idlePool
-	dials   atomic.Uint64
-	retries atomic.Uint64
+	cfg         Config
+	idle        *idlePool
+	dials       atomic.Uint64
+	retries     atomic.Uint64
+	idleClosed  atomic.Uint64
+	unsolicited atomic.Uint64
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -175,7 +208,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func (t *Transport) roundTrip(req *http.Request, headTimeout time.Duration) (*http.Response, error) {
-	if !isFastPath(req) {
+	if !canProbeSockets || !isFastPath(req) {
 		return t.roundTripFallback(req, headTimeout)
 	}
 	return t.roundTripFast(req, headTimeout)
@@ -222,16 +255,27 @@ func (t *Transport) CloseIdleConnections() {
 
 // Stats counts the fast path's connections, for tests and diagnostics.
 type Stats struct {
-	Dials          uint64 // connections opened so far
-	Retries        uint64 // requests sent again after a reused connection failed
-	Idle           int    // idle connections now
-	MaxIdlePerHost int    // idle connections now of the busiest host:port
+	Dials   uint64 // connections opened so far
+	Retries uint64 // requests sent again after a reused connection failed or answered 408
+	// IdleClosed counts idle connections found closed, reset or timed out
+	// (408) by the upstream when a request took them, and dropped.
+	IdleClosed uint64
+	// Unsolicited counts connections closed because bytes arrived on them
+	// that no request asked for: while idle (other than a 408), or after a
+	// response, beyond what its framing accounts for.
+	Unsolicited    uint64
+	Idle           int // idle connections now
+	MaxIdlePerHost int // idle connections now of the busiest host:port
 }
 
 // Stats returns the fast path's counts; the Fallback's are not included.
 func (t *Transport) Stats() Stats {
 	idle, maxHost := t.idle.idle()
-	return Stats{Dials: t.dials.Load(), Retries: t.retries.Load(), Idle: idle, MaxIdlePerHost: maxHost}
+	return Stats{
+		Dials: t.dials.Load(), Retries: t.retries.Load(),
+		IdleClosed: t.idleClosed.Load(), Unsolicited: t.unsolicited.Load(),
+		Idle: idle, MaxIdlePerHost: maxHost,
+	}
 }
 
 // roundTripFallback sends req to the Fallback, bounding the wait for its

@@ -1,0 +1,76 @@
+package proxy_test
+
+import (
+	"log/slog"
+	"os"
+	"testing"
+
+	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/proxy"
+)
+
+// configDir is where the fuzzed configurations live, so that their relative
+// file names (certificates, keys, passwords) resolve to the test files of
+// package config.
+const configDir = "../config/testdata/"
+
+// FuzzStartAcceptsValidConfigs checks that `portcullis check` and `run`
+// agree: every configuration Validate accepts must start (with its
+// addresses moved to free loopback ports), since an operator who ran check
+// was promised it would. A configuration whose start fails is a gap in
+// Validate.
+//
+// ci:fuzztime 30000x (a valid input starts and stops a daemon)
+func FuzzStartAcceptsValidConfigs(f *testing.F) {
+	for _, name := range []string{"full.yaml", "minimal.yaml"} {
+		data, err := os.ReadFile(configDir + name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	for _, s := range []string{
+		"listeners:\n  - protocol: http\n    listen: :80\n    max_conns_per_client: 2147483646\n    routes: [{upstreams: [http://a], limit: {permits: 2147483646, queue: {size: 2147483646}}}]\n",
+		"listeners:\n  - protocol: tcp\n    listen: :5432\n    upstream: db:5432\n    max_conns: 2147483646\n    enforce_above: 2147483645\n",
+		"listeners:\n  - protocol: http\n    listen: :80\n    prefix_levels: [{ipv4_prefix: 1, max: 2147483646}]\n    conn_overrides: [{cidr: 0.0.0.0/0, max: 2147483646}]\n    routes: [{upstreams: [http://a]}]\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := config.Parse(configDir+"fuzz.yaml", data)
+		if err != nil {
+			return // refused by check too
+		}
+		for i := range cfg.Listeners {
+			cfg.Listeners[i].Listen = "127.0.0.1:0"
+		}
+		if cfg.Admin.Listen != "" {
+			cfg.Admin.Listen = "127.0.0.1:0"
+		}
+		srv, err := proxy.Start(cfg, proxy.Options{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatalf("Validate accepted the configuration but Start refused it: %v\n%s", err, data)
+		}
+		_ = srv.Close()
+	})
+}
+
+// TestCheckedConfigsStart runs the reference configurations of package
+// config through Start as the fuzz target does, also when fuzzing is off.
+func TestCheckedConfigsStart(t *testing.T) {
+	for _, name := range []string{"full.yaml", "minimal.yaml"} {
+		cfg, err := config.Load(configDir + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range cfg.Listeners {
+			cfg.Listeners[i].Listen = "127.0.0.1:0"
+		}
+		cfg.Admin.Listen = "127.0.0.1:0"
+		srv, err := proxy.Start(cfg, proxy.Options{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		_ = srv.Close()
+	}
+}
