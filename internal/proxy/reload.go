@@ -72,7 +72,7 @@ func (s *Server) Reload(cfg *config.Config) error {
 	s.commit(p)
 	prevAuth, prevAdmin := s.adminAuth.Swap(auth), s.AdminAddr()
 	if err := s.reloadAdmin(eff); err != nil {
-		s.log.Error("admin listener not moved", "err", err)
+		s.log.Error("admin listener not moved", "error", err)
 	}
 	s.logAdminChange(prevAuth, prevAdmin, false)
 	if s.level != nil {
@@ -269,7 +269,7 @@ func (s *Server) restoreH3(rs []rebind, p *reloadPlan) {
 		f, err := bindFront(lc, s.log, s.cluster)
 		if err != nil {
 			s.markDown(r.old.cfg.Name, err)
-			s.log.Error("listener down: a failed reload could not bind it again", "listener", r.old.cfg.Name, "err", err)
+			s.log.Error("listener down: a failed reload could not bind it again", "listener", r.old.cfg.Name, "error", err)
 			continue
 		}
 		if err := s.serve(f, s.cfg); err != nil {
@@ -316,7 +316,7 @@ func (s *Server) commit(p *reloadPlan) {
 			if err := s.serve(f, p.cfg); err != nil {
 				// Unreachable: certificates were read when the front was
 				// bound, and serve fails for nothing else.
-				s.log.Error("listener failed to start", "listener", f.cfg.Name, "err", err)
+				s.log.Error("listener failed to start", "listener", f.cfg.Name, "error", err)
 			}
 		}
 	}
