@@ -326,7 +326,7 @@ func (a *Authenticator) Reload() error {
 	}
 	if err != nil {
 		a.stats.reloadErrors.Add(1)
-		a.log.Error("htpasswd reload failed; keeping the users loaded before", "file", a.file, "users", old.users.Len(), "err", err)
+		a.log.Error("htpasswd reload failed; keeping the users loaded before", "file", a.file, "users", old.users.Len(), "error", err)
 		return fmt.Errorf("proxyauth: reload %s (keeping the %d users loaded before): %w", a.file, old.users.Len(), err)
 	}
 	a.set.Store(set)
