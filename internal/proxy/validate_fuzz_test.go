@@ -33,6 +33,9 @@ func FuzzStartAcceptsValidConfigs(f *testing.F) {
 		"listeners:\n  - protocol: http\n    listen: :80\n    max_conns_per_client: 2147483646\n    routes: [{upstreams: [http://a], limit: {permits: 2147483646, queue: {size: 2147483646}}}]\n",
 		"listeners:\n  - protocol: tcp\n    listen: :5432\n    upstream: db:5432\n    max_conns: 2147483646\n    enforce_above: 2147483645\n",
 		"listeners:\n  - protocol: http\n    listen: :80\n    prefix_levels: [{ipv4_prefix: 1, max: 2147483646}]\n    conn_overrides: [{cidr: 0.0.0.0/0, max: 2147483646}]\n    routes: [{upstreams: [http://a]}]\n",
+		"listeners:\n  - protocol: http3\n    listen: :443\n    tls: {cert_file: files/server.crt, key_file: files/server.key}\n    quic: {retry: always, max_in_progress: 1, handshake_timeout: 1m}\n    routes: [{upstreams: [http://a]}]\n",
+		"listeners:\n  - protocol: http3\n    listen: :443\n    tls: {cert_file: files/server.crt, key_file: files/server.key}\n    quic: {retry_threshold_min: 2147483646, retry_threshold_max: 1, max_in_progress: 3}\n    routes: [{upstreams: [http://a]}]\n",
+		"admin: {listen: :9901, token_file: files/admin.token}\nlisteners:\n  - protocol: tcp\n    listen: :5432\n    upstream: db:5432\n    tcp_idle_timeout: 2562047h\n",
 	} {
 		f.Add([]byte(s))
 	}
