@@ -120,29 +120,27 @@ func (p *tcpProxy) handle(ctx context.Context, client net.Conn) {
 // An idleWatch closes both ends of a proxied connection once no byte has
 // moved in either direction for its timeout, so that the connection's
 // slot comes back: a copy blocked on a silent peer never ends by itself,
-// not even after the other direction reached EOF. On Linux it reads how
-// long the client socket has carried no data from the kernel (TCP_INFO):
-// every byte of the connection crosses that socket, one way or the other,
-// and the copies stay zero-copy (splice). Where the kernel does not tell,
-// the copies go through writers that note the time of each write.
+// not even after the other direction reached EOF. The copies write through
+// activityWriters, which note the time of each write; a write that makes
+// no progress (a peer that stopped reading) is no activity either.
+//
+// The copies then go through a buffer rather than splice(2), which
+// io.Copy would use between two TCP sockets. That cost nothing measurable:
+// BenchmarkTCPProxy moved 1 MiB in a median 0.92 ms this way and 1.17 ms
+// with splice and the idle time read from the kernel (TCP_INFO) instead,
+// six interleaved runs each on the shared 2-core machine (benchstat: no
+// significant difference, p=0.39), so the simpler way stays.
 type idleWatch struct {
 	client, up net.Conn
 	timeout    time.Duration
-	kernel     bool         // the idle time comes from the client socket's TCP_INFO
-	last       atomic.Int64 // Unix nanoseconds of the last write, when !kernel
+	last       atomic.Int64 // Unix nanoseconds of the last write that moved bytes
 	mu         sync.Mutex
 	timer      *time.Timer // nil once stopped
 	cut        bool        // the watch closed the connection
 }
 
-// forceUserspaceIdle makes idle watches count bytes themselves even where
-// the kernel could tell, so that tests cover that path on Linux too.
-var forceUserspaceIdle atomic.Bool
-
 func newIdleWatch(client, up net.Conn, timeout time.Duration) *idleWatch {
 	w := &idleWatch{client: client, up: up, timeout: timeout}
-	_, w.kernel = socketIdle(client)
-	w.kernel = w.kernel && !forceUserspaceIdle.Load()
 	w.last.Store(time.Now().UnixNano())
 	w.mu.Lock()
 	w.timer = time.AfterFunc(timeout, w.check)
@@ -150,25 +148,8 @@ func newIdleWatch(client, up net.Conn, timeout time.Duration) *idleWatch {
 	return w
 }
 
-// writer returns dst as the copy toward it should write to it: dst itself
-// when the kernel tells the idle time, else a writer noting each write.
-func (w *idleWatch) writer(dst net.Conn) io.Writer {
-	if w.kernel {
-		return dst
-	}
-	return activityWriter{dst, &w.last}
-}
-
-// idleFor returns how long the connection has moved no byte.
-func (w *idleWatch) idleFor() time.Duration {
-	if w.kernel {
-		if d, ok := socketIdle(w.client); ok {
-			return d
-		}
-		return w.timeout // the socket is gone: nothing more will move
-	}
-	return time.Since(time.Unix(0, w.last.Load()))
-}
+// writer returns dst as the copy toward it writes to it.
+func (w *idleWatch) writer(dst net.Conn) io.Writer { return activityWriter{dst, &w.last} }
 
 // check runs on the watch's timer: it closes both ends when the connection
 // has been idle for the timeout, and otherwise looks again when it would
@@ -179,7 +160,7 @@ func (w *idleWatch) check() {
 	if w.timer == nil {
 		return
 	}
-	idle := w.idleFor()
+	idle := time.Since(time.Unix(0, w.last.Load()))
 	if idle < w.timeout {
 		w.timer.Reset(w.timeout - idle)
 		return
