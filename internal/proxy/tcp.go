@@ -121,8 +121,11 @@ func (p *tcpProxy) handle(ctx context.Context, client net.Conn) {
 // moved in either direction for its timeout, so that the connection's
 // slot comes back: a copy blocked on a silent peer never ends by itself,
 // not even after the other direction reached EOF. The copies write through
-// activityWriters, which note the time of each write; a write that makes
-// no progress (a peer that stopped reading) is no activity either.
+// activityWriters, which note the time of each write once it completed; a
+// write that makes no progress (a peer that stopped reading) is no
+// activity, and neither is one that takes longer than the timeout to
+// place io.Copy's 32 KiB buffer (a peer reading under about 32 KiB per
+// timeout, some 100 bytes a second at the default of 5 minutes).
 //
 // The copies then go through a buffer rather than splice(2), which
 // io.Copy would use between two TCP sockets. That cost nothing measurable:
