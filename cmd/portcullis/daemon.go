@@ -15,10 +15,11 @@ import (
 
 const runSynopsis = `run --config FILE [--max-concurrent-per-client N]
        portcullis run --listen ADDR --upstream URL [--max-conns-per-client N] [--syn-filter]
-                      [--max-concurrent-per-client N] [--trusted-proxy CIDR ...] [--admin ADDR]
+                      [--max-concurrent-per-client N] [--trusted-proxy CIDR ...]
+                      [--admin ADDR [--admin-token-file FILE]]
        portcullis run --forward --listen ADDR [--max-concurrent-per-client N] [--htpasswd FILE]
                       [--forward-allow CIDR ...] [--max-conns-per-client N] [--trusted-proxy CIDR ...]
-                      [--admin ADDR]
+                      [--admin ADDR [--admin-token-file FILE]]
 
 Serves until SIGTERM or SIGINT (then drains in-flight exchanges up to the
 shutdown timeout and exits 0). SIGHUP reloads --config FILE; an invalid file is
@@ -39,6 +40,7 @@ type runFlags struct {
 	forward       bool
 	htpasswd      string
 	forwardAllow  stringList
+	adminToken    string
 }
 
 func (e env) runCmd(args []string) int {
@@ -55,11 +57,12 @@ func (e env) runCmd(args []string) int {
 	fs.BoolVar(&f.forward, "forward", false, "serve a forward proxy on --listen (clients send absolute-form requests and CONNECT), instead of a reverse proxy to --upstream")
 	fs.StringVar(&f.htpasswd, "htpasswd", "", "with --forward: require proxy authentication (407) against this htpasswd `file` of bcrypt hashes, read again on SIGHUP")
 	fs.Var(&f.forwardAllow, "forward-allow", "with --forward: let this private or loopback `CIDR` through the destination policy; repeatable")
+	fs.StringVar(&f.adminToken, "admin-token-file", "", "require the bearer token in this `file` for every admin endpoint but /healthz and /readyz")
 	if code := e.parseFlags(fs, args); code >= 0 {
 		return code
 	}
 	if f.file != "" {
-		if f.listen != "" || len(f.upstreams) > 0 || f.maxConns != 0 || f.synFilter || len(f.trusted) > 0 || f.admin != "" ||
+		if f.listen != "" || len(f.upstreams) > 0 || f.maxConns != 0 || f.synFilter || len(f.trusted) > 0 || f.admin != "" || f.adminToken != "" ||
 			f.forward || f.htpasswd != "" || len(f.forwardAllow) > 0 {
 			fmt.Fprintln(e.stderr, "portcullis run: --config excludes every flag but --max-concurrent-per-client")
 			return exitUsage
@@ -147,7 +150,7 @@ func (f *runFlags) config() (*config.Config, error) {
 	if f.maxConcurrent > 0 {
 		ln.ClientLimit = &config.Limit{Key: config.KeyClientIP, Permits: f.maxConcurrent}
 	}
-	cfg := &config.Config{Admin: config.Admin{Listen: f.admin}, Listeners: []config.Listener{ln}}
+	cfg := &config.Config{Admin: config.Admin{Listen: f.admin, TokenFile: f.adminToken}, Listeners: []config.Listener{ln}}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -262,7 +265,7 @@ func (e env) serveWith(cfg *config.Config, notes []string, reload func() (*confi
 			err = srv.Reload(next)
 		}
 		if err != nil {
-			log.Error("reload refused; the running configuration stays", "err", err)
+			log.Error("reload refused; the running configuration stays", "error", err)
 			continue
 		}
 		for _, n := range notes {

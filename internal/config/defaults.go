@@ -24,13 +24,18 @@ const (
 	DefaultMaxHeaderBytes       = 1 << 20
 	DefaultSendTimeout          = 60 * time.Second
 	DefaultMaxConcurrentStreams = 100
+	DefaultTCPIdleTimeout       = 5 * time.Minute
 	DefaultPermits              = 64
 	DefaultStatus               = 429
 	DefaultRetryAfter           = 1 * time.Second
 	DefaultRetryThresholdMin    = 256
 	DefaultRetryThresholdMax    = 4096
 	DefaultMaxInProgress        = 16384
+	DefaultHandshakeTimeout     = 5 * time.Second
 )
+
+// MaxHandshakeTimeout is the longest QUIC.HandshakeTimeout accepted.
+const MaxHandshakeTimeout = time.Minute
 
 // Default returns a Config with every top-level default filled in and no listener. It is
 // not valid until at least one listener is added.
@@ -110,6 +115,9 @@ func (l *Listener) effective(i int) Listener {
 	if l.Protocol.Uses("http1_server") {
 		e.HTTP1Server = orDefault(e.HTTP1Server, HTTP1ServerFast)
 	}
+	if l.Protocol == ProtocolTCP {
+		e.TCPIdleTimeout = orDefault(e.TCPIdleTimeout, DefaultTCPIdleTimeout)
+	}
 	if l.Protocol.Uses("max_concurrent_streams") {
 		e.MaxConcurrentStreams = orDefault(e.MaxConcurrentStreams, DefaultMaxConcurrentStreams)
 	}
@@ -119,9 +127,14 @@ func (l *Listener) effective(i int) Listener {
 	}
 	e.effectiveForward(l)
 	if l.Protocol == ProtocolHTTP3 {
-		e.QUIC.RetryThresholdMin = orDefault(e.QUIC.RetryThresholdMin, DefaultRetryThresholdMin)
-		e.QUIC.RetryThresholdMax = orDefault(e.QUIC.RetryThresholdMax, DefaultRetryThresholdMax)
+		e.QUIC.Retry = orDefault(e.QUIC.Retry, RetryAdaptive)
+		if e.QUIC.Retry == RetryAdaptive {
+			// With RetryAlways the bounds stay zero: they do not apply.
+			e.QUIC.RetryThresholdMin = orDefault(e.QUIC.RetryThresholdMin, DefaultRetryThresholdMin)
+			e.QUIC.RetryThresholdMax = orDefault(e.QUIC.RetryThresholdMax, DefaultRetryThresholdMax)
+		}
 		e.QUIC.MaxInProgress = orDefault(e.QUIC.MaxInProgress, DefaultMaxInProgress)
+		e.QUIC.HandshakeTimeout = orDefault(e.QUIC.HandshakeTimeout, DefaultHandshakeTimeout)
 	}
 	if l.Routes != nil {
 		e.Routes = make([]Route, len(l.Routes))

@@ -150,7 +150,9 @@ cluster: {redis: {addrs: ["r:6379"]}}
 		{"no mode on http3", l1.Mode, config.ListenerMode("")},
 		{"limit", *l0.Routes[0].Limit, config.Limit{Key: config.KeyClientIP, Permits: 64, Status: 429, RetryAfter: time.Second, ReclaimAfter: 10 * time.Minute}},
 		{"shadow limit keeps refusal fields zero", *l0.Routes[0].ShadowLimit, config.Limit{Key: config.KeyClientIP, Permits: 64, ReclaimAfter: 10 * time.Minute}},
-		{"quic", l1.QUIC, config.QUIC{RetryThresholdMin: 256, RetryThresholdMax: 4096, MaxInProgress: 16384}},
+		{"quic", l1.QUIC, config.QUIC{Retry: config.RetryAdaptive, RetryThresholdMin: 256, RetryThresholdMax: 4096, MaxInProgress: 16384, HandshakeTimeout: 5 * time.Second}},
+		{"tcp idle timeout", l2.TCPIdleTimeout, 5 * time.Minute},
+		{"no tcp idle timeout on https", l0.TCPIdleTimeout, time.Duration(0)},
 		{"no quic on https", l0.QUIC, config.QUIC{}},
 		{"no proxy timeout on http3", l1.ProxyProtocolTimeout, time.Duration(0)},
 		{"no HTTP defaults on tcp", [3]any{l2.ReadHeaderTimeout, l2.MaxHeaderBytes, l2.ForwardedHeader}, [3]any{time.Duration(0), 0, config.ForwardedHeader("")}},
@@ -411,5 +413,52 @@ func TestDefaults(t *testing.T) {
 	}
 	if config.ProtocolTCP.Uses("routes") || !config.ProtocolTCP.Uses("upstream") || !config.ProtocolHTTP3.Uses("max_conns") {
 		t.Errorf("Protocol.Uses is wrong")
+	}
+}
+
+// The QUIC settings seed 003 states are expressible and kept as written: a
+// minimum above the maximum, a max_in_progress below the maximum, Retry for
+// every unproven attempt, and the handshake timeout.
+func TestQUICSeedSettings(t *testing.T) {
+	for _, tc := range []struct {
+		name, quic string
+		want       config.QUIC
+	}{
+		{"min above max", "{retry_threshold_min: 300, retry_threshold_max: 200}",
+			config.QUIC{Retry: config.RetryAdaptive, RetryThresholdMin: 300, RetryThresholdMax: 200, MaxInProgress: 16384, HandshakeTimeout: 5 * time.Second}},
+		{"max_in_progress below max", "{retry_threshold_min: 10, retry_threshold_max: 100, max_in_progress: 50}",
+			config.QUIC{Retry: config.RetryAdaptive, RetryThresholdMin: 10, RetryThresholdMax: 100, MaxInProgress: 50, HandshakeTimeout: 5 * time.Second}},
+		{"always retry", "{retry: always}",
+			config.QUIC{Retry: config.RetryAlways, MaxInProgress: 16384, HandshakeTimeout: 5 * time.Second}},
+		{"handshake timeout", "{handshake_timeout: 750ms}",
+			config.QUIC{Retry: config.RetryAdaptive, RetryThresholdMin: 256, RetryThresholdMax: 4096, MaxInProgress: 16384, HandshakeTimeout: 750 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := mustParse(t, `listeners:
+  - protocol: http3
+    listen: :443
+    tls: {cert_file: testdata/files/server.crt, key_file: testdata/files/server.key}
+    quic: `+tc.quic+`
+    routes: [{upstreams: [http://a]}]
+`)
+			e := c.Effective()
+			if got := e.Listeners[0].QUIC; got != tc.want {
+				t.Fatalf("effective quic %+v, want %+v", got, tc.want)
+			}
+			if err := e.Validate(); err != nil {
+				t.Fatalf("the effective config does not validate: %v", err)
+			}
+			out, err := e.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := config.Parse("effective.yaml", out)
+			if err != nil {
+				t.Fatalf("the effective config does not parse back: %v\n%s", err, out)
+			}
+			if got := again.Listeners[0].QUIC; got != tc.want {
+				t.Fatalf("after a round trip %+v, want %+v", got, tc.want)
+			}
+		})
 	}
 }

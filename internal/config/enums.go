@@ -158,3 +158,15 @@ func HeaderKey(name string) LimitKey { return LimitKey(headerKeyPrefix + name) }
 func (k LimitKey) Header() (name string, ok bool) {
 	return strings.CutPrefix(string(k), headerKeyPrefix)
 }
+
+// QUICRetry is how an http3 listener sets its retry threshold (see [QUIC.Retry]).
+type QUICRetry string
+
+// The retry threshold modes.
+const (
+	// RetryAdaptive follows the rate of completed handshakes between the threshold bounds.
+	RetryAdaptive QUICRetry = "adaptive"
+	// RetryAlways sets the threshold to zero: every attempt from an unproven address gets a
+	// Retry.
+	RetryAlways QUICRetry = "always"
+)

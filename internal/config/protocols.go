@@ -27,6 +27,7 @@ var listenerFieldProtocols = map[string][]Protocol{
 	"max_concurrent_streams": {ProtocolHTTPS, ProtocolHTTP3},
 	"client_limit":           {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},
 	"upstream":               {ProtocolTCP},
+	"tcp_idle_timeout":       {ProtocolTCP},
 	"routes_from":            {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},
 	"quic":                   {ProtocolHTTP3},
 	"auth":                   {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},

@@ -52,6 +52,7 @@ func (v *validator) config(c *Config) {
 	if c.Admin.Listen != "" {
 		v.hostPort("admin.listen", c.Admin.Listen, true)
 	}
+	v.adminToken(&c.Admin)
 	v.nonNegativeDuration("shutdown_timeout", c.ShutdownTimeout)
 	if c.Cluster != nil {
 		v.cluster(c.Cluster)

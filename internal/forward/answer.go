@@ -46,7 +46,7 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, err error) {
 			slog.String("target", targetForLog(r)),
 			slog.String("client", r.RemoteAddr),
 			slog.String("reason", err.Error()),
-			slog.Int64("not_logged_since_last", held))
+			slog.Int64("suppressed", held))
 	}
 	writePlain(w, status, body)
 }
@@ -73,8 +73,8 @@ func (p *Proxy) targetFailed(w http.ResponseWriter, r *http.Request, err error) 
 			slog.Int("status", status),
 			slog.String("method", r.Method),
 			slog.String("target", t.String()),
-			slog.String("err", err.Error()),
-			slog.Int64("not_logged_since_last", held))
+			slog.String("error", err.Error()),
+			slog.Int64("suppressed", held))
 	}
 	writePlain(w, status, http.StatusText(status)+": "+t.String()+": "+reason+"\n")
 }

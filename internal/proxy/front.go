@@ -174,8 +174,8 @@ func bindFrontOn(raw net.Listener, lc config.Listener, log *slog.Logger, cl *clu
 			return nil, err
 		}
 	}
-	cc := f.connConfig()
-	cs, err := cl.connStore(lc.Name)
+	cc := f.connConfig(log)
+	cs, err := cl.connStore(&lc)
 	if cs != nil { // a nil *clusterStore must not become a non-nil Store
 		cc.Store, f.store, f.redis = cs, cs, cs.metrics
 	}
@@ -194,7 +194,9 @@ func bindFrontOn(raw net.Listener, lc config.Listener, log *slog.Logger, cl *clu
 	return f, nil
 }
 
-func (f *front) connConfig() connlimit.Config {
+// connConfig is the connlimit configuration of f, logging to log: not f.log,
+// since connlimit names the listener in its lines itself.
+func (f *front) connConfig(log *slog.Logger) connlimit.Config {
 	lc := &f.cfg
 	c := connlimit.Config{
 		PerClient:          lc.MaxConnsPerClient,
@@ -206,7 +208,7 @@ func (f *front) connConfig() connlimit.Config {
 		ProxyHeaderTimeout: lc.ProxyProtocolTimeout,
 		ResetOnRefuse:      lc.ResetOnRefuse,
 		SYNFilter:          lc.SYNFilter,
-		Logger:             f.log,
+		Logger:             log,
 		Name:               lc.Name,
 	}
 	for _, pl := range lc.PrefixLevels {
@@ -267,7 +269,7 @@ func (f *front) serveH3(table *atomic.Pointer[routeTable]) {
 func (f *front) serveHTTP(table *atomic.Pointer[routeTable], base context.Context) {
 	f.table = table
 	f.httpStarted = true
-	f.http.start(f.conns, base, f.served, func(err error) { f.log.Error("listener stopped", "err", err) })
+	f.http.start(f.conns, base, f.served, func(err error) { f.log.Error("listener stopped", "error", err) })
 }
 
 // ServeHTTP serves one request on the route table current when it arrived.
@@ -283,7 +285,7 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serveTCP starts proxying the admitted connections to the listener's
 // upstream.
 func (f *front) serveTCP(base context.Context, accessLog bool) {
-	f.tcp = newTCPProxy(f.cfg.Upstream, f.log, accessLog)
+	f.tcp = newTCPProxy(f.cfg.Upstream, f.cfg.TCPIdleTimeout, f.log, accessLog)
 	go func() {
 		defer close(f.served)
 		f.tcp.serve(base, f.conns)

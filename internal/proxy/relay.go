@@ -271,7 +271,7 @@ func (rl *relay) respond(w http.ResponseWriter, r *http.Request, resp *http.Resp
 	w.WriteHeader(resp.StatusCode)
 	if err := rl.copyBody(w, resp); err != nil {
 		resp.Body.Close()
-		rl.log.Debug("upstream body copy failed", "path", r.URL.Path, "err", err)
+		rl.log.Debug("upstream body copy failed", "path", r.URL.Path, "error", err)
 		// The head is out: all that can be done is to cut the response
 		// short, so that the client sees it is incomplete.
 		panic(http.ErrAbortHandler)
@@ -381,11 +381,11 @@ func (rl *relay) switchProtocols(w http.ResponseWriter, r *http.Request, resp *h
 	resp.Header = dst
 	resp.Body = nil // so that Write writes the head alone
 	if err := resp.Write(brw); err != nil {
-		rl.log.Debug("protocol switch: write the 101", "err", err)
+		rl.log.Debug("protocol switch: write the 101", "error", err)
 		return
 	}
 	if err := brw.Flush(); err != nil {
-		rl.log.Debug("protocol switch: write the 101", "err", err)
+		rl.log.Debug("protocol switch: write the 101", "error", err)
 		return
 	}
 	var fromClient io.Reader = conn

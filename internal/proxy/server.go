@@ -71,6 +71,8 @@ type Server struct {
 
 	downMu sync.Mutex
 	down   map[string]error // listeners that should serve and do not, by name
+
+	adminAuth atomic.Pointer[adminAuth] // the admin token in force; nil: none
 }
 
 // Start validates cfg, binds every listener and the admin listener, and
@@ -105,6 +107,12 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 		s.access = s.log
 	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
+	auth, err := loadAdminAuth(eff.Admin)
+	if err != nil {
+		s.cancelBase()
+		return nil, err
+	}
+	s.adminAuth.Store(auth) // before the admin listener serves
 	cl, err := newCluster(eff.Cluster, s.log)
 	if err != nil {
 		s.cancelBase()
@@ -147,7 +155,8 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	s.cfg = eff
 	s.fronts.Store(&fronts)
-	s.log.Info("portcullis started", "listeners", len(fronts), "admin", s.AdminAddr())
+	s.logAdminChange(nil, nil, true)
+	s.log.Info("portcullis started", "listeners", len(fronts), "admin", addrString(s.AdminAddr()))
 	return s, nil
 }
 

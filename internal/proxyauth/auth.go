@@ -311,7 +311,7 @@ func (s *userSet) compare(user, pass string) bool {
 func (a *Authenticator) Reload() error {
 	commit, err := a.PrepareReload()
 	if err != nil {
-		a.log.Error("htpasswd reload failed; keeping the users loaded before", "file", a.file, "users", a.set.Load().users.Len(), "err", err)
+		a.log.Error("htpasswd reload failed; keeping the users loaded before", "file", a.file, "users", a.set.Load().users.Len(), "error", err)
 		return err
 	}
 	commit()
