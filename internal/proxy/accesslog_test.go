@@ -3,10 +3,14 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"log/slog"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/config"
 )
 
 // recordingWriter records every Write it gets.
@@ -94,4 +98,101 @@ func TestLineBufferBatchesLines(t *testing.T) {
 		}
 		b.Flush()
 	})
+}
+
+// TestAccessLineMatchesSlog is the differential test of the access line
+// encoder: for plain values it must write, byte for byte, what slog's
+// text and JSON handlers (as NewLogger builds them) write for the same
+// record; for values it cannot write plainly it must decline, leaving the
+// line to slog. Times in several zones and at every precision, durations
+// from nanoseconds to hours, and 2000 seeded random field values.
+func TestAccessLineMatchesSlog(t *testing.T) {
+	zones := []*time.Location{time.UTC, time.FixedZone("", 5*3600+1800), time.FixedZone("", -8*3600), time.FixedZone("X", 45*60)}
+	base := time.Date(2026, 12, 2, 9, 46, 19, 0, time.UTC)
+	fields := []accessFields{
+		{"web", "127.0.0.2:41234", "GET", "app.test", "/", "HTTP/1.1", 200, 13, 1234567 * time.Nanosecond},
+		{"web", "[::1]:80", "POST", "app.test:8080", "/api/v1/items", "HTTP/2.0", 502, 0, 850 * time.Microsecond},
+		{"w-1", "192.0.2.1:1", "DELETE", "x", "/a/b/", "HTTP/1.0", 404, 1 << 40, 3*time.Hour + 2*time.Second},
+		{"web", "1.2.3.4:5", "GET", "h", "/p", "HTTP/1.1", 101, 5, 0},
+		{"web", "1.2.3.4:5", "GET", "h", "/p", "HTTP/1.1", 200, 5, 7},
+		// Not plain: slog quotes or escapes these, and the encoder declines.
+		{"web", "1.2.3.4:5", "GET", "h", "/a b", "HTTP/1.1", 200, 5, 1},
+		{"web", "1.2.3.4:5", "GET", "", "/", "HTTP/1.1", 400, 5, 1},
+		{"web", "1.2.3.4:5", "GET", "h", "/é", "HTTP/1.1", 200, 5, 1},
+		{"web", "1.2.3.4:5", "GET", "h", "/a=b", "HTTP/1.1", 200, 5, 1},
+		{"web", "1.2.3.4:5", "GET", "h", `/"q"`, "HTTP/1.1", 200, 5, 1},
+		{"web", "1.2.3.4:5", "GET", "h", "/<script>&", "HTTP/1.1", 200, 5, 1},
+		{"web", "1.2.3.4:5", "GET", "h", `/a\b`, "HTTP/1.1", 200, 5, 1},
+		{"web", "1.2.3.4:5", "GET", "h", "/\x00\x7f", "HTTP/1.1", 200, 5, 1},
+	}
+	rng := rand.New(rand.NewPCG(19, 19))
+	plainChars := []byte("aZ09/.-_~:%!$'()*+,;@[]")
+	allChars := append([]byte("= \"\\<>&\t\xc3\xa9"), plainChars...)
+	for range 2000 {
+		// Mostly plain words, and now and then one slog quotes.
+		alphabet := plainChars
+		if rng.IntN(20) == 0 {
+			alphabet = allChars
+		}
+		word := func() string {
+			b := make([]byte, 1+rng.IntN(8))
+			if rng.IntN(200) == 0 {
+				b = b[:0]
+			}
+			for i := range b {
+				b[i] = alphabet[rng.IntN(len(alphabet))]
+			}
+			return string(b)
+		}
+		fields = append(fields, accessFields{word(), word(), word(), word(), "/" + word(), word(),
+			rng.IntN(600), rng.Int64N(1 << 50), time.Duration(rng.Int64N(int64(10 * time.Hour)))})
+	}
+	plain := 0
+	for i, f := range fields {
+		for _, format := range []config.LogFormat{config.LogText, config.LogJSON} {
+			at := base.Add(time.Duration(rng.Int64N(int64(time.Second)))).In(zones[i%len(zones)])
+			var want bytes.Buffer
+			level := new(slog.LevelVar)
+			a := &accessLogger{log: NewLogger(config.Log{Format: format, Level: config.LevelInfo}, &want, level)}
+			a.writeSlog(at, &f)
+			got, ok := appendAccessLine(nil, format == config.LogJSON, at, &f)
+			if !ok {
+				continue
+			}
+			plain++
+			if string(got) != want.String() {
+				t.Fatalf("%s line for %+v at %v:\ngot  %q\nwant %q", format, f, at, got, want.String())
+			}
+		}
+	}
+	if plain < 2000 {
+		t.Fatalf("only %d lines written by the encoder: the test compares too little", plain)
+	}
+	for i := 5; i < 13; i++ {
+		if _, ok := appendAccessLine(nil, false, base, &fields[i]); ok {
+			t.Errorf("the encoder wrote %+v, which slog quotes", fields[i])
+		}
+	}
+}
+
+// TestAccessLogLevelAndOutput checks the encoder's path as the daemon uses
+// it: lines at INFO go to the batch, and none when the level is above.
+func TestAccessLogLevelAndOutput(t *testing.T) {
+	var out recordingWriter
+	level := new(slog.LevelVar)
+	lb := newLineBuffer(&out)
+	a := &accessLogger{log: NewLogger(config.Log{Format: config.LogText}, lb, level), out: lb, level: level}
+	f := accessFields{"web", "127.0.0.2:1", "GET", "h", "/", "HTTP/1.1", 200, 1, time.Millisecond}
+	a.write(time.Now(), &f)
+	f.path = "/with space"
+	a.write(time.Now(), &f) // through slog
+	level.Set(slog.LevelWarn)
+	a.write(time.Now(), &f)
+	f.path = "/"
+	a.write(time.Now(), &f)
+	lb.Flush()
+	lines := strings.Split(strings.TrimSuffix(strings.Join(out.got(), ""), "\n"), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], " path=/ ") || !strings.Contains(lines[1], ` path="/with space" `) {
+		t.Fatalf("lines %q, want the two lines logged at INFO", lines)
+	}
 }

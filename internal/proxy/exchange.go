@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"errors"
-	"log/slog"
 	"net"
 	"net/http"
 	"sync/atomic"
@@ -13,7 +12,7 @@ import (
 // exchangeOpts are the per-exchange settings of an HTTP listener.
 type exchangeOpts struct {
 	listener string
-	log      *slog.Logger // nil: no access log
+	log      *accessLogger // nil: no access log
 	// send is the write-progress bound: an exchange whose client accepts no
 	// byte of the response for this long ends (nginx's send_timeout).
 	// Zero means none.

@@ -48,9 +48,10 @@ type Options struct {
 type Server struct {
 	log   *slog.Logger
 	level *slog.LevelVar // nil when Options.Logger was given
-	// access is the logger of the access lines: log, or, when the server
-	// built log itself, the same format and level over accessOut.
-	access    *slog.Logger
+	// access writes the access lines: through log, or, when the server
+	// built log itself, in the same format and at the same level into
+	// accessOut.
+	access    *accessLogger
 	accessOut *lineBuffer // nil when Options.Logger was given
 	transport *uptransport.Transport
 	bufs      *bufferPool
@@ -102,9 +103,14 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 		s.level = new(slog.LevelVar)
 		s.log = NewLogger(eff.Log, out, s.level)
 		s.accessOut = newLineBuffer(out)
-		s.access = NewLogger(eff.Log, s.accessOut, s.level)
+		s.access = &accessLogger{
+			log:   NewLogger(eff.Log, s.accessOut, s.level),
+			out:   s.accessOut,
+			level: s.level,
+			json:  eff.Log.Format == config.LogJSON,
+		}
 	} else {
-		s.access = s.log
+		s.access = &accessLogger{log: s.log}
 	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	auth, err := loadAdminAuth(eff.Admin)

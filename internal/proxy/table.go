@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httputil"
 
@@ -65,7 +64,7 @@ type tableBuilder struct {
 	transport *uptransport.Transport
 	bufs      httputil.BufferPool
 	accessLog bool
-	access    *slog.Logger // where access lines go
+	access    *accessLogger // where access lines go
 }
 
 func (b *tableBuilder) build() (*routeTable, error) {
