@@ -231,10 +231,17 @@ func (f *front) serving() bool {
 }
 
 // stopAccepting makes a TCP front accept no more connections, leaving
-// those it has to drain. Its socket stays open if a new front shares it.
+// those it has to drain, and returns once its accept loop has ended: a
+// connection the loop took from the socket as it was closed is then
+// admitted and listed, so that a front adopting f's connections sees it.
+// Its socket stays open if a new front shares it.
 func (f *front) stopAccepting() {
-	if f.conns != nil {
-		_ = f.conns.Close()
+	if f.conns == nil {
+		return
+	}
+	_ = f.conns.Close()
+	if f.serving() {
+		<-f.served
 	}
 }
 
