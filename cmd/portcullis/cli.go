@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -74,7 +73,7 @@ func (e env) main(args []string) int {
 	case "siege":
 		return siege.Main(rest, e.stdout, e.stderr)
 	case "version", "--version", "-version":
-		fmt.Fprintln(e.stdout, "portcullis", version())
+		readBuildDetails().write(e.stdout)
 		return exitOK
 	case "help", "--help", "-help", "-h":
 		fmt.Fprint(e.stdout, usage)
@@ -82,14 +81,6 @@ func (e env) main(args []string) int {
 	}
 	fmt.Fprintf(e.stderr, "portcullis: unknown command %q\n\n%s", cmd, usage)
 	return exitUsage
-}
-
-// version returns the module version the binary was built from, or "devel".
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "devel"
 }
 
 // parseFlags parses args with fs, printing usage to stdout for --help. It
