@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/seed-a07d1050/portcullis/internal/proxy"
+	"github.com/seed-a07d1050/portcullis/internal/sdnotify"
 	"github.com/seed-a07d1050/portcullis/internal/siege"
 )
 
@@ -44,6 +45,11 @@ type env struct {
 	notify func(ch chan<- os.Signal) (stop func())
 	// started, if set, is told of the server once it serves.
 	started func(*proxy.Server)
+	// manager is the service manager to tell of the daemon's state; nil
+	// when none started it (no NOTIFY_SOCKET). managerErr is why a
+	// NOTIFY_SOCKET that is set cannot be used; run logs it.
+	manager    *sdnotify.Notifier
+	managerErr error
 }
 
 func osNotify(ch chan<- os.Signal) func() {
@@ -54,7 +60,8 @@ func osNotify(ch chan<- os.Signal) func() {
 // run runs the command line args (without the program name) and returns
 // the exit code.
 func run(args []string, stdout, stderr io.Writer) int {
-	return env{stdout: stdout, stderr: stderr, notify: osNotify}.main(args)
+	manager, err := sdnotify.FromEnv(os.Getenv)
+	return env{stdout: stdout, stderr: stderr, notify: osNotify, manager: manager, managerErr: err}.main(args)
 }
 
 func (e env) main(args []string) int {

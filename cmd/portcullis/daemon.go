@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
+	"strings"
 	"syscall"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/proxy"
+	"github.com/seed-a07d1050/portcullis/internal/sdnotify"
 )
 
 const runSynopsis = `run --config FILE
@@ -18,7 +21,9 @@ const runSynopsis = `run --config FILE
 
 Serves until SIGTERM or SIGINT (then drains in-flight exchanges up to the
 shutdown timeout and exits 0). SIGHUP reloads --config FILE; an invalid file is
-refused with a logged error and the running configuration stays.`
+refused with a logged error and the running configuration stays. Under
+systemd (NOTIFY_SOCKET set) it reports READY, RELOADING and STOPPING, for a
+Type=notify-reload unit.`
 
 // runFlags are the flags of "portcullis run".
 type runFlags struct {
@@ -121,6 +126,8 @@ func loadConfig(file string) (*config.Config, error) {
 
 // serve starts the daemon from cfg and runs it until SIGTERM or SIGINT.
 // On SIGHUP it asks reload (nil: nothing to reload) for a new configuration.
+// It tells the service manager, if one started it, each step: READY once
+// serving, RELOADING then READY around a SIGHUP, STOPPING at SIGTERM.
 func (e env) serve(cfg *config.Config, reload func() (*config.Config, error)) int {
 	sigs := make(chan os.Signal, 4)
 	stop := e.notify(sigs)
@@ -130,14 +137,20 @@ func (e env) serve(cfg *config.Config, reload func() (*config.Config, error)) in
 		fmt.Fprintf(e.stderr, "portcullis: %v\n", err)
 		return exitFailure
 	}
+	log := srv.Logger()
+	manager := managerNotifier{n: e.manager, log: log}
+	if e.managerErr != nil {
+		log.Warn("not notifying the service manager", "err", e.managerErr)
+	}
+	running := cfg.Effective()
+	manager.ready(servingStatus(running))
 	if e.started != nil {
 		e.started(srv)
 	}
-	log := srv.Logger()
-	running := cfg.Effective()
 	for sig := range sigs {
 		if sig != syscall.SIGHUP {
 			log.Info("signal received: draining", "signal", sig.String(), "timeout", running.ShutdownTimeout)
+			manager.stopping(fmt.Sprintf("draining for up to %v", running.ShutdownTimeout))
 			ctx, cancel := context.WithTimeout(context.Background(), running.ShutdownTimeout)
 			err := srv.Shutdown(ctx)
 			cancel()
@@ -146,8 +159,10 @@ func (e env) serve(cfg *config.Config, reload func() (*config.Config, error)) in
 			}
 			return exitOK
 		}
+		manager.reloading()
 		if reload == nil {
 			log.Warn("SIGHUP ignored: running from flags, there is no file to reload")
+			manager.ready("SIGHUP ignored: running from flags; " + servingStatus(running))
 			continue
 		}
 		next, err := reload()
@@ -156,9 +171,39 @@ func (e env) serve(cfg *config.Config, reload func() (*config.Config, error)) in
 		}
 		if err != nil {
 			log.Error("reload refused; the running configuration stays", "err", err)
+			manager.ready("reload refused, see the log; " + servingStatus(running))
 			continue
 		}
 		running = next.Effective()
+		manager.ready(servingStatus(running))
 	}
 	return exitOK
+}
+
+// servingStatus is the status line the service manager shows for cfg.
+func servingStatus(cfg *config.Config) string {
+	names := make([]string, len(cfg.Listeners))
+	for i, l := range cfg.Listeners {
+		names[i] = fmt.Sprintf("%s (%s %s)", l.Name, l.Protocol, l.Listen)
+	}
+	return fmt.Sprintf("serving %d listener(s): %s", len(names), strings.Join(names, ", "))
+}
+
+// managerNotifier sends the daemon's state to the service manager and logs
+// a notification that fails: the daemon serves on either way.
+type managerNotifier struct {
+	n   *sdnotify.Notifier // nil: no service manager
+	log *slog.Logger
+}
+
+func (m managerNotifier) ready(status string) { m.check("READY", m.n.Ready(status)) }
+func (m managerNotifier) reloading()          { m.check("RELOADING", m.n.Reloading("reloading")) }
+func (m managerNotifier) stopping(status string) {
+	m.check("STOPPING", m.n.Stopping(status))
+}
+
+func (m managerNotifier) check(what string, err error) {
+	if err != nil {
+		m.log.Warn("service manager notification failed", "notification", what, "socket", m.n.Socket(), "err", err)
+	}
 }
