@@ -50,6 +50,9 @@ type env struct {
 	// NOTIFY_SOCKET that is set cannot be used; run logs it.
 	manager    *sdnotify.Notifier
 	managerErr error
+	// explainStart, if set, turns an error starting the server into the
+	// message to print instead of it; "" keeps the error as it is.
+	explainStart func(error) string
 }
 
 func osNotify(ch chan<- os.Signal) func() {

@@ -134,6 +134,12 @@ func (e env) serve(cfg *config.Config, reload func() (*config.Config, error)) in
 	defer stop()
 	srv, err := proxy.Start(cfg, proxy.Options{LogOutput: e.stderr})
 	if err != nil {
+		if e.explainStart != nil {
+			if msg := e.explainStart(err); msg != "" {
+				fmt.Fprintln(e.stderr, msg)
+				return exitFailure
+			}
+		}
 		fmt.Fprintf(e.stderr, "portcullis: %v\n", err)
 		return exitFailure
 	}
