@@ -92,3 +92,49 @@ func TestExampleCertificateIsCurrent(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// Every Portcullis block of docs/migrating.md is a file of
+// examples/migrating/ (which TestExamplesCheck checks), word for word, and
+// every such file is shown there.
+func TestMigratingBlocksAreTheCheckedExamples(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/migrating.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const marker = "<!-- portcullis: "
+	shown := map[string]bool{}
+	rest := string(doc)
+	for {
+		i := strings.Index(rest, marker)
+		if i < 0 {
+			break
+		}
+		rest = rest[i+len(marker):]
+		name, after, ok := strings.Cut(rest, " -->\n```yaml\n")
+		if !ok {
+			t.Fatalf("a %q marker is not followed by a yaml block", marker)
+		}
+		block, _, ok := strings.Cut(after, "```\n")
+		if !ok {
+			t.Fatalf("the yaml block of %s does not end", name)
+		}
+		file, err := os.ReadFile(filepath.Join("../..", name))
+		if err != nil {
+			t.Errorf("docs/migrating.md shows %s: %v", name, err)
+			continue
+		}
+		if block != string(file) {
+			t.Errorf("docs/migrating.md's block for %s differs from the file", name)
+		}
+		shown[filepath.Base(name)] = true
+	}
+	files, err := filepath.Glob(filepath.Join(examplesDir, "migrating", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples/migrating/*.yaml: %v", err)
+	}
+	for _, f := range files {
+		if !shown[filepath.Base(f)] {
+			t.Errorf("%s is not shown in docs/migrating.md", f)
+		}
+	}
+}
