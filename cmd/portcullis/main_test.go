@@ -54,6 +54,17 @@ func TestUsageAndExitCodes(t *testing.T) {
 		{"run not an address", []string{"run", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--trusted-proxy", "proxy"}, exitUsage, "", `"proxy" is not an IP address or CIDR`},
 		{"run negative concurrency", []string{"run", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--max-concurrent-per-client", "-2"}, exitUsage, "", "--max-concurrent-per-client must be 0"},
 		{"run missing file", []string{"run", "--config", "/nonexistent/p.yaml"}, exitUsage, "", "no such file"},
+		{"run forward without listen", []string{"run", "--forward"}, exitUsage, "", "--forward needs --listen"},
+		{"run forward with upstream", []string{"run", "--forward", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1"}, exitUsage, "", "--forward excludes --upstream"},
+		{"run htpasswd without forward", []string{"run", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--htpasswd", "u"}, exitUsage, "", "--htpasswd and --forward-allow need --forward"},
+		{"run forward-allow not a CIDR", []string{"run", "--forward", "--listen", "127.0.0.1:0", "--forward-allow", "lan"}, exitUsage, "", `--forward-allow "lan" is not an IP address or CIDR`},
+		{"run forward-allow host bits", []string{"run", "--forward", "--listen", "127.0.0.1:0", "--forward-allow", "10.1.2.3/8"}, exitUsage, "", "--forward-allow 10.1.2.3/8 has host bits set"},
+		{"run forward missing htpasswd", []string{"run", "--forward", "--listen", "127.0.0.1:0", "--htpasswd", "/nonexistent/users"}, exitUsage, "", "auth.htpasswd: cannot read"},
+		{"run config and forward", []string{"run", "--config", "x.yaml", "--forward"}, exitUsage, "", "--config excludes every flag but --max-concurrent-per-client"},
+		{"run config and negative concurrency", []string{"run", "--config", "x.yaml", "--max-concurrent-per-client", "-1"}, exitUsage, "", "--max-concurrent-per-client must be 0"},
+		{"run config and admin token", []string{"run", "--config", "x.yaml", "--admin-token-file", "t"}, exitUsage, "", "--config excludes"},
+		{"run admin token without admin", []string{"run", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--admin-token-file", "/nonexistent/t"}, exitUsage, "", "admin.token_file: set but admin.listen is empty"},
+		{"run admin token unreadable", []string{"run", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--admin", "127.0.0.1:0", "--admin-token-file", "/nonexistent/t"}, exitUsage, "", "admin.token_file: cannot read"},
 		{"check without file", []string{"check"}, exitUsage, "", "--config is required"},
 		{"demo attack too long", []string{"demo", "--attack", "--duration", "1m"}, exitUsage, "", "within a minute"},
 	}
@@ -218,6 +229,55 @@ func TestRunFromFlagsServesAndStopsOnSIGTERM(t *testing.T) {
 	}
 	if st := <-slow; st != http.StatusOK {
 		t.Fatalf("request in flight at SIGTERM: %d, want 200", st)
+	}
+}
+
+// --admin-token-file puts the admin endpoints but the health checks behind
+// the token in the file.
+func TestRunFromFlagsWithAdminToken(t *testing.T) {
+	b, err := backend.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	const token = "0123456789abcdef0123456789abcdef"
+	tokenFile := filepath.Join(t.TempDir(), "admin.token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sig := &signals{}
+	srv, code := startRun(t, []string{"run", "--listen", "127.0.0.1:0", "--upstream", b.URL(),
+		"--admin", "127.0.0.1:0", "--admin-token-file", tokenFile}, sig, io.Discard)
+	admin := "http://" + srv.AdminAddr().String()
+	status := func(path, auth string) int {
+		req, _ := http.NewRequest(http.MethodGet, admin+path, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		path, auth string
+		want       int
+	}{
+		{"/metrics", "", http.StatusUnauthorized},
+		{"/metrics", "Bearer " + token, http.StatusOK},
+		{"/debug/limits", "Bearer wrong-token-0123456789", http.StatusUnauthorized},
+		{"/healthz", "", http.StatusOK},
+		{"/readyz", "", http.StatusOK},
+	} {
+		if got := status(tc.path, tc.auth); got != tc.want {
+			t.Errorf("GET %s with %q: %d, want %d", tc.path, tc.auth, got, tc.want)
+		}
+	}
+	sig.send(syscall.SIGTERM)
+	if c := waitCode(t, code); c != exitOK {
+		t.Fatalf("exit code %d", c)
 	}
 }
 

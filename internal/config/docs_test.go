@@ -57,6 +57,13 @@ func schema(t *testing.T) []schemaField {
 				ft = ft.Elem()
 			}
 			if ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct && ft.Elem() != reflect.TypeFor[netip.Prefix]() {
+				if root, ok := sharedRoots[ft.Elem()]; ok {
+					if !done[ft.Elem()] {
+						done[ft.Elem()] = true
+						walk(ft.Elem(), root)
+					}
+					continue
+				}
 				walk(ft.Elem(), path+"[]")
 				continue
 			}
@@ -155,6 +162,9 @@ func docType(typ reflect.Type) string {
 		return "duration"
 	case reflect.TypeFor[netip.Prefix]():
 		return "string"
+	}
+	if typ.Kind() == reflect.Pointer && typ.Elem().Kind() != reflect.Struct {
+		typ = typ.Elem() // an optional scalar, such as *bool: nil means its default
 	}
 	switch typ.Kind() {
 	case reflect.String:
@@ -313,7 +323,7 @@ var (
 	indexRE    = regexp.MustCompile(`\[\d+\]`)
 	mapKeyRE   = regexp.MustCompile(`\["[^"]*"\]`)
 	errorPathR = regexp.MustCompile(`^[^:]+(?::\d+){0,2}: ([^ ]+): `)
-	limitRootR = regexp.MustCompile(`^.*\.(?:client_limit|limit|shadow_limit)\.`)
+	limitRootR = regexp.MustCompile(`^.*\.(?:client_limit|limit|shadow_limit|limits\[\])\.`)
 )
 
 // TestEveryFieldHasABadCase fails when a field that can hold a wrong value has no case in

@@ -14,9 +14,11 @@ import (
 // reload stores a new table, and a request that already loaded the old one
 // finishes on it, with its limiters and upstreams.
 type routeTable struct {
-	handler http.Handler // the listener's client limit, then the router
+	handler http.Handler // authentication, the listener's client limit, then the router or the forward proxy
 	client  *limiter     // nil without a client limit
 	routes  []*routeState
+	auth    *authState    // nil without authentication
+	forward *forwardState // nil for a reverse listener
 }
 
 // routeState is a route's limiters, kept for snapshots, metrics and reuse.
@@ -42,6 +44,9 @@ func (t *routeTable) limiters() []*limiter {
 			}
 		}
 	}
+	if t.forward != nil {
+		out = append(out, t.forward.limits...)
+	}
 	return out
 }
 
@@ -57,6 +62,9 @@ type tableBuilder struct {
 }
 
 func (b *tableBuilder) build() (*routeTable, error) {
+	if b.lc.IsForward() {
+		return b.buildForward()
+	}
 	t := &routeTable{}
 	var routes []*route
 	for i := range b.lc.Routes {
@@ -86,14 +94,21 @@ func (b *tableBuilder) build() (*routeTable, error) {
 		t.client = l
 		h = l.lim.Wrap(h)
 	}
+	if err := b.authenticate(t, &h); err != nil {
+		t.closeNew(b.old)
+		return nil, err
+	}
 	h = reverseRequests(h)
+	t.handler = exchanges(h, b.exchangeOpts())
+	return t, nil
+}
+
+func (b *tableBuilder) exchangeOpts() exchangeOpts {
 	o := exchangeOpts{listener: b.lc.Name, send: b.lc.SendTimeout, whole: b.lc.WriteTimeout}
 	if b.accessLog {
 		o.log = b.deps.log
 	}
-	h = exchanges(h, o)
-	t.handler = h
-	return t, nil
+	return o
 }
 
 func (b *tableBuilder) route(rc *config.Route) (*routeState, http.Handler, error) {
@@ -142,6 +157,14 @@ func (t *routeTable) find(route string, kind limitKind) *limiter {
 	if kind == kindClient {
 		return t.client
 	}
+	if t.forward != nil {
+		for _, l := range t.forward.limits {
+			if l.kind == kind {
+				return l
+			}
+		}
+		return nil
+	}
 	for _, r := range t.routes {
 		if r.name != route {
 			continue
@@ -164,13 +187,19 @@ func (t *routeTable) owns(l *limiter) bool {
 	return false
 }
 
-// closeNew closes the limiters of a table that failed to build and are not
-// borrowed from old.
+// closeNew closes the limiters, authenticator and forward proxy of a table
+// that failed to build or was discarded and are not borrowed from old.
 func (t *routeTable) closeNew(old *routeTable) {
 	for _, l := range t.limiters() {
 		if !old.owns(l) {
 			l.close()
 		}
+	}
+	if a := t.authenticator(); a != nil && a != old.authenticator() {
+		_ = a.Close()
+	}
+	if p := t.forwardProxy(); p != nil && p != old.forwardProxy() {
+		_ = p.Close()
 	}
 }
 
