@@ -255,13 +255,15 @@ func (e env) serveWith(cfg *config.Config, notes []string, reload func() (*confi
 	if e.managerErr != nil {
 		log.Warn("not notifying the service manager", "error", e.managerErr)
 	}
+	// The notes, then READY, then the test hook: whoever learns that the
+	// daemon started finds both already done.
+	for _, n := range notes {
+		log.Info(n)
+	}
 	running := cfg.Effective()
 	manager.ready(servingStatus(running))
 	if e.started != nil {
 		e.started(srv)
-	}
-	for _, n := range notes {
-		log.Info(n)
 	}
 	for sig := range sigs {
 		if sig != syscall.SIGHUP {
