@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/proxy"
+	"github.com/seed-a07d1050/portcullis/internal/sdnotify"
 )
 
 const runSynopsis = `run --config FILE [--max-concurrent-per-client N]
@@ -25,7 +28,9 @@ Serves until SIGTERM or SIGINT (then drains in-flight exchanges up to the
 shutdown timeout and exits 0). SIGHUP reloads --config FILE; an invalid file is
 refused with a logged error and the running configuration stays. With --config,
 --max-concurrent-per-client N gives every HTTP listener without a client_limit
-of its own (reverse and forward) a limit of N requests at once per client.`
+of its own (reverse and forward) a limit of N requests at once per client.
+Under systemd (NOTIFY_SOCKET set) it reports READY, RELOADING and STOPPING,
+for a Type=notify-reload unit.`
 
 // runFlags are the flags of "portcullis run".
 type runFlags struct {
@@ -215,6 +220,8 @@ func loadConfig(file string) (*config.Config, error) {
 
 // serve starts the daemon from cfg and runs it until SIGTERM or SIGINT.
 // On SIGHUP it asks reload (nil: nothing to reload) for a new configuration.
+// It tells the service manager, if one started it, each step: READY once
+// serving, RELOADING then READY around a SIGHUP, STOPPING at SIGTERM.
 func (e env) serve(cfg *config.Config, reload func() (*config.Config, error)) int {
 	var noted func() (*config.Config, []string, error)
 	if reload != nil {
@@ -234,20 +241,34 @@ func (e env) serveWith(cfg *config.Config, notes []string, reload func() (*confi
 	defer stop()
 	srv, err := proxy.Start(cfg, proxy.Options{LogOutput: e.stderr})
 	if err != nil {
+		if e.explainStart != nil {
+			if msg := e.explainStart(err); msg != "" {
+				fmt.Fprintln(e.stderr, msg)
+				return exitFailure
+			}
+		}
 		fmt.Fprintf(e.stderr, "portcullis: %v\n", err)
 		return exitFailure
 	}
-	if e.started != nil {
-		e.started(srv)
-	}
 	log := srv.Logger()
+	manager := managerNotifier{n: e.manager, log: log}
+	if e.managerErr != nil {
+		log.Warn("not notifying the service manager", "error", e.managerErr)
+	}
+	// The notes, then READY, then the test hook: whoever learns that the
+	// daemon started finds both already done.
 	for _, n := range notes {
 		log.Info(n)
 	}
 	running := cfg.Effective()
+	manager.ready(servingStatus(running))
+	if e.started != nil {
+		e.started(srv)
+	}
 	for sig := range sigs {
 		if sig != syscall.SIGHUP {
 			log.Info("signal received: draining", "signal", sig.String(), "timeout", running.ShutdownTimeout)
+			manager.stopping(fmt.Sprintf("draining for up to %v", running.ShutdownTimeout))
 			ctx, cancel := context.WithTimeout(context.Background(), running.ShutdownTimeout)
 			err := srv.Shutdown(ctx)
 			cancel()
@@ -256,8 +277,10 @@ func (e env) serveWith(cfg *config.Config, notes []string, reload func() (*confi
 			}
 			return exitOK
 		}
+		manager.reloading()
 		if reload == nil {
 			log.Warn("SIGHUP ignored: running from flags without --config or --htpasswd, there is no file to read again")
+			manager.ready("SIGHUP ignored: running from flags; " + servingStatus(running))
 			continue
 		}
 		next, notes, err := reload()
@@ -266,12 +289,42 @@ func (e env) serveWith(cfg *config.Config, notes []string, reload func() (*confi
 		}
 		if err != nil {
 			log.Error("reload refused; the running configuration stays", "error", err)
+			manager.ready("reload refused, see the log; " + servingStatus(running))
 			continue
 		}
 		for _, n := range notes {
 			log.Info(n)
 		}
 		running = next.Effective()
+		manager.ready(servingStatus(running))
 	}
 	return exitOK
+}
+
+// servingStatus is the status line the service manager shows for cfg.
+func servingStatus(cfg *config.Config) string {
+	names := make([]string, len(cfg.Listeners))
+	for i, l := range cfg.Listeners {
+		names[i] = fmt.Sprintf("%s (%s %s)", l.Name, l.Protocol, l.Listen)
+	}
+	return fmt.Sprintf("serving %d listener(s): %s", len(names), strings.Join(names, ", "))
+}
+
+// managerNotifier sends the daemon's state to the service manager and logs
+// a notification that fails: the daemon serves on either way.
+type managerNotifier struct {
+	n   *sdnotify.Notifier // nil: no service manager
+	log *slog.Logger
+}
+
+func (m managerNotifier) ready(status string) { m.check("READY", m.n.Ready(status)) }
+func (m managerNotifier) reloading()          { m.check("RELOADING", m.n.Reloading("reloading")) }
+func (m managerNotifier) stopping(status string) {
+	m.check("STOPPING", m.n.Stopping(status))
+}
+
+func (m managerNotifier) check(what string, err error) {
+	if err != nil {
+		m.log.Warn("service manager notification failed", "notification", what, "socket", m.n.Socket(), "error", err)
+	}
 }
