@@ -29,6 +29,7 @@ Usage:
   portcullis run --listen ADDR --upstream URL [--max-conns-per-client N]
                  [--max-concurrent-per-client N] [--trusted-proxy CIDR ...] [--admin ADDR]
   portcullis check --config FILE
+  portcullis ca create --out DIR [--permit-domain NAME ...]
   portcullis demo [--attack]
   portcullis siege [flags]
   portcullis version
@@ -71,6 +72,8 @@ func (e env) main(args []string) int {
 		return e.checkCmd(rest)
 	case "demo":
 		return e.demoCmd(rest)
+	case "ca":
+		return e.caCmd(rest)
 	case "siege":
 		return siege.Main(rest, e.stdout, e.stderr)
 	case "version", "--version", "-version":

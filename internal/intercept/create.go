@@ -86,22 +86,28 @@ func NewCA(opts CAOptions) (certPEM, keyPEM []byte, err error) {
 		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), nil
 }
 
+// Validate reports the first invalid field of o, as [NewCA] would.
+func (o CAOptions) Validate() error {
+	if o.Validity < 0 {
+		return fmt.Errorf("intercept: CAOptions.Validity must not be negative (got %s)", o.Validity)
+	}
+	if _, err := normaliseDomains(o.PermittedDomains); err != nil {
+		return err
+	}
+	_, err := permittedNetworks(o.PermittedNetworks)
+	return err
+}
+
 func caTemplate(opts CAOptions, now time.Time) (*x509.Certificate, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	validity := opts.Validity
-	switch {
-	case validity == 0:
+	if validity == 0 {
 		validity = DefaultCAValidity
-	case validity < 0:
-		return nil, fmt.Errorf("intercept: CAOptions.Validity must not be negative (got %s)", validity)
 	}
-	domains, err := normaliseDomains(opts.PermittedDomains)
-	if err != nil {
-		return nil, err
-	}
-	networks, err := permittedNetworks(opts.PermittedNetworks)
-	if err != nil {
-		return nil, err
-	}
+	domains, _ := normaliseDomains(opts.PermittedDomains)
+	networks, _ := permittedNetworks(opts.PermittedNetworks)
 	cn := opts.CommonName
 	if cn == "" {
 		host, _ := os.Hostname()

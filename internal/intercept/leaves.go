@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -198,11 +199,14 @@ func leafKey(host string) (string, netip.Addr, error) {
 		a = a.Unmap()
 		return a.String(), a, nil
 	}
+	if strings.ContainsAny(host, ":[]") {
+		return "", netip.Addr{}, fmt.Errorf("intercept: leaf for %q: not a host name (a port or brackets)", truncate(host, 80))
+	}
 	t, err := forward.ParseTarget(host, 443)
 	if err != nil {
 		return "", netip.Addr{}, fmt.Errorf("intercept: leaf for %q: %w", truncate(host, 80), err)
 	}
-	if t.Addr().IsValid() || t.Port() != 443 || t.Host() == "" {
+	if t.Addr().IsValid() {
 		return "", netip.Addr{}, fmt.Errorf("intercept: leaf for %q: not a host name", truncate(host, 80))
 	}
 	return t.Host(), netip.Addr{}, nil
