@@ -142,16 +142,17 @@ func (i *Interceptor) takeHandshake(s *session) *tls.Conn {
 		return nil
 	}
 	_ = s.Conn.SetDeadline(time.Time{})
-	// A resumed session skipped GetCertificate: name the target here.
-	t, err := s.targetFor(tc.ConnectionState().ServerName)
-	if err != nil {
-		// GetCertificate accepted this name; a resumed session carries
-		// the name the client sends now, which must parse as well.
+	// A resumed session skipped GetCertificate: its target is chosen
+	// here, from the name the client sends now, under the same rules.
+	if _, err := i.chooseTarget(context.Background(), s, tc.ConnectionState().ServerName); err != nil {
 		i.stats.handshakeFailures.Add(1)
+		i.log.LogAttrs(context.Background(), slog.LevelDebug, "intercepted handshake failed",
+			slog.String("client", s.client),
+			slog.String("connect", s.connect.String()),
+			slog.String("reason", err.Error()))
 		tc.Close()
 		return nil
 	}
-	s.target = t
 	return tc
 }
 
@@ -217,6 +218,22 @@ func (s *session) targetFor(sni string) (forward.Target, error) {
 	return t, nil
 }
 
+// chooseTarget sets the session's target from the server name the client
+// sent (see targetFor). The CONNECT was intercepted for its authority; a
+// client naming another host in SNI gets that host intercepted only if
+// the rules would have intercepted a CONNECT to it.
+func (i *Interceptor) chooseTarget(ctx context.Context, s *session, sni string) (forward.Target, error) {
+	t, err := s.targetFor(sni)
+	if err != nil {
+		return t, err
+	}
+	if t.Host() != s.connect.Host() && i.decide(ctx, t) != decideIntercept {
+		return forward.Target{}, fmt.Errorf("intercept: the server name %s differs from the CONNECT's %s and is not to be intercepted", t.Host(), s.connect.Host())
+	}
+	s.target = t
+	return t, nil
+}
+
 // getCertificate is the tls.Config hook: the leaf for the name the client
 // asked for.
 func (i *Interceptor) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -224,12 +241,11 @@ func (i *Interceptor) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certifica
 	if !ok {
 		return nil, errors.New("intercept: handshake on a connection that is no session")
 	}
-	t, err := s.targetFor(hello.ServerName)
+	t, err := i.chooseTarget(hello.Context(), s, hello.ServerName)
 	if err != nil {
 		s.badSNI = err.Error()
 		return nil, err
 	}
-	s.target = t
 	cert, err := i.leaves.Get(t.Host())
 	if err != nil {
 		s.badSNI = err.Error()

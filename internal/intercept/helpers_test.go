@@ -366,6 +366,27 @@ func newTarget(t testing.TB) *target {
 		}
 		io.WriteString(w, "slow done\n")
 	})
+	mux.HandleFunc("/upgrade", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" {
+			http.Error(w, "want Upgrade: echo", http.StatusBadRequest)
+			return
+		}
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		brw.Flush()
+		for {
+			line, err := brw.ReadString('\n')
+			if err != nil {
+				return
+			}
+			brw.WriteString(line)
+			brw.Flush()
+		}
+	})
 	mux.HandleFunc("/reset", func(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler) // the target fails mid-exchange
 	})

@@ -1,6 +1,7 @@
 package intercept_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -509,5 +510,81 @@ func TestShutdownIdleSession(t *testing.T) {
 	}
 	if n := s.ic.Sessions(); n != 0 {
 		t.Errorf("%d sessions", n)
+	}
+}
+
+// A client naming another host in SNI than in its CONNECT gets it
+// intercepted only if a CONNECT to that host would have been.
+func TestSNIDifferentFromConnect(t *testing.T) {
+	tg := newTarget(t)
+	s := newStack(t, stackOptions{intercept: intercept.Config{Bypass: intercept.MustParseRules("pinned.test")}})
+	conn, _, _ := rawConnect(t, s, "127.0.0.2", "other.test:"+tg.port, "")
+	tc, err := handshake(t, conn, "localhost", s.ca.pool)
+	if err != nil {
+		t.Fatalf("SNI localhost in a CONNECT to other.test: %v", err)
+	}
+	// The session is for the name in SNI.
+	if resp, body := roundTrip(t, tc, "GET /echo HTTP/1.1\r\nHost: localhost:"+tg.port+"\r\n\r\n"); resp.StatusCode != http.StatusOK {
+		t.Errorf("status %d %q", resp.StatusCode, body)
+	}
+	conn, _, _ = rawConnect(t, s, "127.0.0.2", "other.test:"+tg.port, "")
+	if _, err := handshake(t, conn, "pinned.test", s.ca.pool); err == nil {
+		t.Error("a bypassed host named in SNI was intercepted")
+	}
+	waitFor(t, "the refusal to be counted", func() bool { return s.ic.Stats().HandshakeFailures == 1 })
+}
+
+// An upgraded connection inside a session (a WebSocket, say) holds its
+// permits until it closes, as a tunnel does, and Close cuts it. The
+// target offers HTTP/2, and the upgrade still reaches it over HTTP/1.1.
+func TestUpgradeInsideSession(t *testing.T) {
+	tg := newTarget(t)
+	s := newStack(t, stackOptions{users: []string{"alice", "alice-pw"}, limits: []httplimit.Config{userLimit(2)}})
+	for _, closeBy := range []string{"client", "interceptor"} {
+		t.Run(closeBy, func(t *testing.T) {
+			conn, _, _ := rawConnect(t, s, "127.0.0.2", "localhost:"+tg.port, basic("alice", "alice-pw"))
+			tc, err := handshake(t, conn, "localhost", s.ca.pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.WriteString(tc, "GET /upgrade HTTP/1.1\r\nHost: localhost:"+tg.port+"\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+			br := bufio.NewReader(tc)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+				b, _ := io.ReadAll(resp.Body)
+				t.Fatalf("upgrade: %v %v %s", resp.Status, err, b)
+			}
+			io.WriteString(tc, "ping\n")
+			if line, err := br.ReadString('\n'); err != nil || line != "ping\n" {
+				t.Fatalf("echo %q %v", line, err)
+			}
+			if n := inUse(s); n != 1 {
+				t.Errorf("%d in use with the upgraded connection open, want 1", n)
+			}
+			if n := s.ic.Sessions(); n != 1 {
+				t.Errorf("%d sessions, want the upgraded one", n)
+			}
+			if closeBy == "client" {
+				tc.Close()
+			} else {
+				s.ic.Close()
+				if _, err := br.ReadString('\n'); err == nil {
+					t.Error("the upgraded connection survived Close")
+				}
+			}
+			expectIdle(t, s)
+			waitFor(t, "the session to end", func() bool { return s.ic.Sessions() == 0 })
+		})
+	}
+}
+
+// With DisableHTTP2 the session speaks HTTP/1.1 whatever the client
+// offers.
+func TestDisableHTTP2(t *testing.T) {
+	tg := newTarget(t)
+	s := newStack(t, stackOptions{intercept: intercept.Config{DisableHTTP2: true}})
+	a := mustGet(t, client(t, s, "", "", "127.0.0.2", s.ca.pool), "https://localhost:"+tg.port+"/echo")
+	if a.status != http.StatusOK || a.proto != "HTTP/1.1" {
+		t.Errorf("answer %d over %s, want 200 over HTTP/1.1", a.status, a.proto)
 	}
 }

@@ -82,6 +82,12 @@ type Config struct {
 	// negative means no bound.
 	IdleTimeout time.Duration
 
+	// ReadTimeout and WriteTimeout bound each request inside a session,
+	// as http.Server's: reading it whole, body included, and writing its
+	// answer. Zero means no bound (the daemon gives its listener's);
+	// negative is invalid.
+	ReadTimeout, WriteTimeout time.Duration
+
 	// MaxHeaderBytes bounds the head of each request inside a session, as
 	// http.Server's. Zero means net/http's default (1 MiB); negative is
 	// invalid.
@@ -140,6 +146,8 @@ func New(cfg Config) (*Interceptor, error) {
 		return nil, errors.New("intercept: Config.Leaves is required")
 	case cfg.Handler == nil:
 		return nil, errors.New("intercept: Config.Handler is required")
+	case cfg.ReadTimeout < 0 || cfg.WriteTimeout < 0:
+		return nil, fmt.Errorf("intercept: Config.ReadTimeout and WriteTimeout must not be negative (got %s, %s)", cfg.ReadTimeout, cfg.WriteTimeout)
 	case cfg.MaxHeaderBytes < 0:
 		return nil, fmt.Errorf("intercept: Config.MaxHeaderBytes must not be negative (got %d)", cfg.MaxHeaderBytes)
 	}
@@ -168,6 +176,8 @@ func New(cfg Config) (*Interceptor, error) {
 		Handler:           http.HandlerFunc(i.serveInner),
 		ReadHeaderTimeout: orDefault(cfg.ReadHeaderTimeout, DefaultReadHeaderTimeout),
 		IdleTimeout:       orDefault(cfg.IdleTimeout, DefaultIdleTimeout),
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		ConnContext:       withSession,
 		ErrorLog:          slog.NewLogLogger(i.log.Handler(), slog.LevelDebug),

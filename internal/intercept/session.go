@@ -1,7 +1,9 @@
 package intercept
 
 import (
+	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -58,6 +60,13 @@ func (s *session) Close() error {
 	s.closeOnce.Do(func() {
 		err = s.Conn.Close()
 		s.i.untrack(s)
+		if s.target.IsValid() {
+			s.i.log.LogAttrs(context.Background(), slog.LevelDebug, "intercepted session closed",
+				slog.String("client", s.client),
+				slog.String("target", s.target.String()),
+				slog.Int64("requests", s.requests.Load()),
+				slog.Duration("duration", time.Since(s.opened)))
+		}
 	})
 	return err
 }

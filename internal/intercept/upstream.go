@@ -87,6 +87,7 @@ type UpstreamConfig struct {
 type Upstream struct {
 	rp        *httputil.ReverseProxy
 	transport *http.Transport
+	h1        *http.Transport // for upgrades: HTTP/1.1 only
 	via       string
 	log       *slog.Logger
 	failures  logGate
@@ -141,9 +142,16 @@ func NewUpstream(cfg UpstreamConfig) (*Upstream, error) {
 		IdleConnTimeout:       orDefault(cfg.IdleConnTimeout, 30*time.Second),
 		ExpectContinueTimeout: time.Second,
 	}
+	// Upgrades (WebSocket and others) need HTTP/1.1 to the target;
+	// net/http's Transport keeps only WebSocket ones off HTTP/2, so
+	// every upgrade goes through a twin that never offers h2.
+	u.h1 = u.transport.Clone()
+	u.h1.ForceAttemptHTTP2 = false
+	u.h1.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	u.h1.TLSClientConfig.NextProtos = []string{"http/1.1"}
 	u.rp = &httputil.ReverseProxy{
 		Rewrite:        u.rewrite,
-		Transport:      u.transport,
+		Transport:      roundTripFunc(u.roundTrip),
 		ModifyResponse: u.addResponseVia,
 		ErrorHandler:   u.failed,
 		ErrorLog:       slog.NewLogLogger(u.log.Handler(), slog.LevelDebug),
@@ -222,6 +230,17 @@ func (u *Upstream) looped(r *http.Request) bool {
 		}
 	}
 	return false
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func (u *Upstream) roundTrip(r *http.Request) (*http.Response, error) {
+	if r.Header.Get("Upgrade") != "" {
+		return u.h1.RoundTrip(r)
+	}
+	return u.transport.RoundTrip(r)
 }
 
 // rewrite points the outbound request at the session's target.
@@ -316,6 +335,7 @@ func certificateProblem(err error) (string, bool) {
 // affected. It returns nil.
 func (u *Upstream) Close() error {
 	u.transport.CloseIdleConnections()
+	u.h1.CloseIdleConnections()
 	return nil
 }
 
