@@ -29,7 +29,8 @@ const (
 // Config configures an [Interceptor]. Leaves and Handler are required; the
 // other fields may be left zero.
 type Config struct {
-	// Leaves mints the certificates shown to clients. Required.
+	// Leaves mints the certificates shown to clients. Required: nil is
+	// refused by New.
 	Leaves *Leaves
 
 	// Handler serves each request inside an intercepted session, as a
@@ -41,7 +42,7 @@ type Config struct {
 	// RemoteAddr, Forwarded and X-Forwarded-For are the CONNECT's, so that
 	// client keys are those of the CONNECT. The daemon gives its limiters
 	// wrapped around an [Upstream], so that every request takes and
-	// releases its own permits. Required.
+	// releases its own permits. Required: nil is refused by New.
 	Handler http.Handler
 
 	// Intercept selects the targets to intercept. Nil or empty means every

@@ -36,7 +36,7 @@ var ErrNotPermitted = errors.New("intercept: the CA's name constraints do not pe
 // LeavesConfig configures [Leaves]. CA is required; the other fields may
 // be left zero.
 type LeavesConfig struct {
-	// CA signs the leaves. Required.
+	// CA signs the leaves. Required: nil is refused by NewLeaves.
 	CA *CA
 
 	// Validity is how long a leaf is valid from its minting (never past
