@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"net"
 	"net/http"
+	"slices"
 
 	"github.com/seed-a07d1050/portcullis/internal/forward"
 	"github.com/seed-a07d1050/portcullis/internal/proxyauth"
@@ -58,7 +59,7 @@ func (i *Interceptor) serveInner(w http.ResponseWriter, r *http.Request) {
 	delete(in.Header, "Forwarded")
 	delete(in.Header, "X-Forwarded-For")
 	for k, v := range s.fwd {
-		in.Header[k] = v
+		in.Header[k] = slices.Clone(v) // the session's, shared by its requests
 	}
 	i.handler.ServeHTTP(w, in)
 }
