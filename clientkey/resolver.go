@@ -84,6 +84,20 @@ func (r *Resolver) ClientAddrFrom(peer netip.Addr, h http.Header) netip.Addr {
 	return walkHops(peer, r.Trusted, h[name], r.Header)
 }
 
+// ClientAddrFromLines is [Resolver.ClientAddrFrom] for callers whose
+// forwarding header is not in an [net/http.Header]: lines are the field
+// lines of the header r.Header names (X-Forwarded-For or Forwarded), in the
+// order received, as gRPC metadata holds them under "x-forwarded-for" or
+// "forwarded". The result is that of ClientAddrFrom for an http.Header
+// holding lines under the header's canonical name; nil lines give peer.
+// It does not allocate for well-formed lines.
+func (r *Resolver) ClientAddrFromLines(peer netip.Addr, lines []string) netip.Addr {
+	if r == nil || !r.Trusted.Contains(peer) || r.Header.canonicalName() == "" {
+		return peer
+	}
+	return walkHops(peer, r.Trusted, lines, r.Header)
+}
+
 // walkHops applies the walk of [Resolver.ClientAddrFrom] to the field lines
 // of one header.
 func walkHops(peer netip.Addr, trusted *ProxySet, lines []string, h Header) netip.Addr {

@@ -98,6 +98,9 @@ func runWalkCases(t *testing.T, which clientkey.Header, name string, cases []wal
 			if got := r.ClientAddrFrom(peer, h); got != want {
 				t.Errorf("ClientAddrFrom(%v, %q) = %v, want %v", peer, tt.lines, got, want)
 			}
+			if got := r.ClientAddrFromLines(peer, tt.lines); got != want {
+				t.Errorf("ClientAddrFromLines(%v, %q) = %v, want %v", peer, tt.lines, got, want)
+			}
 			if got := refClientAddr(peer, testTrusted, tt.lines, which); got != want {
 				t.Errorf("reference walk = %v, want %v (the table or the reference is wrong)", got, want)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/clientkey"
 	"github.com/seed-a07d1050/portcullis/limit"
 	"github.com/seed-a07d1050/portcullis/proxyproto"
+	"github.com/seed-a07d1050/portcullis/rate"
 )
 
 // admitNow admits c without blocking: inline in Accept (or in the accept
@@ -61,6 +62,11 @@ func (l *Listener) claim(ctx context.Context, wait bool, client netip.Addr, exem
 		return cl, admitted, nil
 	}
 	why, err := l.acquire(ctx, wait, client, &cl.ps)
+	if why == admitted && l.rate != nil {
+		if why, err = l.checkRate(ctx, wait, cl.key); why != admitted {
+			cl.ps.release()
+		}
+	}
 	if l.syn != nil && (why == admitted || why == reasonClientCap) {
 		// The key may now hold its cap: its next attempts need not reach Accept.
 		l.syn.admitted(cl.key)
@@ -69,6 +75,33 @@ func (l *Listener) claim(ctx context.Context, wait bool, client netip.Addr, exem
 		return claim{}, why, err
 	}
 	return cl, admitted, nil
+}
+
+// checkRate counts one new connection of key under Config.ConnRate. Unless
+// wait, it never blocks (Allow); with wait it may wait for the
+// ConnRateStore until ctx ends. A refused key is handed to the SYN filter
+// until its rate admits again.
+func (l *Listener) checkRate(ctx context.Context, wait bool, key clientkey.Key) (reason, error) {
+	var d rate.Decision
+	var err error
+	if wait {
+		var r rate.Reservation[clientkey.Key]
+		r, err = l.rate.Reserve(ctx, key)
+		d = r.Decision
+	} else if d = l.rate.Allow(key); !d.Allowed() {
+		err = rate.ErrLimited
+	}
+	switch {
+	case err == nil:
+		return admitted, nil
+	case errors.Is(err, rate.ErrLimited):
+		if l.syn != nil {
+			l.syn.rateRefused(key, d.RetryAfter)
+		}
+		return reasonClientRate, err
+	default:
+		return reasonStore, err
+	}
 }
 
 // wrap makes the Conn that holds cl for c, and counts it open.
@@ -181,7 +214,7 @@ func (l *Listener) acceptLoop() {
 		peer := peerAddr(c.RemoteAddr())
 		trusted := l.s.Trusted.Contains(peer)
 		readsHeader := l.s.ProxyProtocol && trusted
-		asksStore := l.s.Store != nil && (!trusted || l.s.ProxyProtocol)
+		asksStore := (l.s.Store != nil || l.s.ConnRateStore != nil) && (!trusted || l.s.ProxyProtocol)
 		if !readsHeader && !asksStore {
 			if conn := l.admitNow(c); conn != nil {
 				l.deliver(conn)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/seed-a07d1050/portcullis/clientkey"
 	"github.com/seed-a07d1050/portcullis/limit"
+	"github.com/seed-a07d1050/portcullis/rate"
 )
 
 // Defaults applied where a [Config] field is zero.
@@ -80,6 +81,28 @@ type Config struct {
 	// Overrides give some networks their own per-client cap. Nil means
 	// every client gets PerClient.
 	Overrides []Override
+
+	// ConnRate, when its Rate is set, limits how fast each client key may
+	// open connections, as HAProxy's conn_rate or g3proxy's
+	// tcp_conn_rate_limit: Rate new connections per second (or minute,
+	// hour), with Burst more at once, per key of the Keyer. A connection
+	// over it is refused at accept exactly as one over the cap (closed
+	// before any byte is read, counted in Stats.Refused.ClientRate,
+	// logged); only admitted connections count towards the rate. It
+	// applies after the caps, to every client that is not exempt, whatever
+	// EnforceAbove says. A connection is never delayed, so Delay must be
+	// zero or rate.NoDelay (both mean the burst is admitted at once). With
+	// SYNFilter, a client refused for its rate also has its SYNs dropped
+	// until its rate admits a connection again. The zero value sets no
+	// rate.
+	ConnRate rate.Limit
+
+	// ConnRateStore shares the ConnRate state with other processes
+	// (redisstore.RateStore), so that a client's connection rate holds
+	// across a cluster; admission then waits for its answer on the
+	// connection's own goroutine, as with Store. Nil means this listener's
+	// state only. It needs ConnRate.
+	ConnRateStore rate.Store[clientkey.Key]
 
 	// EnforceAbove makes the per-client caps (levels and overrides
 	// included) apply only while the listener holds more than this many
@@ -191,6 +214,9 @@ func (c Config) settings() (settings, error) {
 	if err := c.checkLevels(); err != nil {
 		return s, err
 	}
+	if err := c.checkConnRate(); err != nil {
+		return s, err
+	}
 	ov, err := c.sortedOverrides()
 	if err != nil {
 		return s, err
@@ -227,10 +253,25 @@ func (c Config) checkScalars() error {
 		return fmt.Errorf("connlimit: ProxyHeaderMaxV2 must not be negative (got %d)", c.ProxyHeaderMaxV2)
 	case c.StoreTimeout < 0:
 		return fmt.Errorf("connlimit: StoreTimeout must not be negative (got %v)", c.StoreTimeout)
-	case c.SYNFilter && (c.ProxyProtocol || c.EnforceAbove > 0 || c.Store != nil):
-		return fmt.Errorf("connlimit: SYNFilter cannot be combined with ProxyProtocol, EnforceAbove or Store")
+	case c.SYNFilter && (c.ProxyProtocol || c.EnforceAbove > 0 || c.Store != nil || c.ConnRateStore != nil):
+		return fmt.Errorf("connlimit: SYNFilter cannot be combined with ProxyProtocol, EnforceAbove, Store or ConnRateStore")
+	case c.ConnRateStore != nil && c.ConnRate.Rate.IsZero():
+		return fmt.Errorf("connlimit: ConnRateStore needs ConnRate")
 	case c.ProxyProtocol && c.Trusted.Len() == 0:
 		return fmt.Errorf("connlimit: ProxyProtocol needs a non-empty Trusted set: a PROXY header is believed only from trusted peers")
+	}
+	return nil
+}
+
+func (c Config) checkConnRate() error {
+	if c.ConnRate == (rate.Limit{}) {
+		return nil
+	}
+	if err := c.ConnRate.Validate(); err != nil {
+		return fmt.Errorf("connlimit: ConnRate: %w", err)
+	}
+	if c.ConnRate.Delay != 0 && c.ConnRate.Delay != rate.NoDelay {
+		return fmt.Errorf("connlimit: ConnRate.Delay must be 0 or rate.NoDelay: a connection is never delayed (got %d)", c.ConnRate.Delay)
 	}
 	return nil
 }

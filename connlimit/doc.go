@@ -22,8 +22,9 @@
 //     /64. A Trusted peer is exempt, unless with ProxyProtocol its PROXY
 //     header names the real client, which is then keyed instead.
 //  3. The client takes one slot of its key (PerClient, or an Override for
-//     its network) and one at every [Level] that applies. If any refuses,
-//     the others are given back, the socket is closed (with a reset if
+//     its network) and one at every [Level] that applies, and, with
+//     Config.ConnRate, one connection of its rate (new connections per
+//     second, package rate). If any refuses, the others are given back, the socket is closed (with a reset if
 //     ResetOnRefuse), the refusal is counted in [Stats] and logged,
 //     rate-limited, and Accept goes on to the next connection: a refusal
 //     is never an Accept error, which would stop an http.Server.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/seed-a07d1050/portcullis/clientkey"
 	"github.com/seed-a07d1050/portcullis/limit"
+	"github.com/seed-a07d1050/portcullis/rate"
 )
 
 // Back-off after a temporary accept error, as net/http's Server.Serve.
@@ -40,7 +41,8 @@ func (listenerClosed) Is(target error) bool { return target == net.ErrClosed }
 type Listener struct {
 	inner  net.Listener
 	s      settings
-	levels []level // levels[0] is the per-client cap
+	levels []level                      // levels[0] is the per-client cap
+	rate   *rate.Limiter[clientkey.Key] // nil without Config.ConnRate
 	tokens chan struct{}
 	async  bool // admission may block: it runs on per-connection goroutines
 
@@ -103,11 +105,15 @@ func NewListener(inner net.Listener, cfg Config) (*Listener, error) {
 		return nil, err
 	}
 	l := &Listener{inner: inner, s: s, now: time.Now, done: make(chan struct{})}
-	l.async = s.ProxyProtocol || s.Store != nil
+	l.async = s.ProxyProtocol || s.Store != nil || s.ConnRateStore != nil
 	if s.MaxConns > 0 {
 		l.tokens = make(chan struct{}, s.MaxConns)
 	}
 	if err := l.buildLevels(); err != nil {
+		return nil, err
+	}
+	if err := l.buildRate(); err != nil {
+		l.closeLimiters()
 		return nil, err
 	}
 	if !l.async {
@@ -142,6 +148,38 @@ func (l *Listener) startSYNFilter() error {
 		keys:    make(map[clientkey.Key]struct{}),
 	}
 	return nil
+}
+
+// buildRate makes the per-client connection rate limiter, if configured.
+// Its delay mode is nodelay whatever ConnRate.Delay says: a connection is
+// admitted or refused, never delayed.
+func (l *Listener) buildRate() error {
+	if l.s.ConnRate.Rate.IsZero() {
+		return nil
+	}
+	lim, err := rate.New(rate.Config[clientkey.Key]{
+		Rate:  l.s.ConnRate.Rate,
+		Burst: l.s.ConnRate.Burst,
+		Delay: rate.NoDelay,
+		Hash:  clientkey.Key.Hash, // the default hash allocates for netip keys
+		Store: l.s.ConnRateStore,
+		Name:  l.s.Name + " client rate",
+	})
+	if err != nil {
+		return fmt.Errorf("connlimit: ConnRate: %w", err)
+	}
+	l.rate = lim
+	return nil
+}
+
+// closeLimiters stops every limiter's background work.
+func (l *Listener) closeLimiters() {
+	for _, lv := range l.levels {
+		lv.lim.Close()
+	}
+	if l.rate != nil {
+		l.rate.Close()
+	}
 }
 
 func (l *Listener) buildLevels() error {
@@ -390,9 +428,7 @@ func (l *Listener) Close() error {
 		if l.syn != nil {
 			l.syn.close()
 		}
-		for _, lv := range l.levels {
-			lv.lim.Close()
-		}
+		l.closeLimiters()
 	})
 	return l.closeErr
 }
@@ -416,6 +452,17 @@ func (l *Listener) Stats() Stats {
 // were admitted because the listener was lightly loaded.
 func (l *Listener) Snapshot(top int) limit.Snapshot[clientkey.Key] {
 	return l.levels[0].lim.Snapshot(top)
+}
+
+// RateSnapshot returns the state of the per-client connection rate
+// (Config.ConnRate): the keys that opened connections recently, the
+// furthest ahead of their rate first (at most top; zero or negative means
+// all), and its totals. Without ConnRate it returns the zero Snapshot.
+func (l *Listener) RateSnapshot(top int) rate.Snapshot[clientkey.Key] {
+	if l.rate == nil {
+		return rate.Snapshot[clientkey.Key]{}
+	}
+	return l.rate.Snapshot(top)
 }
 
 // LevelSnapshot is [Listener.Snapshot] for Config.Levels[i], whose keys

@@ -33,6 +33,9 @@ type Refused struct {
 	ClientCap uint64 `json:"client_cap"`
 	// Level: a wider prefix ([Level]) held its cap.
 	Level uint64 `json:"level"`
+	// ClientRate: the client opened connections faster than
+	// Config.ConnRate allows.
+	ClientRate uint64 `json:"client_rate"`
 	// ProxyHeaderBad: a trusted peer sent a malformed or oversized PROXY
 	// header, or closed the connection inside it.
 	ProxyHeaderBad uint64 `json:"proxy_header_bad"`
@@ -51,7 +54,7 @@ type Refused struct {
 
 // Total returns the sum of all refusals.
 func (r Refused) Total() uint64 {
-	return r.ClientCap + r.Level + r.ProxyHeaderBad + r.ProxyHeaderSlow + r.ProxyHeaderMissing + r.Store + r.Shutdown
+	return r.ClientCap + r.Level + r.ClientRate + r.ProxyHeaderBad + r.ProxyHeaderSlow + r.ProxyHeaderMissing + r.Store + r.Shutdown
 }
 
 // reason is why a connection was refused; it indexes counters.refused.
@@ -61,6 +64,7 @@ const (
 	admitted reason = iota
 	reasonClientCap
 	reasonLevel
+	reasonClientRate
 	reasonProxyBad
 	reasonProxySlow
 	reasonProxyMissing
@@ -73,6 +77,7 @@ var reasonNames = [numReasons]string{
 	admitted:           "admitted",
 	reasonClientCap:    "client cap",
 	reasonLevel:        "prefix level cap",
+	reasonClientRate:   "client connection rate",
 	reasonProxyBad:     "bad PROXY header",
 	reasonProxySlow:    "slow PROXY header",
 	reasonProxyMissing: "missing PROXY header",
@@ -104,6 +109,7 @@ func (c *counters) stats() Stats {
 		Refused: Refused{
 			ClientCap:          r(reasonClientCap),
 			Level:              r(reasonLevel),
+			ClientRate:         r(reasonClientRate),
 			ProxyHeaderBad:     r(reasonProxyBad),
 			ProxyHeaderSlow:    r(reasonProxySlow),
 			ProxyHeaderMissing: r(reasonProxyMissing),

@@ -22,7 +22,7 @@ const synFilterGap = 10 * time.Millisecond
 // kernel neither completes their handshakes nor queues them for Accept.
 // The Listener's counts stay the truth: the filter only spares the work of
 // refusing, and a key is in it only while the Listener's count for it is at
-// its cap.
+// its cap, or (Config.ConnRate) until its rate admits a connection again.
 type synFilter struct {
 	install func(keys []clientkey.Key) (int, error) // returns how many keys the program holds
 	inUse   func(clientkey.Key) int
@@ -32,9 +32,12 @@ type synFilter struct {
 
 	mu      sync.Mutex
 	keys    map[clientkey.Key]struct{}
+	rated   map[clientkey.Key]time.Time // refused for their rate, until
 	dirty   bool
 	last    time.Time
-	timer   *time.Timer
+	timer   *time.Timer // the next install, synFilterGap after the last
+	expiry  *time.Timer // the next time a rated key's time is up
+	expires time.Time   // when expiry fires; zero when not armed
 	closed  bool
 	errGate logGate
 
@@ -82,6 +85,67 @@ func (f *synFilter) released(key clientkey.Key) {
 	f.changedLocked()
 }
 
+// rateRefused is called after key was refused for its connection rate: it
+// filters key for retry, until its rate admits a connection again. The
+// key's connections then wait in the client's SYN retransmissions (1 s,
+// 3 s...), which may hold it back longer than its rate alone would.
+func (f *synFilter) rateRefused(key clientkey.Key, retry time.Duration) {
+	if retry <= 0 {
+		return
+	}
+	until := time.Now().Add(retry)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.rated == nil {
+		f.rated = make(map[clientkey.Key]time.Time)
+	}
+	if old, ok := f.rated[key]; ok && !until.After(old) {
+		return
+	}
+	_, had := f.rated[key]
+	f.rated[key] = until
+	f.armExpiryLocked(until)
+	if !had {
+		f.changedLocked()
+	}
+}
+
+// armExpiryLocked makes sure the expiry timer fires by at.
+func (f *synFilter) armExpiryLocked(at time.Time) {
+	if f.closed || (!f.expires.IsZero() && !f.expires.After(at)) {
+		return
+	}
+	if f.expiry != nil {
+		f.expiry.Stop()
+	}
+	f.expires = at
+	f.expiry = time.AfterFunc(time.Until(at), f.expire)
+}
+
+// expire drops the rated keys whose time is up and installs the new set.
+func (f *synFilter) expire() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.expiry, f.expires = nil, time.Time{}
+	now := time.Now()
+	var next time.Time
+	changed := false
+	for k, until := range f.rated {
+		if !until.After(now) {
+			delete(f.rated, k)
+			changed = true
+		} else if next.IsZero() || until.Before(next) {
+			next = until
+		}
+	}
+	if !next.IsZero() {
+		f.armExpiryLocked(next)
+	}
+	if changed {
+		f.changedLocked()
+	}
+}
+
 // changedLocked installs the new set now, or arms the timer to install it
 // once synFilterGap has passed since the last install.
 func (f *synFilter) changedLocked() {
@@ -109,9 +173,15 @@ func (f *synFilter) flush() {
 }
 
 func (f *synFilter) installLocked() {
-	keys := make([]clientkey.Key, 0, len(f.keys))
+	keys := make([]clientkey.Key, 0, len(f.keys)+len(f.rated))
 	for k := range f.keys {
 		keys = append(keys, k)
+	}
+	now := time.Now()
+	for k, until := range f.rated {
+		if _, dup := f.keys[k]; !dup && until.After(now) {
+			keys = append(keys, k)
+		}
 	}
 	n, err := f.install(keys)
 	f.last, f.dirty = time.Now(), false
@@ -135,5 +205,9 @@ func (f *synFilter) close() {
 	if f.timer != nil {
 		f.timer.Stop()
 		f.timer = nil
+	}
+	if f.expiry != nil {
+		f.expiry.Stop()
+		f.expiry = nil
 	}
 }

@@ -36,6 +36,13 @@
 // the requests through; a shadow Limiter can run inside an enforced one on
 // the same route, each with its own counts.
 //
+// [NewRate] builds the other kind of limit on the same keys: a
+// [RateLimiter], requests per second per key with nginx limit_req's burst
+// and delay modes (package rate), answering refusals with 429,
+// Retry-After and the IETF RateLimit and RateLimit-Policy fields computed
+// from the key's state; a delayed request waits on its own goroutine and
+// gives its place back if its client leaves. See docs/ratelimit.md.
+//
 // An ordinary exchange costs one small allocation, the hook that ends it if
 // its permit is reclaimed (none with a negative ReclaimAfter): the
 // ResponseWriter is wrapped only for tunnel requests, and ByClientIP caches

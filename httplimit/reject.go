@@ -69,6 +69,10 @@ func (g *refusalLog) init(s *settings) {
 	g.logger, g.name, g.every = s.Logger, s.Name, int64(s.logEvery)
 }
 
+func (g *refusalLog) initWith(logger *slog.Logger, name string, every time.Duration) {
+	g.logger, g.name, g.every = logger, name, int64(every)
+}
+
 func (g *refusalLog) refused(r *http.Request, key string, err error) {
 	if !g.logger.Enabled(r.Context(), slog.LevelInfo) {
 		return
@@ -82,8 +86,11 @@ func (g *refusalLog) refused(r *http.Request, key string, err error) {
 		}
 	}
 	msg := "request refused"
-	if errors.Is(err, ErrShadowRefused) {
+	switch {
+	case errors.Is(err, ErrShadowRefused):
 		msg = "request over the limit let through (shadow mode)"
+	case errors.Is(err, ErrShadowDelayed):
+		msg = "request over the rate let through without its delay (shadow mode)"
 	}
 	g.logger.LogAttrs(r.Context(), slog.LevelInfo, msg,
 		slog.String("limiter", g.name),

@@ -31,8 +31,8 @@ var _ prometheus.Collector = (*ConnCollector)(nil)
 // NewConnCollector returns a ConnCollector for src. With Opts.Subsystem
 // empty the names start with "portcullis_connections_": accepted_total,
 // exempt_total, refused_total (with a "reason" label: client_cap, level,
-// proxy_header_bad, proxy_header_slow, proxy_header_missing, store,
-// shutdown), accept_errors_total as counters; open, pending and
+// client_rate, proxy_header_bad, proxy_header_slow, proxy_header_missing,
+// store, shutdown), accept_errors_total as counters; open, pending and
 // syn_filtered_keys as gauges.
 // It panics if src is nil.
 func NewConnCollector(src ConnStatsSource, opts Opts) *ConnCollector {
@@ -79,7 +79,7 @@ func (c *ConnCollector) Collect(ch chan<- prometheus.Metric) {
 		reason string
 		n      uint64
 	}{
-		{"client_cap", r.ClientCap}, {"level", r.Level},
+		{"client_cap", r.ClientCap}, {"level", r.Level}, {"client_rate", r.ClientRate},
 		{"proxy_header_bad", r.ProxyHeaderBad}, {"proxy_header_slow", r.ProxyHeaderSlow},
 		{"proxy_header_missing", r.ProxyHeaderMissing}, {"store", r.Store}, {"shutdown", r.Shutdown},
 	} {

@@ -12,7 +12,7 @@ import (
 func TestConnCollector(t *testing.T) {
 	src := promlimit.ConnStatsFunc(func() connlimit.Stats {
 		return connlimit.Stats{Accepted: 10, Exempt: 2, Open: 3, Pending: 1,
-			Refused: connlimit.Refused{ClientCap: 4, ProxyHeaderSlow: 5}}
+			Refused: connlimit.Refused{ClientCap: 4, ClientRate: 2, ProxyHeaderSlow: 5}}
 	})
 	fams := gather(t, promlimit.NewConnCollector(src, promlimit.Opts{ConstLabels: prometheus.Labels{"listener": "web"}}))
 	for name, want := range map[string]float64{
@@ -34,7 +34,7 @@ func TestConnCollector(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]float64{"client_cap": 4, "level": 0, "proxy_header_bad": 0, "proxy_header_slow": 5,
+	want := map[string]float64{"client_cap": 4, "level": 0, "client_rate": 2, "proxy_header_bad": 0, "proxy_header_slow": 5,
 		"proxy_header_missing": 0, "store": 0, "shutdown": 0}
 	if len(refused) != len(want) {
 		t.Fatalf("refused reasons %v, want %v", refused, want)

@@ -6,7 +6,9 @@
 // abandoned, reclaimed, store failures) as Prometheus counters and the state
 // now (permits in use, waiters, busy keys) as gauges. A [WaitHistogram] is fed
 // through a [limit.Observer] (see [ObserverFor]) and records how long requests
-// waited in a limiter's queue.
+// waited in a limiter's queue. A [RateCollector] does the same for a
+// rate.Limiter's [rate.Totals] (admitted, delayed, refused, shadow verdicts,
+// cancellations, store failures, busy keys).
 //
 // Metrics carry the constant labels the caller chooses (a listener or route
 // name, say) and never a per-client label: the number of clients is unbounded,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/seed-a07d1050/portcullis/clientkey"
 	"github.com/seed-a07d1050/portcullis/limit"
+	"github.com/seed-a07d1050/portcullis/rate"
 )
 
 // outcome is how an attempt left the in-progress count.
@@ -42,6 +43,7 @@ type attempt struct {
 
 	c     *Controller
 	key   clientkey.Key
+	rated bool // counted in PerClientRate at admission; set before the attempt is shared
 	ended atomic.Bool
 
 	mu       sync.Mutex
@@ -84,24 +86,52 @@ func (c *Controller) admit(ctx context.Context, info *quic.ClientInfo, next func
 	return actx, nil
 }
 
-// takeProvenPermit takes the per-client permit of an attempt whose
-// address a token proved. Unproven attempts take theirs on completion.
+// takeProvenPermit takes the per-client permit, and counts the handshake
+// in the per-client rate, of an attempt whose address a token proved.
+// Unproven attempts do both on completion.
 func (a *attempt) takeProvenPermit(info *quic.ClientInfo) error {
 	c := a.c
-	if c.s.perClient == nil {
+	if c.s.perClient == nil && c.s.perClientRate == nil {
 		return nil
 	}
 	a.key = c.s.keyer.FromNetAddr(info.RemoteAddr)
 	if !info.AddrVerified {
 		return nil
 	}
-	p, err := c.s.perClient.TryAcquire(a.key)
-	if err != nil {
-		c.refusePerClient(a.key)
-		return fmt.Errorf("%w: %w", ErrPerClient, err)
+	if c.s.perClient != nil {
+		p, err := c.s.perClient.TryAcquire(a.key)
+		if err != nil {
+			c.refusePerClient(a.key)
+			return fmt.Errorf("%w: %w", ErrPerClient, err)
+		}
+		a.permit, a.held = p, true
 	}
-	a.permit, a.held = p, true
+	if c.s.perClientRate != nil {
+		a.rated = true
+		if d := c.s.perClientRate.Allow(a.key); !d.Allowed() {
+			a.dropPermit()
+			c.refusePerClientRate(a.key, d.RetryAfter)
+			return fmt.Errorf("%w: %w", ErrPerClientRate, rate.ErrLimited)
+		}
+	}
 	return nil
+}
+
+// chargeRate counts a completed handshake whose address was not proven at
+// admission in the per-client rate. Over it, the connection is closed
+// with the per-client close code and chargeRate reports false.
+func (a *attempt) chargeRate(conn *quic.Conn) bool {
+	c := a.c
+	if c.s.perClientRate == nil || a.rated {
+		return true
+	}
+	d := c.s.perClientRate.Allow(a.key)
+	if d.Allowed() {
+		return true
+	}
+	c.refusePerClientRate(a.key, d.RetryAfter)
+	_ = conn.CloseWithError(c.s.closeCode, "too many handshakes from this client")
+	return false
 }
 
 // runNext calls the application's ConnContext. If it fails or panics, the
@@ -215,6 +245,9 @@ func (a *attempt) dropPermit() {
 func (a *attempt) complete(conn *quic.Conn) bool {
 	if !a.end(outcomeCompleted) {
 		return true
+	}
+	if !a.chargeRate(conn) {
+		return false
 	}
 	if a.c.s.perClient == nil {
 		a.stopWatchingConn()

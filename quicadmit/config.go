@@ -9,6 +9,7 @@ import (
 
 	"github.com/seed-a07d1050/portcullis/clientkey"
 	"github.com/seed-a07d1050/portcullis/limit"
+	"github.com/seed-a07d1050/portcullis/rate"
 )
 
 // Defaults used where a [Config] field is left zero.
@@ -78,13 +79,25 @@ type Config struct {
 	// is never used. Nil means no per-client cap.
 	PerClient *limit.Limiter[clientkey.Key]
 
-	// Keyer turns a client's address into its key for PerClient. The zero
-	// Keyer keys IPv4 by address and IPv6 by /64.
+	// PerClientRate, if set, limits how many handshakes per second each
+	// client may complete: a connection counts one towards its client's
+	// rate once its address is proven, at admission if it carries a valid
+	// token (refused then with CONNECTION_REFUSED, before any handshake
+	// work), otherwise when its handshake completes (closed then with
+	// PerClientCloseCode), exactly as for PerClient; so a spoofer cannot
+	// spend a victim's rate. Only [rate.Limiter.Allow] is used, and a
+	// handshake is never delayed: the limiter's Delay setting makes no
+	// difference (its burst is admitted at once). Nil means no rate.
+	PerClientRate *rate.Limiter[clientkey.Key]
+
+	// Keyer turns a client's address into its key for PerClient and
+	// PerClientRate. The zero Keyer keys IPv4 by address and IPv6 by /64.
 	Keyer clientkey.Keyer
 
 	// PerClientCloseCode is the application error code that closes a
 	// connection whose handshake completed but whose client is over its
-	// PerClient cap (a proven client before that gets CONNECTION_REFUSED).
+	// PerClient cap or PerClientRate (a proven client before that gets
+	// CONNECTION_REFUSED).
 	// Zero means 0x107, HTTP/3's H3_EXCESSIVE_LOAD.
 	PerClientCloseCode quic.ApplicationErrorCode
 
@@ -127,6 +140,7 @@ type settings struct {
 	handshakeTimeout                          time.Duration
 	tokenKey                                  *quic.TokenGeneratorKey
 	perClient                                 *limit.Limiter[clientkey.Key]
+	perClientRate                             *rate.Limiter[clientkey.Key]
 	keyer                                     clientkey.Keyer
 	closeCode                                 quic.ApplicationErrorCode
 	clock                                     Clock
@@ -136,12 +150,13 @@ type settings struct {
 
 func (c Config) settings() (settings, error) {
 	s := settings{
-		perClient: c.PerClient,
-		keyer:     c.Keyer,
-		closeCode: c.PerClientCloseCode,
-		clock:     c.Clock,
-		logger:    c.Logger,
-		logLevel:  c.LogLevel,
+		perClient:     c.PerClient,
+		perClientRate: c.PerClientRate,
+		keyer:         c.Keyer,
+		closeCode:     c.PerClientCloseCode,
+		clock:         c.Clock,
+		logger:        c.Logger,
+		logLevel:      c.LogLevel,
 	}
 	var err error
 	if s.minThreshold, err = count("RetryThresholdMin", c.RetryThresholdMin, DefaultRetryThresholdMin); err != nil {

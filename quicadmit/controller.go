@@ -147,7 +147,8 @@ func (c *Controller) VerifySourceAddress(net.Addr) bool {
 // Retry, before any handshake work. It admits the attempt unless
 // MaxInProgress attempts are in progress ([ErrRefused]), the Controller is
 // closed ([ErrClosed]), or the address is proven (info.AddrVerified) and
-// its client is over Config.PerClient's cap ([ErrPerClient]); a refused
+// its client is over Config.PerClient's cap ([ErrPerClient]) or
+// Config.PerClientRate ([ErrPerClientRate]); a refused
 // attempt is answered with CONNECTION_REFUSED and leaves no state behind.
 // An admitted attempt is counted in progress, and the returned context,
 // derived from ctx, carries it to [Listener.Accept]. It never blocks.

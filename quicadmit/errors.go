@@ -17,6 +17,11 @@ var (
 	// limiter's error.
 	ErrPerClient = errors.New("quicadmit: client over its connection limit")
 
+	// ErrPerClientRate is what [Controller.ConnContext] returns when a
+	// client with a proven address has completed handshakes faster than
+	// Config.PerClientRate allows; it wraps the rate limiter's error.
+	ErrPerClientRate = errors.New("quicadmit: client over its handshake rate")
+
 	// ErrClosed is returned by [Controller.ConnContext] and
 	// [Controller.Attach] after [Controller.Close].
 	ErrClosed = errors.New("quicadmit: controller closed")

@@ -24,7 +24,7 @@ func (t *throttle) allow(now int64) bool {
 	return now >= next && t.next.CompareAndSwap(next, now+int64(logInterval))
 }
 
-type logThrottles struct{ refused, perClient, retry throttle }
+type logThrottles struct{ refused, perClient, perClientRate, retry throttle }
 
 // refuse counts a refusal by ConnContext and logs it, throttled.
 func (c *Controller) refuse(reason error, info *quic.ClientInfo) {
@@ -50,6 +50,18 @@ func (c *Controller) refusePerClient(key clientkey.Key) {
 	c.s.logger.Log(context.Background(), c.s.logLevel,
 		"quicadmit: refusing QUIC connection: client over its connection limit",
 		"client", key, "per_client_refused_total", total)
+}
+
+// refusePerClientRate counts a refusal by the per-client handshake rate
+// and logs it, throttled.
+func (c *Controller) refusePerClientRate(key clientkey.Key, retry time.Duration) {
+	total := c.counts.perClientRateRefused.Add(1)
+	if !c.logs.perClientRate.allow(c.clock.Now().UnixNano()) {
+		return
+	}
+	c.s.logger.Log(context.Background(), c.s.logLevel,
+		"quicadmit: refusing QUIC connection: client over its handshake rate",
+		"client", key, "retry_after", retry, "per_client_rate_refused_total", total)
 }
 
 // logRetryChange logs Retry turning on or off, throttled.

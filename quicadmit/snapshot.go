@@ -27,6 +27,9 @@ type Snapshot struct {
 	// connections closed with Config.PerClientCloseCode (these also count
 	// in Completed).
 	PerClientRefused uint64
+	// PerClientRateRefused counts connections refused by
+	// Config.PerClientRate, the same two ways as PerClientRefused.
+	PerClientRateRefused uint64
 	// Completed counts attempts whose handshake completed.
 	Completed uint64
 	// Failed counts attempts whose handshake failed: a TLS error on either
@@ -69,6 +72,7 @@ func (c *Controller) Snapshot() Snapshot {
 // counters are the Controller's monotonic counts.
 type counters struct {
 	admitted, retried, refused, perClientRefused atomic.Uint64
+	perClientRateRefused                         atomic.Uint64
 	completed, failed, timedOut, abandoned       atomic.Uint64
 }
 
@@ -87,13 +91,14 @@ func (c *counters) ended(o outcome) {
 
 func (c *counters) snapshot() Snapshot {
 	return Snapshot{
-		Admitted:         c.admitted.Load(),
-		Retried:          c.retried.Load(),
-		Refused:          c.refused.Load(),
-		PerClientRefused: c.perClientRefused.Load(),
-		Completed:        c.completed.Load(),
-		Failed:           c.failed.Load(),
-		TimedOut:         c.timedOut.Load(),
-		Abandoned:        c.abandoned.Load(),
+		Admitted:             c.admitted.Load(),
+		Retried:              c.retried.Load(),
+		Refused:              c.refused.Load(),
+		PerClientRefused:     c.perClientRefused.Load(),
+		PerClientRateRefused: c.perClientRateRefused.Load(),
+		Completed:            c.completed.Load(),
+		Failed:               c.failed.Load(),
+		TimedOut:             c.timedOut.Load(),
+		Abandoned:            c.abandoned.Load(),
 	}
 }

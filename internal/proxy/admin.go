@@ -32,7 +32,7 @@ func startAdmin(addr string, s *Server) (*adminServer, error) {
 		return nil, fmt.Errorf("proxy: admin listener: %w", err)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metricsOf{s})
+	reg.MustRegister(metricsOf{s}, upstreamCollector{s.transport})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: newServerErrorLog(s.log)}))
 	mux.HandleFunc("GET /debug/limits", func(w http.ResponseWriter, r *http.Request) {

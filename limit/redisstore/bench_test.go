@@ -12,6 +12,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/redistest"
 	"github.com/seed-a07d1050/portcullis/limit"
 	"github.com/seed-a07d1050/portcullis/limit/redisstore"
+	"github.com/seed-a07d1050/portcullis/rate"
 )
 
 // roundTrips counts the round trips a go-redis client makes: each command
@@ -132,4 +133,51 @@ func BenchmarkTryAcquireCached(b *testing.B) {
 		p.Release()
 	}
 	b.ReportMetric(float64(hook.n.Load()-before)/float64(b.N), "rtt/op")
+}
+
+// BenchmarkRateReserve measures rate.Limiter.Reserve with a RateStore
+// against a local redis-server, beside the in-memory limiter. Metrics:
+// ns/op and rtt/op, the Redis round trips per decision (hooked on the
+// client, flushes included), for a key under its rate (every decision
+// admitted: one script each when exact, fewer with the fast path) and a
+// key over it (refused from the known TAT: none).
+func BenchmarkRateReserve(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, tc := range []struct {
+		name       string
+		redis      bool
+		localShare float64
+		lim        rate.Limit
+	}{
+		{"store=none/key=under", false, 0, rate.Limit{Rate: rate.PerSecond(1e9), Burst: 1 << 20, Delay: rate.NoDelay}},
+		{"store=redis/local=0/key=under", true, 0, rate.Limit{Rate: rate.PerSecond(1e6), Burst: 1 << 20, Delay: rate.NoDelay}},
+		{"store=redis/local=0.1/key=under", true, 0.1, rate.Limit{Rate: rate.PerSecond(1e6), Burst: 99, Delay: rate.NoDelay}},
+		{"store=redis/local=0/key=over", true, 0, rate.Limit{Rate: rate.PerMinute(1), Delay: rate.NoDelay}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			var hook roundTrips
+			cfg := rate.Config[string]{Rate: tc.lim.Rate, Burst: tc.lim.Burst, Delay: tc.lim.Delay}
+			if tc.redis {
+				client := newClient(b, srv.Addr())
+				client.AddHook(&hook)
+				st, err := redisstore.NewRate[string](redisstore.RateConfig{Client: client, Prefix: "bench:" + tc.name + ":",
+					Logger: quiet, Timeout: time.Second, LocalShare: tc.localShare}, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { st.Close() })
+				cfg.Store = st
+			}
+			l, err := rate.New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { l.Close() })
+			ctx := context.Background()
+			for b.Loop() {
+				_, _ = l.Reserve(ctx, "203.0.113.7")
+			}
+			b.ReportMetric(float64(hook.n.Load())/float64(b.N), "rtt/op")
+		})
+	}
 }

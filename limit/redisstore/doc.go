@@ -32,6 +32,12 @@
 // releases a permit of their key ([Store.NotifyRelease]); a lost message
 // only delays them to their next poll.
 //
+// [RateStore] ([NewRate]) does the same for a rate.Limiter: one string per
+// busy key holding its GCRA time in Redis's clock, one script per decision,
+// refusals answered from the last known state without a round trip, an
+// optional local fast path (RateConfig.LocalShare) whose bound
+// docs/ratelimit.md works out, and the same OnError, NodeShare and breaker.
+//
 // Build the client with [NewClient]: it sets MaxRetries -1 (a retried
 // script could count a permit twice) and ContextTimeoutEnabled. Metrics are
 // in [Store.Stats]; package redisprom exports them to Prometheus. The model

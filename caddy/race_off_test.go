@@ -1,0 +1,5 @@
+//go:build !race
+
+package caddyportcullis_test
+
+const raceEnabled = false

@@ -1,0 +1,274 @@
+package grpclimit
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/seed-a07d1050/portcullis/limit"
+)
+
+// Defaults used where a [Config] field is left zero.
+const (
+	DefaultPermits    = limit.DefaultPermits // per key
+	DefaultRetryAfter = time.Second
+	DefaultLogEvery   = time.Second
+)
+
+// Config configures a [Limiter]. The zero Config is valid: 64 calls at once
+// per client address (IPv4 /32, IPv6 /64, no proxy trusted), on every
+// method, no queue, refusals answered RESOURCE_EXHAUSTED with a retry hint
+// of one second, unary calls' permits reclaimed after 10 minutes. New
+// copies the Config, its map and slice included; changing it afterwards
+// has no effect.
+type Config struct {
+	// Key names what a call is counted under: each distinct key has its
+	// own permits. It is called once per call, from the tap handle when it
+	// is installed (on the transport's reader goroutine: it must not
+	// block) or else from the interceptor. An empty key means the call is
+	// not limited. Nil means ByPeer(nil): the peer address.
+	Key KeyFunc
+
+	// Methods scopes the Limiter to some methods: an entry is a full
+	// method name ("/pkg.Service/Method") or a whole service, written with
+	// its trailing slash ("/pkg.Service/"). Calls of other methods pass
+	// untouched and uncounted. Nil or empty means every method. An entry of
+	// another form makes New fail.
+	Methods []string
+
+	// Permits is how many calls of one key may run at once through the
+	// Limiter. Zero means 64; -1 means unlimited (still counted); other
+	// negative values are invalid.
+	Permits int
+
+	// Overrides gives keys their own number of permits, for example
+	// {"/pkg.Service/Export": 2} with ByMethod, or {"batch-key": 32}. A value
+	// of zero means Permits; -1 means unlimited; other negative values are
+	// invalid. Nil means none.
+	Overrides map[string]int
+
+	// PermitsFor computes a key's permits when the key is not in
+	// Overrides. Its answer means what an Overrides value means. It is
+	// called when a key becomes busy, possibly from the tap handle: it must
+	// be fast and must not block. Nil means Permits.
+	PermitsFor func(key string) int
+
+	// QueueSize is how many calls of one key may wait, in FIFO order, for
+	// a permit. Zero means none: a call over the limit is refused at once,
+	// by the tap handle when it is installed. It must not be negative.
+	QueueSize int
+
+	// QueueTimeout is the longest a call waits in the queue before it is
+	// refused. Zero means it waits until a permit comes or its context
+	// ends (deadline, cancel, disconnect). It must not be negative.
+	QueueTimeout time.Duration
+
+	// Shadow lets every call through, even over the limit, counting
+	// (Totals.ShadowRefused) and reporting (OnReject with
+	// ErrShadowRefused, and the log) those the limit would have refused.
+	// Calls never wait in shadow mode. False, the zero value, enforces the
+	// limit.
+	Shadow bool
+
+	// RetryAfter is the retry hint of a RESOURCE_EXHAUSTED or UNAVAILABLE
+	// refusal: a google.rpc.RetryInfo detail and, from the interceptors, a
+	// grpc-retry-pushback-ms trailer. Zero means 1s; negative means no
+	// hint.
+	RetryAfter time.Duration
+
+	// ReclaimAfter is how long a unary call may hold its permit before the
+	// Limiter takes it back and logs it at WARN, as
+	// limit.Config.ReclaimAfter. Streaming calls, which may legitimately
+	// last for hours, are exempt. Zero means 10 minutes; negative means
+	// never.
+	ReclaimAfter time.Duration
+
+	// Store shares the counts with other processes (limit/redisstore). The
+	// tap handle asks it without blocking (its cached view); the
+	// interceptor waits for its answer, bounded by the call's context. Nil
+	// means this process's counts only.
+	Store limit.Store[string]
+
+	// Observer is told of every decision, for example to feed a
+	// promlimit.WaitHistogram. A stream the tap handle refuses because the
+	// key's calls and queue are full is reported as limit.QueueFull. Nil
+	// means none.
+	Observer limit.Observer[string]
+
+	// Clock tells the time, for queue waits and reclaim. Nil means the
+	// real clock.
+	Clock limit.Clock
+
+	// OnReject, if set, is called for every refused call, and in shadow
+	// mode for every call let through over the limit (with
+	// ErrShadowRefused), with the reason: an error matching
+	// limit.ErrLimited, limit.ErrQueueFull, limit.ErrQueueTimeout,
+	// limit.ErrClosed or limit.ErrStore, or the call context's error. It
+	// may be called from the tap handle: it must be fast and must not
+	// block. Nil means no callback.
+	OnReject func(ctx context.Context, method, key string, err error)
+
+	// Logger receives one INFO line per refusal (and shadow refusal), at
+	// most one per LogEvery with a count of the lines left out, and the
+	// WARN of a reclaimed permit. Nil means slog.Default().
+	Logger *slog.Logger
+
+	// LogEvery is the shortest time between two refusal lines. Zero means
+	// 1s; negative means every refusal is logged.
+	LogEvery time.Duration
+
+	// Name identifies the Limiter in logs. Empty means "grpclimit".
+	Name string
+}
+
+// settings is a Config with its defaults applied and checked.
+type settings struct {
+	Config
+	methods    map[string]bool // full methods and "/service/" prefixes; nil: all
+	retryAfter time.Duration   // negative: no hint
+	logEvery   time.Duration   // 0: every refusal
+}
+
+func (c Config) settings() (settings, error) {
+	s := settings{Config: c}
+	if err := c.validate(); err != nil {
+		return s, err
+	}
+	s.Overrides = maps.Clone(c.Overrides)
+	s.Methods = append([]string(nil), c.Methods...)
+	if len(c.Methods) > 0 {
+		s.methods = make(map[string]bool, len(c.Methods))
+		for _, m := range c.Methods {
+			s.methods[m] = true
+		}
+	}
+	if s.Key == nil {
+		s.Key = ByPeer(nil)
+	}
+	s.retryAfter = c.RetryAfter
+	if c.RetryAfter == 0 {
+		s.retryAfter = DefaultRetryAfter
+	}
+	switch {
+	case c.LogEvery == 0:
+		s.logEvery = DefaultLogEvery
+	case c.LogEvery > 0:
+		s.logEvery = c.LogEvery
+	}
+	if s.Logger == nil {
+		s.Logger = slog.Default()
+	}
+	if s.Name == "" {
+		s.Name = "grpclimit"
+	}
+	return s, nil
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Key != nil && reflect.ValueOf(c.Key).Pointer() == reflect.ValueOf(invalidKey).Pointer():
+		return errInvalidKeyFunc
+	case c.Permits < -1:
+		return fmt.Errorf("grpclimit: Permits must be ≥ -1 (got %d)", c.Permits)
+	case c.QueueSize < 0:
+		return fmt.Errorf("grpclimit: QueueSize must not be negative (got %d)", c.QueueSize)
+	case c.QueueTimeout < 0:
+		return fmt.Errorf("grpclimit: QueueTimeout must not be negative (got %v)", c.QueueTimeout)
+	}
+	for key, n := range c.Overrides {
+		if n < -1 {
+			return fmt.Errorf("grpclimit: Overrides[%q] must be ≥ -1 (got %d)", key, n)
+		}
+		if key == "" {
+			return fmt.Errorf("grpclimit: Overrides has an empty key, which is never limited")
+		}
+	}
+	for i, m := range c.Methods {
+		if err := checkMethod(m); err != nil {
+			return fmt.Errorf("grpclimit: Methods[%d] %q: %w", i, m, err)
+		}
+	}
+	return nil
+}
+
+// checkMethod accepts "/service/method" and "/service/", with no other
+// slash and no space.
+func checkMethod(m string) error {
+	rest, ok := strings.CutPrefix(m, "/")
+	if !ok {
+		return fmt.Errorf("must start with '/' (\"/pkg.Service/Method\" or \"/pkg.Service/\")")
+	}
+	service, method, ok := strings.Cut(rest, "/")
+	switch {
+	case !ok || service == "":
+		return fmt.Errorf("want \"/pkg.Service/Method\" or \"/pkg.Service/\"")
+	case strings.Contains(method, "/"):
+		return fmt.Errorf("more than two slashes")
+	case strings.ContainsAny(m, " \t\r\n"):
+		return fmt.Errorf("contains white space")
+	}
+	return nil
+}
+
+// applies reports whether the Limiter counts calls of the full method m.
+func (s *settings) applies(m string) bool {
+	if s.methods == nil {
+		return true
+	}
+	if s.methods[m] {
+		return true
+	}
+	if i := strings.LastIndexByte(m, '/'); i > 0 {
+		return s.methods[m[:i+1]]
+	}
+	return false
+}
+
+// callPermits returns the per-key permits function of the call limiter:
+// Overrides first, then PermitsFor; nil when neither is set.
+func (s *settings) callPermits() func(string) int {
+	overrides, permitsFor := s.Overrides, s.PermitsFor
+	switch {
+	case len(overrides) == 0:
+		return permitsFor
+	case permitsFor == nil:
+		return func(key string) int { return overrides[key] }
+	}
+	return func(key string) int {
+		if n, ok := overrides[key]; ok {
+			return n
+		}
+		return permitsFor(key)
+	}
+}
+
+// streamPermits returns the per-key permits of the stream limiter used
+// with a queue: a key's call permits plus the queue, unlimited stays
+// unlimited.
+func (s *settings) streamPermits() (int, func(string) int) {
+	base := s.Permits
+	if base == 0 {
+		base = DefaultPermits
+	}
+	widen := func(n int) int {
+		if n < 0 {
+			return -1
+		}
+		return n + s.QueueSize
+	}
+	calls := s.callPermits()
+	if calls == nil {
+		return widen(base), nil
+	}
+	return widen(base), func(key string) int {
+		n := calls(key)
+		if n == 0 {
+			n = base
+		}
+		return widen(n)
+	}
+}

@@ -1,0 +1,546 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seed-a07d1050/portcullis/rate"
+)
+
+// A RateStore is a [rate.Store] that keeps a rate limiter's state in
+// Redis, so that a key's rate holds over every node of a cluster. Give each
+// node's rate.Limiter its own RateStore, all with the same Prefix. A
+// RateStore is safe for concurrent use.
+//
+// Redis holds one number per busy key, its theoretical arrival time (TAT)
+// in microseconds of Redis's own clock, in a string key that expires when
+// the key is back to a fresh state. [RateStore.Reserve] is one script call
+// (EVALSHA, one round trip) that applies the GCRA there, after adding the
+// requests this node admitted without asking. Each node remembers the TAT
+// Redis last returned for a key: since it only grows, a request that this
+// remembered TAT already refuses is refused without a round trip, exactly.
+// With RateConfig.LocalShare, a node also admits a few requests of a key
+// without a round trip (the fast path) and sends them later. See
+// docs/ratelimit.md for the bound this puts on the cluster's rate.
+type RateStore[K comparable] struct {
+	s         rateSettings
+	keyString func(K) string
+	seed      maphash.Seed
+	base      time.Time
+	shards    [numShards]rateShard
+	br        breaker
+	st        counters
+	local     atomic.Uint64
+
+	qmu   sync.Mutex
+	queue []*rateEntry
+
+	done      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+	closed    atomic.Bool
+}
+
+var _ rate.Store[string] = (*RateStore[string])(nil)
+
+type rateShard struct {
+	mu sync.Mutex
+	m  map[string]*rateEntry
+}
+
+// A rateEntry is what this node knows of one key.
+type rateEntry struct {
+	ks, name string
+	pending  int   // admitted here (or, negative, cancelled) and not yet sent
+	interval int64 // µs in Redis of the limit the pending requests were admitted under
+	inflight int
+	queued   bool
+	tat      int64 // the key's TAT as Redis last returned it, in node time (ns); 0 none
+	fbTat    int64 // the node-local TAT of the Open fallback (node time)
+}
+
+// ratePolicy is a rate.Limit in the forms the store computes with.
+type ratePolicy struct {
+	iv, window int64 // node time, ns
+	ivUS       int64 // Redis, µs (rounded up)
+	windowUS   int64
+	local      int // requests a node may admit without asking
+}
+
+func (s *RateStore[K]) policy(lim rate.Limit) (ratePolicy, bool) {
+	iv := int64(lim.Rate.Interval())
+	if iv == 0 || lim.Validate() != nil {
+		return ratePolicy{}, false
+	}
+	n := int64(lim.Burst + 1)
+	p := ratePolicy{iv: iv, window: n * iv, ivUS: (iv + 999) / 1000}
+	p.windowUS = n * p.ivUS
+	p.local = int(math.Floor(float64(n) * s.s.LocalShare))
+	return p, true
+}
+
+// NewRate returns a RateStore configured by cfg, or an error naming the
+// first invalid field. keyString turns a key into the string that names it
+// in Redis, as for [New]. It does not contact Redis. It starts one
+// goroutine, which Close stops.
+func NewRate[K comparable](cfg RateConfig, keyString func(K) string) (*RateStore[K], error) {
+	s, err := cfg.settings()
+	if err != nil {
+		return nil, err
+	}
+	if keyString == nil {
+		keyString = defaultKeyString[K]()
+	}
+	st := &RateStore[K]{s: s, keyString: keyString, seed: maphash.MakeSeed(), done: make(chan struct{})}
+	st.base = s.Clock.Now()
+	for i := range st.shards {
+		st.shards[i].m = make(map[string]*rateEntry)
+	}
+	st.br = breaker{threshold: int64(s.BreakerThreshold), backoff: s.BreakerBackoff, onChange: st.breakerChanged}
+	checkClientOptions(s.Client, s.Logger)
+	st.wg.Add(1)
+	go st.loop()
+	return st, nil
+}
+
+func (s *RateStore[K]) now() int64 { return int64(s.s.Clock.Now().Sub(s.base)) }
+
+func (s *RateStore[K]) entry(key K) (*rateShard, *rateEntry) {
+	ks := s.keyString(key)
+	sh := &s.shards[maphash.String(s.seed, ks)%numShards]
+	sh.mu.Lock()
+	e := sh.m[ks]
+	if e == nil {
+		e = &rateEntry{ks: ks, name: s.s.Prefix + "{" + ks + "}"}
+		sh.m[ks] = e
+	}
+	return sh, e
+}
+
+// estimate is the key's TAT as this node knows it: what Redis last said,
+// plus what this node admitted since without telling it. Redis's TAT
+// never moves back except by cancellations, so this is a lower bound of
+// the truth.
+func (e *rateEntry) estimate(p *ratePolicy, now int64) int64 {
+	return max(e.tat, now) + int64(e.pending)*p.iv
+}
+
+// Reserve decides one request of key under lim cluster-wide, as
+// [rate.Store] says. A request the key's last known TAT already refuses is
+// refused at once, without a round trip; one within the local fast path
+// (RateConfig.LocalShare) is admitted at once and sent later; any other
+// runs the script in Redis, bounded by RateConfig.Timeout and ctx. When
+// Redis cannot answer it follows RateConfig.OnError: Open decides on the
+// node-local share (NodeShare), Closed returns an error wrapping
+// [ErrUnavailable]. After Close it returns [ErrClosed].
+func (s *RateStore[K]) Reserve(ctx context.Context, key K, lim rate.Limit) (bool, time.Duration, error) {
+	return s.reserve(ctx, key, lim, true)
+}
+
+// TryReserve is Reserve without a round trip: beyond the cached refusal
+// and the fast path it admits while the key's last known TAT allows,
+// counting the request to be sent in the next flush. Two nodes deciding
+// so at the same moment may together exceed the rate until their next
+// flush; Reserve is exact.
+func (s *RateStore[K]) TryReserve(key K, lim rate.Limit) (bool, time.Duration, error) {
+	return s.reserve(context.Background(), key, lim, false)
+}
+
+func (s *RateStore[K]) reserve(ctx context.Context, key K, lim rate.Limit, mayCall bool) (bool, time.Duration, error) {
+	if s.closed.Load() {
+		return false, 0, ErrClosed
+	}
+	p, ok := s.policy(lim)
+	if !ok {
+		return true, 0, nil // unlimited
+	}
+	probe := s.br.current() != BreakerClosed
+	if !s.br.allow(s.s.Clock.Now()) {
+		return s.fallback(key, &p, errBreakerOpen)
+	}
+	now := s.now()
+	sh, e := s.entry(key)
+	est := e.estimate(&p, now)
+	if est+p.iv-now > p.window {
+		sh.mu.Unlock()
+		s.st.cached.Add(1)
+		s.skipProbe(probe)
+		return false, time.Duration(est - now), nil
+	}
+	if e.pending >= 0 && e.pending < p.local || !mayCall {
+		if e.pending >= p.local {
+			s.st.cached.Add(1)
+		} else {
+			s.local.Add(1)
+		}
+		s.addPending(e, &p, 1)
+		sh.mu.Unlock()
+		s.skipProbe(probe)
+		return true, time.Duration(est + p.iv - now), nil
+	}
+	n := e.pending
+	e.pending = 0
+	e.inflight++
+	name := e.name
+	sh.mu.Unlock()
+
+	reply, err := s.callReserve(ctx, name, &p, n)
+
+	sh.mu.Lock()
+	e.inflight--
+	if err != nil {
+		s.addPending(e, &p, n) // they are still owed; the flush retries
+		sh.mu.Unlock()
+		if ctx.Err() != nil {
+			s.br.abandon()
+			return false, 0, ctx.Err()
+		}
+		s.br.failure(s.s.Clock.Now(), err)
+		return s.fallback(key, &p, err)
+	}
+	after := s.now()
+	e.tat = max(e.tat, after+reply.ahead*1000)
+	sh.mu.Unlock()
+	s.br.success()
+	return reply.ok, time.Duration(reply.ahead * 1000), nil
+}
+
+// skipProbe hands the breaker's probe back when the request that was let
+// through to probe Redis decided without asking it, so that the next one
+// probes.
+func (s *RateStore[K]) skipProbe(probe bool) {
+	if probe {
+		s.br.abandon()
+	}
+}
+
+// addPending counts n requests of e admitted (or, negative, cancelled)
+// without Redis and queues e for the flush. It is called with e's shard
+// lock held.
+func (s *RateStore[K]) addPending(e *rateEntry, p *ratePolicy, n int) {
+	e.pending += n
+	e.interval = p.ivUS
+	if e.queued || e.pending == 0 {
+		return
+	}
+	e.queued = true
+	s.qmu.Lock()
+	s.queue = append(s.queue, e)
+	s.qmu.Unlock()
+}
+
+// fallback decides without Redis, after cause, by the OnError policy.
+// Under Open, the node applies the key's limit at NodeShare on its own
+// state, and counts its admissions to send once Redis answers.
+func (s *RateStore[K]) fallback(key K, p *ratePolicy, cause error) (bool, time.Duration, error) {
+	if s.s.OnError == Closed {
+		s.st.unavailable.Add(1)
+		if cause == errBreakerOpen {
+			return false, 0, cause
+		}
+		return false, 0, fmt.Errorf("%w: %w", ErrUnavailable, cause)
+	}
+	share := s.s.NodeShare
+	iv := int64(math.Ceil(float64(p.iv) / share))
+	window := int64(math.Ceil(float64(p.window/p.iv)*share)) * iv
+	now := s.now()
+	sh, e := s.entry(key)
+	defer sh.mu.Unlock()
+	next := max(e.fbTat, now) + iv
+	if next-now > window {
+		s.st.fallbackRefusals.Add(1)
+		return false, time.Duration(next - iv - now), nil
+	}
+	e.fbTat = next
+	s.st.fallbacks.Add(1)
+	s.addPending(e, p, 1)
+	return true, time.Duration(next - now), nil
+}
+
+// Cancel gives back one request of key that this store admitted: one not
+// yet sent to Redis is simply not sent; otherwise the next flush moves the
+// key's TAT in Redis back one interval (not before Redis's now). It never
+// blocks.
+func (s *RateStore[K]) Cancel(key K, lim rate.Limit) {
+	p, ok := s.policy(lim)
+	if !ok || s.closed.Load() {
+		return
+	}
+	sh, e := s.entry(key)
+	s.addPending(e, &p, -1)
+	if e.fbTat > 0 {
+		e.fbTat -= p.iv
+	}
+	sh.mu.Unlock()
+}
+
+// RateStats is a snapshot of a RateStore's counters. Counters only grow;
+// Breaker and Keys are current values.
+type RateStats struct {
+	Reserve CallStats // scripts on the request path
+	Flush   CallStats // pipelines of requests admitted without asking, and cancellations
+
+	// Latency covers every round trip counted above.
+	Latency Histogram
+
+	// Local counts requests admitted by the fast path (LocalShare)
+	// without a round trip.
+	Local uint64
+	// Cached counts decisions taken from the key's last known TAT without
+	// a round trip: refusals (exact), and TryReserve admissions beyond
+	// the fast path (approximate).
+	Cached uint64
+
+	// Fallbacks and FallbackRefusals count decisions on the node-local
+	// share while Redis could not answer (Open); Unavailable counts
+	// refusals for that reason (Closed).
+	Fallbacks        uint64
+	FallbackRefusals uint64
+	Unavailable      uint64
+
+	Breaker      BreakerState // now
+	BreakerOpens uint64
+
+	Keys int // keys this node keeps a view of
+}
+
+// Stats returns a snapshot of the RateStore's counters.
+func (s *RateStore[K]) Stats() RateStats {
+	var all Stats
+	s.st.snapshot(&all)
+	st := RateStats{
+		Reserve: all.Acquire, Flush: all.Sync, Latency: all.Latency,
+		Local: s.local.Load(), Cached: all.Cached,
+		Fallbacks: all.Fallbacks, FallbackRefusals: all.FallbackRefusals, Unavailable: all.Unavailable,
+		Breaker: s.br.current(), BreakerOpens: s.br.opens.Load(),
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		st.Keys += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return st
+}
+
+// Close stops the background goroutine after one last flush (bounded by
+// 10 × Timeout, at least 500 ms), so that requests admitted without asking
+// still count in Redis. Later calls decide nothing and return
+// [ErrClosed]. It does not close RateConfig.Client. Close is idempotent;
+// later calls return the first call's result.
+func (s *RateStore[K]) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		close(s.done)
+		s.wg.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), max(10*s.s.Timeout, 500*time.Millisecond))
+		defer cancel()
+		s.closeErr = s.flush(ctx)
+	})
+	return s.closeErr
+}
+
+func (s *RateStore[K]) breakerChanged(from, to BreakerState, err error) {
+	switch to {
+	case BreakerOpen:
+		if from == BreakerClosed {
+			s.s.Logger.Warn("redisstore: redis unavailable for rates, circuit breaker open",
+				slog.String("on_error", s.s.OnError.String()),
+				slog.Duration("retry_after", s.s.BreakerBackoff),
+				slog.Any("error", err))
+		}
+	case BreakerClosed:
+		s.s.Logger.Info("redisstore: redis reachable again for rates, circuit breaker closed")
+	}
+}
+
+// loop flushes every FlushInterval and forgets idle keys every second.
+func (s *RateStore[K]) loop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.s.FlushInterval)
+	defer t.Stop()
+	lastSweep := time.Now()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		if s.br.current() == BreakerClosed || s.br.allow(s.s.Clock.Now()) {
+			ctx, cancel := context.WithTimeout(context.Background(), s.s.Timeout)
+			err := s.flush(ctx)
+			cancel()
+			switch {
+			case err == nil:
+				s.br.success()
+			case isQueueEmpty(err):
+				s.br.abandon() // a probe that asked nothing: let the next call probe
+			default:
+				s.br.failure(s.s.Clock.Now(), err)
+			}
+		}
+		if time.Since(lastSweep) >= time.Second {
+			s.sweep()
+			lastSweep = time.Now()
+		}
+	}
+}
+
+// errNothingToFlush tells the loop that a flush made no call, which says
+// nothing about Redis.
+var errNothingToFlush = fmt.Errorf("redisstore: nothing to flush")
+
+func isQueueEmpty(err error) bool { return err == errNothingToFlush }
+
+// flush sends every queued key's pending requests in one pipeline and
+// updates the keys' known TAT. Calls that fail keep their requests
+// pending.
+func (s *RateStore[K]) flush(ctx context.Context) error {
+	s.qmu.Lock()
+	q := s.queue
+	s.queue = nil
+	s.qmu.Unlock()
+	type call struct {
+		e   *rateEntry
+		sh  *rateShard
+		n   int
+		iv  int64
+		cmd *redis.Cmd
+	}
+	var calls []call
+	for _, e := range q {
+		sh := &s.shards[maphash.String(s.seed, e.ks)%numShards]
+		sh.mu.Lock()
+		e.queued = false
+		if e.pending != 0 {
+			calls = append(calls, call{e: e, sh: sh, n: e.pending, iv: e.interval})
+			e.pending = 0
+			e.inflight++
+		}
+		sh.mu.Unlock()
+	}
+	if len(calls) == 0 {
+		return errNothingToFlush
+	}
+	start := time.Now()
+	pipe := s.s.Client.Pipeline()
+	for i := range calls {
+		c := &calls[i]
+		c.cmd = rateScript.EvalSha(ctx, pipe, []string{c.e.name}, c.iv, 0, c.n, 0)
+	}
+	_, err := pipe.Exec(ctx)
+	if err != nil && isNoScript(err) {
+		if lerr := rateScript.Load(ctx, s.s.Client).Err(); lerr == nil {
+			pipe = s.s.Client.Pipeline()
+			for i := range calls {
+				c := &calls[i]
+				c.cmd = rateScript.EvalSha(ctx, pipe, []string{c.e.name}, c.iv, 0, c.n, 0)
+			}
+			_, err = pipe.Exec(ctx)
+		}
+	}
+	s.st.call(opSync, time.Since(start), err)
+	var first error
+	for _, c := range calls {
+		reply, cerr := decodeRate(c.cmd.Val(), c.cmd.Err())
+		now := s.now()
+		c.sh.mu.Lock()
+		c.e.inflight--
+		if cerr != nil {
+			p := ratePolicy{ivUS: c.iv}
+			s.addPending(c.e, &p, c.n)
+			if first == nil {
+				first = cerr
+			}
+		} else if c.n < 0 {
+			c.e.tat = now + reply.ahead*1000 // cancellations move it back
+		} else {
+			c.e.tat = max(c.e.tat, now+reply.ahead*1000)
+		}
+		c.sh.mu.Unlock()
+	}
+	if first != nil {
+		return fmt.Errorf("redisstore: rate flush: %w", first)
+	}
+	return nil
+}
+
+// sweep forgets the keys this node has nothing more to do about.
+func (s *RateStore[K]) sweep() {
+	now := s.now()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for ks, e := range sh.m {
+			if e.pending == 0 && e.inflight == 0 && !e.queued && e.tat <= now && e.fbTat <= now {
+				delete(sh.m, ks)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// callReserve runs the script for one request after n pending ones, under
+// Timeout, and records the round trip.
+func (s *RateStore[K]) callReserve(ctx context.Context, name string, p *ratePolicy, n int) (rateReply, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.s.Timeout)
+	defer cancel()
+	start := time.Now()
+	v, err := rateScript.Run(ctx, s.s.Client, []string{name}, p.ivUS, p.windowUS, n, 1).Result()
+	s.st.call(opAcquire, time.Since(start), err)
+	if err != nil {
+		return rateReply{}, fmt.Errorf("redisstore: rate script: %w", err)
+	}
+	return decodeRate(v, nil)
+}
+
+// rateScript: KEYS[1] the key; ARGV interval µs, window µs ((Burst+1) ×
+// interval), n, want. It adds n requests admitted without asking (n < 0:
+// cancelled ones), unconditionally, then, if want is 1, counts one more if
+// it conforms. The TAT is Redis's TIME in µs; the key expires when the
+// TAT is reached. It returns {admitted (0 or 1), TAT - now in µs}.
+var rateScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local iv, window, n, want = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local tat = tonumber(redis.call('GET', KEYS[1])) or now
+if tat < now then tat = now end
+tat = tat + n * iv
+if tat < now then tat = now end
+local ok = 0
+if want == 1 and tat + iv - now <= window then
+  tat = tat + iv
+  ok = 1
+end
+if tat > now then
+  redis.call('SET', KEYS[1], string.format('%d', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
+else
+  redis.call('DEL', KEYS[1])
+end
+return {ok, tat - now}
+`)
+
+type rateReply struct {
+	ok    bool
+	ahead int64 // µs
+}
+
+func decodeRate(v any, err error) (rateReply, error) {
+	if err != nil {
+		return rateReply{}, err
+	}
+	x, err := ints(v, 2)
+	if err != nil {
+		return rateReply{}, err
+	}
+	return rateReply{ok: x[0] == 1, ahead: x[1]}, nil
+}

@@ -1,0 +1,163 @@
+package rate
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// NoDelay, as [Limit.Delay], admits every request within the burst at once,
+// as nginx's limit_req nodelay.
+const NoDelay = -1
+
+// maxBurst bounds Limit.Burst.
+const maxBurst = 1 << 30
+
+// maxWindow bounds (Burst+1) × interval, so that no sum of times
+// overflows.
+const maxWindow = math.MaxInt64 / 4
+
+// A Limit is one key's rate limit, with nginx limit_req's meaning: requests
+// conform at Rate; up to Burst more may arrive early; of those, the first
+// Delay are admitted at once and the rest are spaced out at Rate (see
+// [Decision.Delay]). The zero Limit has no Rate and is invalid where a
+// limit is required.
+type Limit struct {
+	// Rate is the sustained rate. The zero Rate is invalid; [Unlimited]
+	// admits everything.
+	Rate Rate
+
+	// Burst is how many requests may arrive ahead of Rate: nginx's burst.
+	// Zero means none: a request that comes less than one interval after
+	// the previous one is refused. It must be in 0..2^30.
+	Burst int
+
+	// Delay is how many of the Burst early requests are admitted at once;
+	// the rest are admitted with a delay that spaces them out at Rate.
+	// Zero, nginx's default, delays every early request; N > 0 is nginx's
+	// delay=N; [NoDelay] (-1) is nginx's nodelay: the whole burst at once.
+	// A Delay of Burst or more is the same as NoDelay. Other negative
+	// values are invalid.
+	Delay int
+}
+
+// Validate reports whether l is a usable limit, naming the bad field.
+func (l Limit) Validate() error {
+	if err := l.Rate.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case l.Burst < 0 || l.Burst > maxBurst:
+		return fmt.Errorf("rate: Burst must be in 0..%d (got %d)", maxBurst, l.Burst)
+	case l.Delay < NoDelay:
+		return fmt.Errorf("rate: Delay must be ≥ 0, or NoDelay (-1) (got %d)", l.Delay)
+	}
+	if iv := l.Rate.Interval(); iv > 0 && int64(iv) > maxWindow/int64(l.Burst+1) {
+		return fmt.Errorf("rate: Burst %d at %v spans more than %v", l.Burst, l.Rate, time.Duration(maxWindow))
+	}
+	return nil
+}
+
+// String returns l as nginx would write it: "10r/s burst=20 delay=5",
+// "10r/s burst=20 nodelay", "10r/s" (no burst).
+func (l Limit) String() string {
+	s := l.Rate.String()
+	if l.Burst > 0 {
+		s += fmt.Sprintf(" burst=%d", l.Burst)
+	}
+	switch {
+	case l.Delay == NoDelay || (l.Burst > 0 && l.Delay >= l.Burst):
+		if l.Burst > 0 {
+			s += " nodelay"
+		}
+	case l.Delay > 0:
+		s += fmt.Sprintf(" delay=%d", l.Delay)
+	}
+	return s
+}
+
+// policy is a Limit in the form the limiter computes with, in nanoseconds.
+// A key's state is its theoretical arrival time (TAT): the time at which
+// it is back to a fresh state if nothing more arrives. A request arriving at
+// now moves it to max(TAT, now) + interval; ahead = TAT - now after that.
+type policy struct {
+	interval int64 // T; 0 means unlimited
+	window   int64 // (Burst+1)·T: the most ahead may be after an admission
+	free     int64 // (Delay+1)·T: ahead up to which no delay is imposed
+}
+
+// policyOf converts a Limit that passed Validate.
+func policyOf(l Limit) policy {
+	t := int64(l.Rate.Interval())
+	if t == 0 {
+		return policy{}
+	}
+	p := policy{interval: t, window: int64(l.Burst+1) * t, free: math.MaxInt64}
+	if l.Delay != NoDelay && l.Delay < l.Burst {
+		p.free = int64(l.Delay+1) * t
+	}
+	return p
+}
+
+func (p *policy) unlimited() bool { return p.interval == 0 }
+
+// ParseLimit reads a limit in the words of nginx's limit_req, as String
+// writes it: a rate (see [ParseRate]) followed by any of "burst=N",
+// "delay=N" and "nodelay", separated by single spaces, each at most once
+// and not both delay=N and nodelay: "10r/s", "10r/s burst=20 delay=5",
+// "10r/s burst=20 nodelay". N is a decimal integer (burst ≥ 0, delay ≥ 1,
+// as nginx requires). The result is validated; anything else is an error
+// that quotes the input.
+func ParseLimit(s string) (Limit, error) {
+	fields := strings.Split(s, " ")
+	r, err := ParseRate(fields[0])
+	if err != nil {
+		return Limit{}, fmt.Errorf("rate: limit %q: %w", s, err)
+	}
+	l := Limit{Rate: r}
+	seen := map[string]bool{}
+	for _, f := range fields[1:] {
+		name, val, hasVal := strings.Cut(f, "=")
+		if seen[name] || (name == "nodelay" && seen["delay"]) || (name == "delay" && seen["nodelay"]) {
+			return Limit{}, fmt.Errorf("rate: limit %q: %s given twice, or both delay and nodelay", s, name)
+		}
+		seen[name] = true
+		switch {
+		case name == "nodelay" && !hasVal:
+			l.Delay = NoDelay
+		case (name == "burst" || name == "delay") && hasVal:
+			n, err := parseSmall(val)
+			if err != nil || (name == "delay" && n == 0) {
+				return Limit{}, fmt.Errorf("rate: limit %q: %s must be a decimal integer (delay at least 1)", s, name)
+			}
+			if name == "burst" {
+				l.Burst = n
+			} else {
+				l.Delay = n
+			}
+		default:
+			return Limit{}, fmt.Errorf("rate: limit %q: unknown word %q: write burst=N, delay=N or nodelay, one space apart", s, f)
+		}
+	}
+	if err := l.Validate(); err != nil {
+		return Limit{}, fmt.Errorf("rate: limit %q: %w", s, err)
+	}
+	return l, nil
+}
+
+// parseSmall reads a decimal integer of at most 10 digits.
+func parseSmall(s string) (int, error) {
+	if s == "" || len(s) > 10 {
+		return 0, errors.New("bad number")
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, errors.New("bad number")
+		}
+		n = 10*n + int(s[i]-'0')
+	}
+	return n, nil
+}
