@@ -32,6 +32,7 @@ Usage:
   portcullis run --forward --listen ADDR [--max-concurrent-per-client N]
                  [--htpasswd FILE] [--forward-allow CIDR ...] [--admin ADDR [--admin-token-file FILE]]
   portcullis check --config FILE
+  portcullis ca create --out DIR [--permit-domain NAME ...]
   portcullis demo [--attack]
   portcullis siege [flags]
   portcullis version
@@ -83,6 +84,8 @@ func (e env) main(args []string) int {
 		return e.checkCmd(rest)
 	case "demo":
 		return e.demoCmd(rest)
+	case "ca":
+		return e.caCmd(rest)
 	case "siege":
 		return siege.Main(rest, e.stdout, e.stderr)
 	case "version", "--version", "-version":
