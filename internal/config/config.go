@@ -91,8 +91,21 @@ type Cluster struct {
 	// (max_conns_per_client, prefix_levels, conn_overrides) counting on each node alone.
 	// False, the zero value, counts them across the cluster too: a connection is then
 	// admitted on its own goroutine after one Redis round trip, never in the accept loop.
-	// max_conns always counts per node.
+	// max_conns always counts per node. The same holds for conn_rate and handshake_rate.
 	LocalConnectionCaps bool `yaml:"local_connection_caps"`
+
+	// LocalShare is the part of a rate's burst capacity (burst+1) a node may admit for a key
+	// without asking Redis, the rate's local fast path: up to floor((burst+1) × LocalShare)
+	// requests, sent to Redis in the next flush. N nodes may so admit up to N times that many
+	// requests beyond the exact rate, once per burst (docs/cluster.md). Zero means none: every
+	// admission asks Redis and the cluster rate is exact. Negative, above 1 and NaN are
+	// invalid.
+	LocalShare float64 `yaml:"local_share"`
+
+	// FlushInterval is how often a node sends Redis the rate admissions it made without
+	// asking (fast path, TryReserve, on_error open) and the delayed requests given back, in
+	// one pipeline. Zero means DefaultFlushInterval (10ms). Negative is invalid.
+	FlushInterval time.Duration `yaml:"flush_interval"`
 }
 
 // Redis is how the daemon connects to Redis.
@@ -188,6 +201,12 @@ type Listener struct {
 	// several contain a key, the longest prefix wins. Nil means no override.
 	ConnOverrides []ConnOverride `yaml:"conn_overrides"`
 
+	// ConnRate limits how fast one client key may open connections, checked at accept after
+	// the caps (HAProxy's conn_rate): a connection over it is closed at once, before any byte
+	// is read. Trusted proxies are exempt. Nil means no rate. Not for http3 (see
+	// HandshakeRate).
+	ConnRate *ConnRate `yaml:"conn_rate"`
+
 	// EnforceAbove makes the per-client cap apply only while the listener holds more than
 	// this many connections, so a lone heavy client is served while the listener is quiet.
 	// Zero means always enforce. Negative is invalid. With MaxConns set it must be below
@@ -267,6 +286,11 @@ type Listener struct {
 	// none. HTTP listeners only.
 	ClientLimit *Limit `yaml:"client_limit"`
 
+	// Rate is a request rate on the whole listener, checked before ClientLimit and before
+	// routing, counted apart from any route's rate. Nil means none. HTTP listeners only, and
+	// not with RoutesFrom (the named listener's rate applies).
+	Rate *Rate `yaml:"rate"`
+
 	// Upstream is the host:port raw TCP connections are proxied to. Required for tcp
 	// listeners, not accepted otherwise.
 	Upstream string `yaml:"upstream"`
@@ -281,6 +305,11 @@ type Listener struct {
 	// QUIC tunes QUIC handshake admission. The zero value means every default.
 	// http3 listeners only.
 	QUIC QUIC `yaml:"quic"`
+
+	// HandshakeRate limits how many QUIC handshakes one proven client key may make, checked
+	// once its address is proven (a valid token or a completed handshake), so a spoofed
+	// address never spends another client's rate. Nil means no rate. http3 listeners only.
+	HandshakeRate *ConnRate `yaml:"handshake_rate"`
 
 	// Routes map requests to upstreams. Among the routes whose Host and PathPrefix match a
 	// request, the most specific host wins (an exact name, then a wildcard, then a route
@@ -380,6 +409,10 @@ type Route struct {
 	// the request was sent; past it the client gets 504. Zero means DefaultUpstreamTimeout
 	// (60s). Negative is invalid. It does not bound a response body, a stream or a tunnel.
 	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`
+
+	// Rate limits how fast each key may make requests on this route, checked before Limit
+	// and ShadowLimit so that a delayed request holds no permit. Nil means no rate.
+	Rate *Rate `yaml:"rate"`
 
 	// Limit caps the exchanges this route runs at once per key. Nil means no limit.
 	Limit *Limit `yaml:"limit"`
