@@ -106,6 +106,11 @@ func (m metricsOf) Collect(ch chan<- prometheus.Metric) {
 				c.Collect(ch)
 			}
 		}
+		for _, r := range t.rates() {
+			for _, c := range r.collectors() {
+				c.Collect(ch)
+			}
+		}
 	}
 }
 
@@ -127,11 +132,17 @@ type ListenerSnapshot struct {
 	ClientLimit *LimitSnapshot  `json:"client_limit,omitempty"`
 	RoutesFrom  string          `json:"routes_from,omitempty"`
 	Routes      []RouteSnapshot `json:"routes,omitempty"`
+	// Rate is the listener's request rate; ConnRate and HandshakeRate its
+	// accept-time rates, keyed by client.
+	Rate          *RateSnapshot `json:"rate,omitempty"`
+	ConnRate      *RateSnapshot `json:"conn_rate,omitempty"`
+	HandshakeRate *RateSnapshot `json:"handshake_rate,omitempty"`
 }
 
 // RouteSnapshot is the state of one route's limits.
 type RouteSnapshot struct {
 	Name        string         `json:"name"`
+	Rate        *RateSnapshot  `json:"rate,omitempty"`
 	Limit       *LimitSnapshot `json:"limit,omitempty"`
 	ShadowLimit *LimitSnapshot `json:"shadow_limit,omitempty"`
 }
@@ -170,13 +181,15 @@ func (s *Server) Snapshot() Snapshot {
 			BusyClients: f.busyClients(snapshotTop),
 			RoutesFrom:  f.cfg.RoutesFrom,
 		}
+		f.rateSnapshots(&ls)
 		if f.table != nil && f.cfg.RoutesFrom == "" {
 			t := f.table.Load()
 			if t.client != nil {
 				ls.ClientLimit = limitSnapshot(t.client)
 			}
+			ls.Rate = rateSnapshotOf(t.rate)
 			for _, r := range t.routes {
-				rs := RouteSnapshot{Name: r.name}
+				rs := RouteSnapshot{Name: r.name, Rate: rateSnapshotOf(r.rate)}
 				if r.limit != nil {
 					rs.Limit = limitSnapshot(r.limit)
 				}

@@ -237,6 +237,7 @@ func (s *Server) installTables(built builtTables) {
 			for _, l := range t.retired(old) {
 				s.retire(l)
 			}
+			s.retireRates(t, old)
 		}
 	}
 	for name, p := range s.tables {
@@ -244,6 +245,7 @@ func (s *Server) installTables(built builtTables) {
 			for _, l := range p.Load().limiters() {
 				s.retire(l)
 			}
+			s.retireRates(nil, p.Load())
 			delete(s.tables, name)
 		}
 	}
@@ -476,6 +478,9 @@ func (s *Server) closeTables() {
 	for _, p := range s.tables {
 		for _, l := range p.Load().limiters() {
 			l.close()
+		}
+		for _, r := range p.Load().rates() {
+			r.close()
 		}
 	}
 }
