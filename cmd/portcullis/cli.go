@@ -27,7 +27,8 @@ const usage = `portcullis: admission control in front of any server.
 Usage:
   portcullis run --config FILE
   portcullis run --listen ADDR --upstream URL [--max-conns-per-client N]
-                 [--max-concurrent-per-client N] [--trusted-proxy CIDR ...] [--admin ADDR]
+                 [--max-concurrent-per-client N] [--max-rate-per-client "10r/s burst=20"]
+                 [--trusted-proxy CIDR ...] [--admin ADDR]
   portcullis check --config FILE
   portcullis demo [--attack]
   portcullis siege [flags]
