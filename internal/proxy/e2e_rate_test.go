@@ -486,3 +486,47 @@ listeners:
 		t.Fatalf("route limit granted %d permits, want 1", g)
 	}
 }
+
+const connRateReload = `
+admin: {listen: "127.0.0.1:0"}
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    conn_rate: {rate: 1r/m}
+    routes:
+      - name: r
+        upstreams: ["{{backend}}"]
+`
+
+// conn_rate lives with the listener's connection caps: a reload that keeps
+// the listener (a change of routes) keeps its state, and one that rebuilds
+// it (a change of its socket settings) starts it afresh, as docs/daemon.md
+// says.
+func TestReloadConnRateFollowsTheListener(t *testing.T) {
+	d := startDaemon(t, connRateReload)
+	addr := d.srv.Addr("web").String()
+	if refusedAtOnce(t, dialFrom(t, "127.0.0.2", addr)) {
+		t.Fatal("first connection refused")
+	}
+	if !refusedAtOnce(t, dialFrom(t, "127.0.0.2", addr)) {
+		t.Fatal("second connection within a minute served over conn_rate 1r/m")
+	}
+	routeChange := strings.Replace(connRateReload, "        upstreams:", "        limit: {permits: 5}\n        upstreams:", 1)
+	if err := d.srv.Reload(d.sameAddr(routeChange)); err != nil {
+		t.Fatal(err)
+	}
+	if !refusedAtOnce(t, dialFrom(t, "127.0.0.2", addr)) {
+		t.Fatal("after a reload that kept the listener, a connection was served: its conn_rate state was lost")
+	}
+	socketChange := strings.Replace(routeChange, "    conn_rate:", "    read_timeout: 30s\n    conn_rate:", 1)
+	if err := d.srv.Reload(d.sameAddr(socketChange)); err != nil {
+		t.Fatal(err)
+	}
+	if refusedAtOnce(t, dialFrom(t, "127.0.0.2", addr)) {
+		t.Fatal("after a reload that rebuilt the listener, the conn_rate did not start afresh")
+	}
+	if cr := d.listener("web").ConnRate; cr == nil || cr.Totals.Admitted != 1 || cr.Totals.Refused != 0 {
+		t.Fatalf("the rebuilt listener's conn_rate: %+v", cr)
+	}
+}
