@@ -214,7 +214,7 @@ func (l *Listener) acceptLoop() {
 		peer := peerAddr(c.RemoteAddr())
 		trusted := l.s.Trusted.Contains(peer)
 		readsHeader := l.s.ProxyProtocol && trusted
-		asksStore := (l.s.Store != nil || l.s.ConnRateStore != nil) && (!trusted || l.s.ProxyProtocol)
+		asksStore := !trusted && (l.s.ConnRateStore != nil || l.storeDecides(peer))
 		if !readsHeader && !asksStore {
 			if conn := l.admitNow(c); conn != nil {
 				l.deliver(conn)
@@ -225,6 +225,25 @@ func (l *Listener) acceptLoop() {
 		l.admitting.Add(1)
 		go l.admitSlow(c, peer, trusted)
 	}
+}
+
+// storeDecides reports whether admitting a connection of client takes a
+// Store round trip: some cap that applies to it is finite. A client that
+// every applicable cap leaves unlimited is admitted inline, and the Store
+// never hears of it (the limiter does not ask it for unlimited keys).
+func (l *Listener) storeDecides(client netip.Addr) bool {
+	if l.s.Store == nil || !client.IsValid() {
+		return false
+	}
+	if l.s.capOf(l.levels[0].keyer.FromAddr(client)) >= 0 {
+		return true
+	}
+	for i := range l.levels[1:] {
+		if l.levels[1+i].appliesTo(client) {
+			return true
+		}
+	}
+	return false
 }
 
 // admitSlow admits one connection on its own goroutine: it reads the PROXY

@@ -178,8 +178,12 @@ type Config struct {
 	// Store shares the per-client and level counts with other processes
 	// (limit/redisstore). Keys of different levels are different prefixes,
 	// so one Store holds them all apart. With a Store, admission waits for
-	// its answer, on the connection's own goroutine, never in Accept. Nil
-	// means the counts are this listener's own.
+	// its answer, on the connection's own goroutine, never in Accept. A
+	// connection whose client no finite cap applies to (PerClient or its
+	// override unlimited, and no Level for its family) is admitted inline
+	// and never reaches the Store, so an uncapped listener costs no round
+	// trip and is not refused while the Store is down. Nil means the counts
+	// are this listener's own.
 	Store limit.Store[clientkey.Key]
 
 	// StoreTimeout bounds the wait for the Store's answer; a Store that
@@ -327,6 +331,20 @@ func (c Config) sortedOverrides() ([]Override, error) {
 	}
 	slices.SortStableFunc(out, func(a, b Override) int { return cmp.Compare(b.Prefix.Bits(), a.Prefix.Bits()) })
 	return out, nil
+}
+
+// anyCap reports whether some client can meet a finite cap: without one,
+// a Store has nothing to count and is never asked.
+func (s *settings) anyCap() bool {
+	if s.PerClient >= 0 || len(s.Levels) > 0 {
+		return true
+	}
+	for _, o := range s.overrides {
+		if o.Max > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // capOf returns key's per-client cap: its override, or PerClient;

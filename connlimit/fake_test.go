@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -229,7 +230,7 @@ func TestRefusalLogRateLimited(t *testing.T) {
 		pending := acceptAsync(l)
 		synctest.Wait()
 		lines := h.lines()
-		if len(lines) != 1 || !strings.Contains(lines[0], "WARN") || !strings.Contains(lines[0], "reason=client cap") ||
+		if len(lines) != 1 || !strings.Contains(lines[0], "WARN") || !strings.Contains(lines[0], "reason=client_cap") ||
 			!strings.Contains(lines[0], "peer=192.0.2.1") || !strings.Contains(lines[0], "suppressed=0") {
 			t.Fatalf("lines after 5 refusals = %q; want one WARN naming reason and peer", lines)
 		}
@@ -257,6 +258,7 @@ type fakeStore struct {
 	allow   bool
 	err     error
 	held    int
+	calls   int           // Acquire and TryAcquire calls
 	waitFor time.Duration // Acquire blocks this long (bounded by ctx)
 }
 
@@ -274,6 +276,7 @@ func (s *fakeStore) Acquire(ctx context.Context, key clientkey.Key, limit, local
 func (s *fakeStore) TryAcquire(clientkey.Key, int, int) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.calls++
 	if s.err != nil || !s.allow {
 		return false, s.err
 	}
@@ -330,6 +333,59 @@ func TestStore(t *testing.T) {
 			t.Fatalf("Accept = %v", r)
 		}
 		checkDrained(t, l)
+	})
+}
+
+// A client that no finite cap applies to is admitted without asking the
+// Store, even while the Store fails; a client an override caps still asks
+// it. A listener with no finite cap at all never goes asynchronous.
+func TestStoreSkippedForUncappedClients(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &fakeStore{err: errors.New("redis down")}
+		f := newFakeListener()
+		capped := netip.MustParsePrefix("192.0.2.0/24")
+		l := newTestListener(t, f, Config{
+			PerClient: -1,
+			Levels:    []Level{{IPv6Bits: 48, Max: 4}}, // IPv6 only: IPv4 clients stay uncapped
+			Overrides: []Override{{Prefix: capped, Max: 2}},
+			Store:     store,
+		})
+		var open []net.Conn
+		for range 3 {
+			f.push("198.51.100.7")
+			r := <-acceptAsync(l)
+			if r.err != nil {
+				t.Fatalf("uncapped client while the Store fails: %v", r.err)
+			}
+			open = append(open, r.c)
+		}
+		store.mu.Lock()
+		calls := store.calls
+		store.mu.Unlock()
+		if calls != 0 {
+			t.Fatalf("%d Store calls for an uncapped client, want 0", calls)
+		}
+		next := acceptAsync(l)
+		f.push("192.0.2.1")   // capped by its override: asks the Store, which fails
+		f.push("2001:db8::1") // capped by the IPv6 level
+		synctest.Wait()
+		store.mu.Lock()
+		calls = store.calls
+		store.mu.Unlock()
+		if r := l.Stats().Refused; r.Store != 2 || calls != 2 {
+			t.Fatalf("capped clients: %d Store calls and refusals %+v, want 2 calls and 2 store refusals", calls, r)
+		}
+		for _, c := range open {
+			c.Close()
+		}
+		l.Close()
+		<-next
+		checkDrained(t, l)
+
+		none := newTestListener(t, newFakeListener(), Config{PerClient: -1, Store: store})
+		if none.async {
+			t.Fatal("a listener without any finite cap admits asynchronously, for a Store it never asks")
+		}
 	})
 }
 

@@ -105,7 +105,7 @@ func NewListener(inner net.Listener, cfg Config) (*Listener, error) {
 		return nil, err
 	}
 	l := &Listener{inner: inner, s: s, now: time.Now, done: make(chan struct{})}
-	l.async = s.ProxyProtocol || s.Store != nil || s.ConnRateStore != nil
+	l.async = s.ProxyProtocol || s.Store != nil && s.anyCap() || s.ConnRateStore != nil
 	if s.MaxConns > 0 {
 		l.tokens = make(chan struct{}, s.MaxConns)
 	}

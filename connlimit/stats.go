@@ -73,16 +73,19 @@ const (
 	numReasons
 )
 
+// reasonNames are the reasons as logs write them: the JSON names of the
+// Stats.Refused fields, which are also the "reason" labels of the metrics
+// (promlimit), so that one refusal is spelled one way everywhere.
 var reasonNames = [numReasons]string{
 	admitted:           "admitted",
-	reasonClientCap:    "client cap",
-	reasonLevel:        "prefix level cap",
-	reasonClientRate:   "client connection rate",
-	reasonProxyBad:     "bad PROXY header",
-	reasonProxySlow:    "slow PROXY header",
-	reasonProxyMissing: "missing PROXY header",
-	reasonStore:        "store failed",
-	reasonShutdown:     "listener closed",
+	reasonClientCap:    "client_cap",
+	reasonLevel:        "level",
+	reasonClientRate:   "client_rate",
+	reasonProxyBad:     "proxy_header_bad",
+	reasonProxySlow:    "proxy_header_slow",
+	reasonProxyMissing: "proxy_header_missing",
+	reasonStore:        "store",
+	reasonShutdown:     "shutdown",
 }
 
 func (r reason) String() string { return reasonNames[r] }

@@ -147,6 +147,27 @@ func (g *refusalLog) refused(ctx context.Context, method, key string, err error)
 		slog.String("limiter", g.name),
 		slog.String("key", key),
 		slog.String("method", method),
-		slog.String("reason", err.Error()),
-		slog.Int64("not_logged_since_last", g.skipped.Swap(0)))
+		slog.String("reason", refusalReason(err)),
+		slog.Int64("suppressed", g.skipped.Swap(0)))
+}
+
+// refusalReason names why a call was refused as the limiter's metrics do
+// (limit.EventKind names), and "closed" for a closed limiter, as httplimit
+// does.
+func refusalReason(err error) string {
+	switch {
+	case errors.Is(err, ErrShadowRefused):
+		return limit.ShadowRefused.String()
+	case errors.Is(err, limit.ErrLimited):
+		return limit.Refused.String()
+	case errors.Is(err, limit.ErrQueueFull):
+		return limit.QueueFull.String()
+	case errors.Is(err, limit.ErrQueueTimeout):
+		return limit.QueueTimeout.String()
+	case errors.Is(err, limit.ErrStore):
+		return limit.StoreFailed.String()
+	case errors.Is(err, limit.ErrClosed):
+		return "closed"
+	}
+	return limit.Abandoned.String() // the call's context ended while it waited
 }

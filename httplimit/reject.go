@@ -56,13 +56,13 @@ func (l *Limiter) shadowRefused(r *http.Request, key string) {
 
 // refusalLog writes refusal lines, at most one per period, so that a flood
 // of refusals cannot flood the log; the next line written says how many
-// were left out.
+// were left out (suppressed).
 type refusalLog struct {
-	logger  *slog.Logger
-	name    string
-	every   int64        // nanoseconds; 0: every refusal
-	next    atomic.Int64 // Unix nanoseconds before which lines are left out
-	skipped atomic.Int64
+	logger     *slog.Logger
+	name       string
+	every      int64        // nanoseconds; 0: every refusal
+	next       atomic.Int64 // Unix nanoseconds before which lines are left out
+	suppressed atomic.Int64
 }
 
 func (g *refusalLog) init(s *settings) {
@@ -81,7 +81,7 @@ func (g *refusalLog) refused(r *http.Request, key string, err error) {
 		now := time.Now().UnixNano()
 		next := g.next.Load()
 		if now < next || !g.next.CompareAndSwap(next, now+g.every) {
-			g.skipped.Add(1)
+			g.suppressed.Add(1)
 			return
 		}
 	}
@@ -92,11 +92,37 @@ func (g *refusalLog) refused(r *http.Request, key string, err error) {
 	case errors.Is(err, ErrShadowDelayed):
 		msg = "request over the rate let through without its delay (shadow mode)"
 	}
-	g.logger.LogAttrs(r.Context(), slog.LevelInfo, msg,
+	attrs := []slog.Attr{
 		slog.String("limiter", g.name),
 		slog.String("key", key),
 		slog.String("method", r.Method),
 		slog.String("path", r.URL.Path),
-		slog.String("reason", err.Error()),
-		slog.Int64("not_logged_since_last", g.skipped.Swap(0)))
+		slog.String("reason", refusalReason(err)),
+	}
+	if errors.Is(err, limit.ErrStore) {
+		attrs = append(attrs, slog.String("error", err.Error()))
+	}
+	attrs = append(attrs, slog.Int64("suppressed", g.suppressed.Swap(0)))
+	g.logger.LogAttrs(r.Context(), slog.LevelInfo, msg, attrs...)
+}
+
+// refusalReason names why a request was refused as the limiter's metrics
+// do (limit.EventKind names: refused, queue_full, queue_timeout,
+// store_failed, shadow_refused), and "closed" for a closed limiter.
+func refusalReason(err error) string {
+	switch {
+	case errors.Is(err, ErrShadowRefused):
+		return limit.ShadowRefused.String()
+	case errors.Is(err, limit.ErrLimited):
+		return limit.Refused.String()
+	case errors.Is(err, limit.ErrQueueFull):
+		return limit.QueueFull.String()
+	case errors.Is(err, limit.ErrQueueTimeout):
+		return limit.QueueTimeout.String()
+	case errors.Is(err, limit.ErrStore):
+		return limit.StoreFailed.String()
+	case errors.Is(err, limit.ErrClosed):
+		return "closed"
+	}
+	return limit.Abandoned.String() // the request's context ended while it waited
 }

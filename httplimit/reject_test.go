@@ -82,7 +82,7 @@ func TestOnRejectAndLog(t *testing.T) {
 		t.Errorf("OnReject got %q %q %v", gotKey, gotPath, gotErr)
 	}
 	line := logs.String()
-	for _, want := range []string{"request refused", "limiter=api", "key=127.0.0.2", "path=/second"} {
+	for _, want := range []string{"request refused", "limiter=api", "key=127.0.0.2", "path=/second", "reason=refused", "suppressed=0"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("log %q lacks %q", line, want)
 		}

@@ -40,8 +40,8 @@ func isTunnel(r *http.Request) bool {
 type tunnel struct {
 	permit    limit.Permit[string]
 	exchange  limit.Permit[string] // zero without Config.TunnelPermits
-	connect   bool // a CONNECT: any 2xx establishes it; otherwise only 101 does
-	releaseUp bool // Config.ReleaseTunnels
+	connect   bool                 // a CONNECT: any 2xx establishes it; otherwise only 101 does
+	releaseUp bool                 // Config.ReleaseTunnels
 
 	decidedFast atomic.Bool // decided, readable without mu, for the many writes after
 

@@ -24,13 +24,13 @@ type Limiter[K comparable] struct {
 	global atomic.Int64 // permits held over all keys, kept only with a global cap
 	now    atomic.Int64 // coarse clock for dating permits, Unix nanoseconds
 
-	closed    atomic.Bool
-	done      chan struct{}
+	closed atomic.Bool
+	done   chan struct{}
 
 	idle         idleWatch
 	watchingIdle atomic.Bool // set by the first call to Idle
-	closeOnce sync.Once
-	wg        sync.WaitGroup
+	closeOnce    sync.Once
+	wg           sync.WaitGroup
 }
 
 // New returns a Limiter configured by cfg, or an error naming the first

@@ -132,7 +132,10 @@ func (sh *shard[K]) take(e *entry[K], now int64) *permit[K] {
 	e.inUse++
 	p.entry = e
 	p.granted = now
-	p.stored = sh.l.s.Store != nil
+	// A key without a limit has nothing to count cluster-wide: its
+	// permits never reach the Store (no round trip, and a Store that
+	// refuses while it is down cannot refuse it).
+	p.stored = sh.l.s.Store != nil && e.limit != unlimited
 	sh.list(p)
 	return p
 }

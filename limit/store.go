@@ -6,7 +6,8 @@ import "context"
 // limit holds across a cluster (package limit/redisstore is one). The
 // limiter keeps its own count of what this process holds, checks that first
 // and refuses locally when this process alone is at the limit; it asks the
-// Store only for permits the local count allows.
+// Store only for permits the local count allows, and never for a key
+// without a limit.
 type Store[K comparable] interface {
 	// Acquire reports whether one more permit of key may be held
 	// cluster-wide, where limit permits are allowed in all and local are

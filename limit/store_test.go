@@ -164,3 +164,59 @@ func TestStoreFailure(t *testing.T) {
 		t.Fatal("store count not returned")
 	}
 }
+
+// A key without a limit never reaches the Store: not when its permits are
+// taken or given back, and not while the Store fails. Keys with a limit
+// still do.
+func TestStoreNotAskedForUnlimitedKeys(t *testing.T) {
+	st := newClusterStore()
+	st.fail = errors.New("redis down")
+	l, err := limit.New(limit.Config[string]{
+		Permits: -1,
+		PermitsFor: func(key string) int {
+			if key == "capped" {
+				return 1
+			}
+			return 0 // Permits: unlimited
+		},
+		Store: st,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var held []limit.Permit[string]
+	for range 3 {
+		p, err := l.Acquire(context.Background(), "free")
+		if err != nil {
+			t.Fatalf("Acquire of an unlimited key while the Store fails: %v", err)
+		}
+		held = append(held, p)
+		if p, err = l.TryAcquire("free"); err != nil {
+			t.Fatalf("TryAcquire of an unlimited key while the Store fails: %v", err)
+		}
+		held = append(held, p)
+	}
+	for _, p := range held {
+		p.Release()
+	}
+	st.mu.Lock()
+	calls, tries := st.calls, st.tryCalls
+	_, released := st.held["free"] // a Release would have driven it negative
+	st.mu.Unlock()
+	if calls != 0 || tries != 0 || released {
+		t.Fatalf("unlimited key: %d Acquire, %d TryAcquire calls and a Release on the Store (%v), want none", calls, tries, released)
+	}
+	if _, err := l.Acquire(context.Background(), "capped"); !errors.Is(err, limit.ErrStore) {
+		t.Fatalf("capped key while the Store fails: %v, want ErrStore", err)
+	}
+	st.mu.Lock()
+	calls = st.calls
+	st.mu.Unlock()
+	if calls != 1 {
+		t.Fatalf("capped key: %d Store calls, want 1", calls)
+	}
+	if tot := l.Totals(); tot.InUse != 0 {
+		t.Fatalf("%d permits left in use", tot.InUse)
+	}
+}

@@ -1,7 +1,9 @@
 package quicadmit
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"reflect"
 	"strings"
@@ -81,5 +83,27 @@ func TestRetryChangesLogged(t *testing.T) {
 	d.finish()
 	if n := h.count("INFO quicadmit: Retry off"); n != 1 {
 		t.Fatalf("%d Retry-off logs, want 1", n)
+	}
+}
+
+// A refusal logged as JSON names the client's address as a string, not as
+// the fields of a *net.UDPAddr.
+func TestRefusalLogJSONAddress(t *testing.T) {
+	var buf bytes.Buffer
+	d := newHookDriver(t, Config{MaxInProgress: 1, Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	d.admit(false)
+	if _, err := d.c.ConnContext(context.Background(), &quic.ClientInfo{RemoteAddr: testAddr}); err == nil {
+		t.Fatal("admitted over the maximum")
+	}
+	lines := bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n"))
+	var line map[string]any
+	if err := json.Unmarshal(lines[len(lines)-1], &line); err != nil {
+		t.Fatalf("log %q: %v", buf.String(), err)
+	}
+	if !strings.HasPrefix(line["msg"].(string), "quicadmit: refusing") {
+		t.Fatalf("last line %v is no refusal", line)
+	}
+	if got := line["remote"]; got != testAddr.String() {
+		t.Fatalf("remote = %#v, want %q", got, testAddr.String())
 	}
 }

@@ -3,6 +3,7 @@ package quicadmit
 import (
 	"context"
 	"errors"
+	"net"
 	"sync/atomic"
 	"time"
 
@@ -37,8 +38,17 @@ func (c *Controller) refuse(reason error, info *quic.ClientInfo) {
 		msg = "quicadmit: refusing QUIC connection attempts: controller closed"
 	}
 	c.s.logger.Log(context.Background(), c.s.logLevel, msg,
-		"remote", info.RemoteAddr, "in_progress", c.inProgress.Load(),
+		"remote", addrString(info.RemoteAddr), "in_progress", c.inProgress.Load(),
 		"max_in_progress", c.s.maxInProgress, "refused_total", total)
+}
+
+// addrString formats a for a log line: as text, never as the struct a JSON
+// handler would make of a *net.UDPAddr.
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
 }
 
 // refusePerClient counts a per-client refusal and logs it, throttled.

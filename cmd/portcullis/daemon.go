@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"syscall"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
@@ -13,15 +14,21 @@ import (
 	"github.com/seed-a07d1050/portcullis/rate"
 )
 
-const runSynopsis = `run --config FILE
+const runSynopsis = `run --config FILE [--max-concurrent-per-client N]
        portcullis run --listen ADDR --upstream URL [--max-conns-per-client N] [--syn-filter]
                       [--max-concurrent-per-client N] [--max-rate-per-client "10r/s burst=20"]
-                      [--max-conn-rate-per-client "20r/s burst=40"]
-                      [--trusted-proxy CIDR ...] [--admin ADDR]
+                      [--max-conn-rate-per-client "20r/s burst=40"] [--trusted-proxy CIDR ...]
+                      [--admin ADDR [--admin-token-file FILE]]
+       portcullis run --forward --listen ADDR [--max-concurrent-per-client N] [--htpasswd FILE]
+                      [--forward-allow CIDR ...] [--max-conns-per-client N] [--trusted-proxy CIDR ...]
+                      [--max-rate-per-client LIMIT] [--max-conn-rate-per-client LIMIT]
+                      [--admin ADDR [--admin-token-file FILE]]
 
 Serves until SIGTERM or SIGINT (then drains in-flight exchanges up to the
 shutdown timeout and exits 0). SIGHUP reloads --config FILE; an invalid file is
-refused with a logged error and the running configuration stays.`
+refused with a logged error and the running configuration stays. With --config,
+--max-concurrent-per-client N gives every HTTP listener without a client_limit
+of its own (reverse and forward) a limit of N requests at once per client.`
 
 // runFlags are the flags of "portcullis run".
 type runFlags struct {
@@ -35,6 +42,10 @@ type runFlags struct {
 	maxConnRate   string
 	trusted       stringList
 	admin         string
+	forward       bool
+	htpasswd      string
+	forwardAllow  stringList
+	adminToken    string
 }
 
 func (e env) runCmd(args []string) int {
@@ -50,35 +61,62 @@ func (e env) runCmd(args []string) int {
 	fs.StringVar(&f.maxConnRate, "max-conn-rate-per-client", "", "connections one client may open, checked at accept: \"20r/s burst=40\"; more are refused")
 	fs.Var(&f.trusted, "trusted-proxy", "a proxy `CIDR` whose X-Forwarded-For is believed and whose connections are not capped; repeatable")
 	fs.StringVar(&f.admin, "admin", "", "serve /metrics, /debug/limits, /healthz and /readyz on this host:port")
+	fs.BoolVar(&f.forward, "forward", false, "serve a forward proxy on --listen (clients send absolute-form requests and CONNECT), instead of a reverse proxy to --upstream")
+	fs.StringVar(&f.htpasswd, "htpasswd", "", "with --forward: require proxy authentication (407) against this htpasswd `file` of bcrypt hashes, read again on SIGHUP")
+	fs.Var(&f.forwardAllow, "forward-allow", "with --forward: let this private or loopback `CIDR` through the destination policy; repeatable")
+	fs.StringVar(&f.adminToken, "admin-token-file", "", "require the bearer token in this `file` for every admin endpoint but /healthz and /readyz")
 	if code := e.parseFlags(fs, args); code >= 0 {
 		return code
 	}
 	if f.file != "" {
-		if f.listen != "" || len(f.upstreams) > 0 || f.maxConns != 0 || f.synFilter || f.maxConcurrent != 0 ||
-			f.maxRate != "" || f.maxConnRate != "" || len(f.trusted) > 0 || f.admin != "" {
-			fmt.Fprintln(e.stderr, "portcullis run: --config excludes --listen, --upstream, --max-*, --trusted-proxy and --admin")
+		if f.listen != "" || len(f.upstreams) > 0 || f.maxConns != 0 || f.synFilter || len(f.trusted) > 0 || f.admin != "" || f.adminToken != "" ||
+			f.forward || f.htpasswd != "" || len(f.forwardAllow) > 0 || f.maxRate != "" || f.maxConnRate != "" {
+			fmt.Fprintln(e.stderr, "portcullis run: --config excludes every flag but --max-concurrent-per-client")
 			return exitUsage
 		}
-		cfg, err := loadConfig(f.file)
+		if f.maxConcurrent < 0 {
+			fmt.Fprintf(e.stderr, "portcullis run: --max-concurrent-per-client must be 0 (no limit) or more (got %d)\n", f.maxConcurrent)
+			return exitUsage
+		}
+		load := func() (*config.Config, []string, error) {
+			cfg, err := loadConfig(f.file)
+			if err != nil {
+				return nil, nil, err
+			}
+			notes, err := addClientLimits(cfg, f.maxConcurrent)
+			return cfg, notes, err
+		}
+		cfg, notes, err := load()
 		if err != nil {
 			fmt.Fprintln(e.stderr, err)
 			return exitUsage
 		}
-		return e.serve(cfg, func() (*config.Config, error) { return loadConfig(f.file) })
+		return e.serveWith(cfg, notes, load)
 	}
 	cfg, err := f.config()
 	if err != nil {
 		fmt.Fprintf(e.stderr, "portcullis run: %v\n", err)
 		return exitUsage
 	}
-	return e.serve(cfg, nil)
+	var reload func() (*config.Config, error)
+	if f.htpasswd != "" {
+		reload = f.config // SIGHUP reads the htpasswd file again
+	}
+	return e.serve(cfg, reload)
 }
 
 // config builds the configuration the flags describe: one HTTP listener
-// with one route to the upstreams.
+// with one route to the upstreams, or with --forward one forward listener.
 func (f *runFlags) config() (*config.Config, error) {
-	if f.listen == "" || len(f.upstreams) == 0 {
-		return nil, errors.New("give --config FILE, or --listen and --upstream")
+	switch {
+	case f.forward && f.listen == "":
+		return nil, errors.New("--forward needs --listen")
+	case f.forward && len(f.upstreams) > 0:
+		return nil, errors.New("--forward excludes --upstream: a forward proxy reaches the target each request names")
+	case !f.forward && (f.htpasswd != "" || len(f.forwardAllow) > 0):
+		return nil, errors.New("--htpasswd and --forward-allow need --forward")
+	case !f.forward && (f.listen == "" || len(f.upstreams) == 0):
+		return nil, errors.New("give --config FILE, or --listen and --upstream, or --forward and --listen")
 	}
 	if f.maxConcurrent < 0 {
 		return nil, fmt.Errorf("--max-concurrent-per-client must be 0 (no limit) or more (got %d)", f.maxConcurrent)
@@ -91,8 +129,26 @@ func (f *runFlags) config() (*config.Config, error) {
 		SYNFilter:         f.synFilter,
 		Routes:            []config.Route{{Name: "default", Upstreams: f.upstreams}},
 	}
+	if f.forward {
+		ln.Name, ln.Mode, ln.Routes = "forward", config.ModeForward, nil
+		ln.Forward = &config.Forward{}
+		for _, s := range f.forwardAllow {
+			p, err := parseCIDR("--forward-allow", s)
+			if err != nil {
+				return nil, err
+			}
+			ln.Forward.Destinations.Allow = append(ln.Forward.Destinations.Allow, p)
+		}
+		if f.htpasswd != "" {
+			abs, err := filepath.Abs(f.htpasswd)
+			if err != nil {
+				return nil, fmt.Errorf("--htpasswd: %w", err)
+			}
+			ln.Auth = &config.Auth{Htpasswd: abs}
+		}
+	}
 	for _, s := range f.trusted {
-		p, err := parseCIDR(s)
+		p, err := parseCIDR("--trusted-proxy", s)
 		if err != nil {
 			return nil, err
 		}
@@ -104,7 +160,7 @@ func (f *runFlags) config() (*config.Config, error) {
 	if err := f.rates(&ln); err != nil {
 		return nil, err
 	}
-	cfg := &config.Config{Admin: config.Admin{Listen: f.admin}, Listeners: []config.Listener{ln}}
+	cfg := &config.Config{Admin: config.Admin{Listen: f.admin, TokenFile: f.adminToken}, Listeners: []config.Listener{ln}}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -140,19 +196,56 @@ func (f *runFlags) rates(ln *config.Listener) error {
 	return nil
 }
 
-// parseCIDR reads a --trusted-proxy value: a CIDR or a single address.
-func parseCIDR(s string) (netip.Prefix, error) {
+// parseCIDR reads the value of flag (--trusted-proxy, --forward-allow): a
+// CIDR or a single address.
+func parseCIDR(flag, s string) (netip.Prefix, error) {
 	if p, err := netip.ParsePrefix(s); err == nil {
 		if p.Masked() != p {
-			return netip.Prefix{}, fmt.Errorf("--trusted-proxy %s has host bits set; did you mean %s?", s, p.Masked())
+			return netip.Prefix{}, fmt.Errorf("%s %s has host bits set; did you mean %s?", flag, s, p.Masked())
 		}
 		return p, nil
 	}
 	a, err := netip.ParseAddr(s)
 	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("--trusted-proxy %q is not an IP address or CIDR", s)
+		return netip.Prefix{}, fmt.Errorf("%s %q is not an IP address or CIDR", flag, s)
 	}
-	return netip.PrefixFrom(a, a.BitLen()), nil
+	return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
+}
+
+// addClientLimits gives every HTTP listener of cfg that has a route table of
+// its own (reverse listeners without routes_from, forward listeners) and no
+// client_limit a limit of n requests at once per client: what
+// --max-concurrent-per-client N means with --config. A listener whose file
+// sets its own client_limit keeps it. It returns notes to log, saying which
+// listeners took the limit and which kept their own; n 0 changes nothing.
+func addClientLimits(cfg *config.Config, n int) ([]string, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	var added, kept []string
+	for i := range cfg.Listeners {
+		l := &cfg.Listeners[i]
+		name := l.Name
+		if name == "" {
+			name = fmt.Sprintf("%s-%d", l.Protocol, i)
+		}
+		switch {
+		case !l.Protocol.IsHTTP() || l.RoutesFrom != "":
+		case l.ClientLimit != nil:
+			kept = append(kept, name)
+		default:
+			l.ClientLimit = &config.Limit{Key: config.KeyClientIP, Permits: n}
+			added = append(added, name)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	notes := []string{fmt.Sprintf("--max-concurrent-per-client %d: a client_limit of %d per client on listeners %v", n, n, added)}
+	if len(kept) > 0 {
+		notes = append(notes, fmt.Sprintf("--max-concurrent-per-client %d: listeners %v keep the client_limit of the file", n, kept))
+	}
+	return notes, nil
 }
 
 func loadConfig(file string) (*config.Config, error) {
@@ -162,6 +255,19 @@ func loadConfig(file string) (*config.Config, error) {
 // serve starts the daemon from cfg and runs it until SIGTERM or SIGINT.
 // On SIGHUP it asks reload (nil: nothing to reload) for a new configuration.
 func (e env) serve(cfg *config.Config, reload func() (*config.Config, error)) int {
+	var noted func() (*config.Config, []string, error)
+	if reload != nil {
+		noted = func() (*config.Config, []string, error) {
+			c, err := reload()
+			return c, nil, err
+		}
+	}
+	return e.serveWith(cfg, nil, noted)
+}
+
+// serveWith is serve for a configuration that flags changed: it logs notes
+// once started, and the notes reload returns after each reload.
+func (e env) serveWith(cfg *config.Config, notes []string, reload func() (*config.Config, []string, error)) int {
 	sigs := make(chan os.Signal, 4)
 	stop := e.notify(sigs)
 	defer stop()
@@ -174,6 +280,9 @@ func (e env) serve(cfg *config.Config, reload func() (*config.Config, error)) in
 		e.started(srv)
 	}
 	log := srv.Logger()
+	for _, n := range notes {
+		log.Info(n)
+	}
 	running := cfg.Effective()
 	for sig := range sigs {
 		if sig != syscall.SIGHUP {
@@ -187,16 +296,19 @@ func (e env) serve(cfg *config.Config, reload func() (*config.Config, error)) in
 			return exitOK
 		}
 		if reload == nil {
-			log.Warn("SIGHUP ignored: running from flags, there is no file to reload")
+			log.Warn("SIGHUP ignored: running from flags without --config or --htpasswd, there is no file to read again")
 			continue
 		}
-		next, err := reload()
+		next, notes, err := reload()
 		if err == nil {
 			err = srv.Reload(next)
 		}
 		if err != nil {
-			log.Error("reload refused; the running configuration stays", "err", err)
+			log.Error("reload refused; the running configuration stays", "error", err)
 			continue
+		}
+		for _, n := range notes {
+			log.Info(n)
 		}
 		running = next.Effective()
 	}

@@ -1,7 +1,8 @@
-// Command portcullis is an admission-controlling reverse proxy: it caps the
-// connections of each client at accept, limits concurrent exchanges per
-// route, and forwards the rest to the upstreams. Run "portcullis help" for
-// its commands.
+// Command portcullis is an admission-controlling reverse proxy, and forward
+// proxy: it caps the connections of each client at accept, limits
+// concurrent exchanges per route, user or target, and forwards the rest to
+// the upstreams (or, as a forward proxy, to the target each request names).
+// Run "portcullis help" for its commands.
 package main
 
 import (

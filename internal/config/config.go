@@ -23,8 +23,8 @@ type Config struct {
 	// Negative is invalid.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 
-	// Cluster makes route limits and client limits count cluster-wide on Redis.
-	// Nil means every node counts on its own.
+	// Cluster makes route limits, client limits and connection caps count cluster-wide on
+	// Redis. Nil means every node counts on its own.
 	Cluster *Cluster `yaml:"cluster"`
 
 	// Listeners are the sockets the daemon serves, in order. At least one is required.
@@ -53,13 +53,23 @@ type Admin struct {
 	// Listen is the host:port of the admin listener. Empty means no admin listener.
 	// Port 0 picks a free port.
 	Listen string `yaml:"listen"`
+
+	// TokenFile is a file holding the bearer token every admin endpoint but /healthz and
+	// /readyz then requires (Authorization: Bearer <token>; others get 401). The token is the
+	// file's content without surrounding white space: at least 16 characters of RFC 6750's
+	// token alphabet (letters, digits, '-', '.', '_', '~', '+', '/', then optional '='), as
+	// `openssl rand -hex 32` writes. It is read again on every reload. Empty means no token:
+	// whoever reaches the admin listener reads every endpoint. Requires Listen.
+	TokenFile string `yaml:"token_file"`
 }
 
 // Cluster makes limits count across every node sharing one Redis.
 //
-// Route limits (limit and shadow_limit) and listener client limits then count cluster-wide.
-// Accept-time connection caps (max_conns_per_client, prefix_levels, max_conns) always count
-// on the node alone: a refusal at accept must not wait for Redis.
+// Route limits (limit and shadow_limit), listener client limits and, unless
+// LocalConnectionCaps is set, the accept-time per-client connection caps then count
+// cluster-wide. max_conns always counts on the node alone. A key that a limit or cap leaves
+// unlimited never reaches Redis: a listener with max_conns_per_client -1 makes no Redis call
+// per connection, and is not refused while Redis is away.
 type Cluster struct {
 	// Redis says how to reach Redis. Required.
 	Redis Redis `yaml:"redis"`
@@ -164,6 +174,12 @@ type Listener struct {
 
 	// Protocol is what the listener speaks. Required.
 	Protocol Protocol `yaml:"protocol"`
+
+	// Mode says what an http or https listener does with requests: ModeReverse sends them to
+	// the upstreams of its Routes; ModeForward is a forward proxy, carrying absolute-form
+	// requests and CONNECT tunnels to the target each request names (see Forward). Empty
+	// means ModeReverse. http and https listeners only.
+	Mode ListenerMode `yaml:"mode"`
 
 	// Listen is the host:port to listen on: an IP address (IPv6 in brackets) or a host name,
 	// and a numeric port; an empty host means every interface; port 0 picks a free port.
@@ -295,11 +311,20 @@ type Listener struct {
 	// listeners, not accepted otherwise.
 	Upstream string `yaml:"upstream"`
 
+	// TCPIdleTimeout closes a proxied TCP connection on which no byte has moved, in either
+	// direction, for this long (as HAProxy's timeout client and server do), giving back its
+	// connection slot: a client that stays silent after the upstream closed its side, or
+	// after both went quiet, does not hold its slot for good. A connection with traffic in
+	// either direction is never cut. Zero means DefaultTCPIdleTimeout (5m). Negative is
+	// invalid. tcp listeners only.
+	TCPIdleTimeout time.Duration `yaml:"tcp_idle_timeout"`
+
 	// RoutesFrom names another HTTP listener whose routes, and the limiters of those routes,
 	// this listener shares, so an exchange counts the same whichever listener it came
 	// through. An http3 listener sharing a TCP listener's routes is advertised there with
 	// Alt-Svc. The named listener must not itself use RoutesFrom, and this listener must
-	// have no Routes. Empty means this listener has its own Routes. HTTP listeners only.
+	// have no Routes and no ClientLimit (the named listener's applies). Empty means this
+	// listener has its own Routes. HTTP listeners only.
 	RoutesFrom string `yaml:"routes_from"`
 
 	// QUIC tunes QUIC handshake admission. The zero value means every default.
@@ -310,11 +335,23 @@ type Listener struct {
 	// once its address is proven (a valid token or a completed handshake), so a spoofed
 	// address never spends another client's rate. Nil means no rate. http3 listeners only.
 	HandshakeRate *ConnRate `yaml:"handshake_rate"`
+	// Auth requires HTTP Basic credentials checked against an htpasswd file before any
+	// limit counts a request: on a forward listener proxy authentication (407,
+	// Proxy-Authorization), on a reverse listener server authentication (401,
+	// Authorization). A request without right credentials is refused before it takes a
+	// permit; the verified name is what limits keyed by proxy_user (forward) or user
+	// (reverse) count. Nil means no authentication. HTTP listeners only, not with
+	// RoutesFrom (such a listener uses the authentication of the listener it names).
+	Auth *Auth `yaml:"auth"`
+
+	// Forward configures a forward listener: where it may connect, its timeouts, and its
+	// limits. Nil means every default. Only with Mode ModeForward.
+	Forward *Forward `yaml:"forward"`
 
 	// Routes map requests to upstreams. Among the routes whose Host and PathPrefix match a
 	// request, the most specific host wins (an exact name, then a wildcard, then a route
 	// without Host), then the longest PathPrefix; a request no route matches gets 404. HTTP
-	// listeners need at least one unless they use RoutesFrom; tcp listeners have none.
+	// listeners need at least one unless they use RoutesFrom; tcp and forward listeners have none.
 	Routes []Route `yaml:"routes"`
 }
 
@@ -359,23 +396,40 @@ type ConnOverride struct {
 
 // QUIC tunes handshake admission on an http3 listener (the quicadmit package).
 //
-// While fewer than the adaptive retry threshold of handshakes are in progress, attempts are
-// accepted at once; above it, attempts from unvalidated addresses get a stateless Retry; at
+// While fewer than the retry threshold of handshakes are in progress, attempts are accepted at
+// once; at or above it, attempts from unvalidated addresses get a stateless Retry; at
 // MaxInProgress new attempts are refused. The threshold follows the rate of completed
-// handshakes between RetryThresholdMin and RetryThresholdMax.
+// handshakes between RetryThresholdMin and RetryThresholdMax (a minimum above the maximum
+// pins it at the minimum), and MaxInProgress caps it; Retry set to RetryAlways makes it zero.
 type QUIC struct {
-	// RetryThresholdMin is the lowest the retry threshold goes. Zero means
-	// DefaultRetryThresholdMin (256). Negative is invalid.
+	// Retry chooses how the retry threshold is set. Empty means RetryAdaptive: it follows the
+	// completion rate between RetryThresholdMin and RetryThresholdMax. RetryAlways makes it
+	// zero: every attempt from an address not proven by a token gets a Retry, at the cost of
+	// one round trip per new client; RetryThresholdMin and RetryThresholdMax must then be
+	// left zero.
+	Retry QUICRetry `yaml:"retry"`
+
+	// RetryThresholdMin is the retry threshold when the endpoint completes few handshakes.
+	// Zero means DefaultRetryThresholdMin (256). Negative is invalid. A minimum above
+	// RetryThresholdMax pins the threshold at the minimum.
 	RetryThresholdMin int `yaml:"retry_threshold_min"`
 
-	// RetryThresholdMax is the highest the retry threshold goes; at least
-	// RetryThresholdMin. Zero means DefaultRetryThresholdMax (4096). Negative is invalid.
+	// RetryThresholdMax is the highest the retry threshold rises, however many handshakes
+	// complete. Zero means DefaultRetryThresholdMax (4096). Negative is invalid.
 	RetryThresholdMax int `yaml:"retry_threshold_max"`
 
 	// MaxInProgress is how many handshakes may be in progress before new attempts are
-	// refused; at least RetryThresholdMax. Zero means DefaultMaxInProgress (16384).
-	// Negative is invalid.
+	// refused with CONNECTION_REFUSED. It also caps the retry threshold: below it, attempts
+	// are refused at MaxInProgress before any would get a Retry. Zero means
+	// DefaultMaxInProgress (16384). Negative is invalid.
 	MaxInProgress int `yaml:"max_in_progress"`
+
+	// HandshakeTimeout is quic-go's HandshakeIdleTimeout: a handshake during which the client
+	// sends nothing for this long, or that has not completed in twice this long, is
+	// abandoned, and its attempt leaves the count in progress. Zero means
+	// DefaultHandshakeTimeout (5s, quic-go's default). Negative and values above
+	// MaxHandshakeTimeout (1m) are invalid.
+	HandshakeTimeout time.Duration `yaml:"handshake_timeout"`
 
 	// TokenKeyFile holds the key protecting Retry and resumption tokens: 64 hexadecimal
 	// digits (32 bytes), as `openssl rand -hex 32` writes. Nodes sharing it accept each
@@ -464,6 +518,24 @@ type Limit struct {
 	// (the 2xx to CONNECT or the 101 of an upgrade) rather than when it closes. False (the
 	// default) holds it until the tunnel closes.
 	ReleaseTunnels bool `yaml:"release_tunnels"`
+
+	// CountTunnels, false, stops the limit from counting CONNECT requests at all (neither
+	// counted nor refused) and gives an upgraded connection's permit back after its 101, so
+	// that only plain exchanges and the setting up of upgrades are limited. Nil means true:
+	// a tunnel holds its permit until it closes. Only on the limits of forward listeners
+	// (forward.limits and client_limit), where CONNECT is served.
+	CountTunnels *bool `yaml:"count_tunnels"`
+
+	// ReclaimAfter is how long a permit may be held before it is taken back and logged at
+	// WARN, a safety net for a permit an exchange failed to give back; established tunnels
+	// are exempt. Zero means DefaultReclaimAfter (10m). NoReclaim (-1ns; "none" or 0 in
+	// YAML) never reclaims. Other values below 1s are invalid.
+	ReclaimAfter time.Duration `yaml:"reclaim_after" config:"none"`
+
+	// Response replaces the body of a refusal and adds headers to it; the status is Status
+	// and the Retry-After header RetryAfter. Nil means the default: "Too Many Requests" (the
+	// status text) in text/plain. Not in a shadow_limit, which never refuses.
+	Response *LimitResponse `yaml:"response"`
 }
 
 // Queue is a bounded FIFO wait queue per key in front of a limit.

@@ -24,6 +24,7 @@ const (
 	DefaultMaxHeaderBytes       = 1 << 20
 	DefaultSendTimeout          = 60 * time.Second
 	DefaultMaxConcurrentStreams = 100
+	DefaultTCPIdleTimeout       = 5 * time.Minute
 	DefaultPermits              = 64
 	DefaultStatus               = 429
 	DefaultRetryAfter           = 1 * time.Second
@@ -31,7 +32,11 @@ const (
 	DefaultRetryThresholdMax    = 4096
 	DefaultMaxInProgress        = 16384
 	DefaultFlushInterval        = 10 * time.Millisecond
+	DefaultHandshakeTimeout     = 5 * time.Second
 )
+
+// MaxHandshakeTimeout is the longest QUIC.HandshakeTimeout accepted.
+const MaxHandshakeTimeout = time.Minute
 
 // Default returns a Config with every top-level default filled in and no listener. It is
 // not valid until at least one listener is added.
@@ -90,6 +95,9 @@ func (c *Cluster) effective() Cluster {
 func (l *Listener) effective(i int) Listener {
 	e := *l
 	e.Name = orDefault(e.Name, defaultListenerName(l.Protocol, i))
+	if l.Protocol.Uses("mode") {
+		e.Mode = orDefault(e.Mode, ModeReverse)
+	}
 	e.MaxConnsPerClient = orDefault(e.MaxConnsPerClient, DefaultMaxConnsPerClient)
 	e.IPv6Prefix = orDefault(e.IPv6Prefix, DefaultIPv6Prefix)
 	e.IPv4Prefix = orDefault(e.IPv4Prefix, DefaultIPv4Prefix)
@@ -109,6 +117,9 @@ func (l *Listener) effective(i int) Listener {
 		e.MaxHeaderBytes = orDefault(e.MaxHeaderBytes, DefaultMaxHeaderBytes)
 		e.SendTimeout = orDefault(e.SendTimeout, DefaultSendTimeout)
 	}
+	if l.Protocol == ProtocolTCP {
+		e.TCPIdleTimeout = orDefault(e.TCPIdleTimeout, DefaultTCPIdleTimeout)
+	}
 	if l.Protocol.Uses("max_concurrent_streams") {
 		e.MaxConcurrentStreams = orDefault(e.MaxConcurrentStreams, DefaultMaxConcurrentStreams)
 	}
@@ -116,10 +127,16 @@ func (l *Listener) effective(i int) Listener {
 		cl := l.ClientLimit.effective(false)
 		e.ClientLimit = &cl
 	}
+	e.effectiveForward(l)
 	if l.Protocol == ProtocolHTTP3 {
-		e.QUIC.RetryThresholdMin = orDefault(e.QUIC.RetryThresholdMin, DefaultRetryThresholdMin)
-		e.QUIC.RetryThresholdMax = orDefault(e.QUIC.RetryThresholdMax, DefaultRetryThresholdMax)
+		e.QUIC.Retry = orDefault(e.QUIC.Retry, RetryAdaptive)
+		if e.QUIC.Retry == RetryAdaptive {
+			// With RetryAlways the bounds stay zero: they do not apply.
+			e.QUIC.RetryThresholdMin = orDefault(e.QUIC.RetryThresholdMin, DefaultRetryThresholdMin)
+			e.QUIC.RetryThresholdMax = orDefault(e.QUIC.RetryThresholdMax, DefaultRetryThresholdMax)
+		}
 		e.QUIC.MaxInProgress = orDefault(e.QUIC.MaxInProgress, DefaultMaxInProgress)
+		e.QUIC.HandshakeTimeout = orDefault(e.QUIC.HandshakeTimeout, DefaultHandshakeTimeout)
 	}
 	if l.Routes != nil {
 		e.Routes = make([]Route, len(l.Routes))
@@ -161,6 +178,16 @@ func (l *Limit) effective(shadow bool) Limit {
 	e.Key = orDefault(e.Key, KeyClientIP)
 	e.Permits = orDefault(e.Permits, DefaultPermits)
 	e.Overrides = maps.Clone(l.Overrides)
+	e.ReclaimAfter = orDefault(e.ReclaimAfter, DefaultReclaimAfter)
+	if l.CountTunnels != nil {
+		b := *l.CountTunnels
+		e.CountTunnels = &b
+	}
+	if l.Response != nil {
+		r := *l.Response
+		r.Headers = maps.Clone(l.Response.Headers)
+		e.Response = &r
+	}
 	if !shadow {
 		e.Status = orDefault(e.Status, DefaultStatus)
 		e.RetryAfter = orDefault(e.RetryAfter, DefaultRetryAfter)

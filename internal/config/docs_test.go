@@ -69,6 +69,13 @@ func schema(t *testing.T) []schemaField {
 				ft = ft.Elem()
 			}
 			if ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct && ft.Elem() != reflect.TypeFor[netip.Prefix]() {
+				if root, ok := sharedRoots[ft.Elem()]; ok {
+					if !done[ft.Elem()] {
+						done[ft.Elem()] = true
+						walk(ft.Elem(), root)
+					}
+					continue
+				}
 				walk(ft.Elem(), path+"[]")
 				continue
 			}
@@ -170,6 +177,9 @@ func docType(typ reflect.Type) string {
 	}
 	if textTypes[typ] {
 		return "string"
+	}
+	if typ.Kind() == reflect.Pointer && typ.Elem().Kind() != reflect.Struct {
+		typ = typ.Elem() // an optional scalar, such as *bool: nil means its default
 	}
 	switch typ.Kind() {
 	case reflect.String:
@@ -329,7 +339,7 @@ var (
 	indexRE    = regexp.MustCompile(`\[\d+\]`)
 	mapKeyRE   = regexp.MustCompile(`\["[^"]*"\]`)
 	errorPathR = regexp.MustCompile(`^[^:]+(?::\d+){0,2}: ([^ ]+): `)
-	limitRootR = regexp.MustCompile(`^.*\.(?:client_limit|limit|shadow_limit)\.`)
+	limitRootR = regexp.MustCompile(`^.*\.(?:client_limit|limit|shadow_limit|limits\[\])\.`)
 	rateRootR  = regexp.MustCompile(`^.*\.rate\.`)
 	connRootR  = regexp.MustCompile(`^.*\.(?:conn_rate|handshake_rate)\.`)
 )

@@ -151,12 +151,68 @@ cluster: {redis: {addrs: ["r:6379"]}}
 		{"client limit", *l0.ClientLimit, config.DefaultLimit()},
 		{"route name", l0.Routes[0].Name, "route-0"},
 		{"path prefix", l0.Routes[0].PathPrefix, "/"},
-		{"limit", *l0.Routes[0].Limit, config.Limit{Key: config.KeyClientIP, Permits: 64, Status: 429, RetryAfter: time.Second}},
-		{"shadow limit keeps refusal fields zero", *l0.Routes[0].ShadowLimit, config.Limit{Key: config.KeyClientIP, Permits: 64}},
-		{"quic", l1.QUIC, config.QUIC{RetryThresholdMin: 256, RetryThresholdMax: 4096, MaxInProgress: 16384}},
+		{"mode", l0.Mode, config.ModeReverse},
+		{"no mode on http3", l1.Mode, config.ListenerMode("")},
+		{"limit", *l0.Routes[0].Limit, config.Limit{Key: config.KeyClientIP, Permits: 64, Status: 429, RetryAfter: time.Second, ReclaimAfter: 10 * time.Minute}},
+		{"shadow limit keeps refusal fields zero", *l0.Routes[0].ShadowLimit, config.Limit{Key: config.KeyClientIP, Permits: 64, ReclaimAfter: 10 * time.Minute}},
+		{"quic", l1.QUIC, config.QUIC{Retry: config.RetryAdaptive, RetryThresholdMin: 256, RetryThresholdMax: 4096, MaxInProgress: 16384, HandshakeTimeout: 5 * time.Second}},
+		{"tcp idle timeout", l2.TCPIdleTimeout, 5 * time.Minute},
+		{"no tcp idle timeout on https", l0.TCPIdleTimeout, time.Duration(0)},
 		{"no quic on https", l0.QUIC, config.QUIC{}},
 		{"no proxy timeout on http3", l1.ProxyProtocolTimeout, time.Duration(0)},
 		{"no HTTP defaults on tcp", [3]any{l2.ReadHeaderTimeout, l2.MaxHeaderBytes, l2.ForwardedHeader}, [3]any{time.Duration(0), 0, config.ForwardedHeader("")}},
+	}
+	for _, c := range checks {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("%s: got %#v, want %#v", c.name, c.got, c.want)
+		}
+	}
+	if err := e.Validate(); err != nil {
+		t.Errorf("the effective config does not validate: %v", err)
+	}
+}
+
+// TestEffectiveForwardDefaults checks the defaults of a forward listener: its forward
+// block, auth and limits, spelled out.
+func TestEffectiveForwardDefaults(t *testing.T) {
+	c := mustParse(t, `listeners:
+  - protocol: http
+    listen: 127.0.0.1:3128
+    mode: forward
+    client_limit: {}
+    auth: {htpasswd: testdata/files/users.htpasswd}
+    forward:
+      limits: [{key: proxy_user}]
+  - protocol: https
+    listen: 127.0.0.1:3129
+    mode: forward
+    tls: {cert_file: testdata/files/server.crt, key_file: testdata/files/server.key}
+`)
+	e := c.Effective()
+	l0, l1 := e.Listeners[0], e.Listeners[1]
+	yes := true
+	want := &config.Forward{
+		Destinations:          config.Destinations{Ports: []string{"80", "443", "1024-65535"}},
+		DialTimeout:           10 * time.Second,
+		UpstreamTimeout:       60 * time.Second,
+		TunnelIdleTimeout:     5 * time.Minute,
+		TunnelLifetime:        24 * time.Hour,
+		MaxIdleConnsPerTarget: 16,
+		MaxIdleConns:          1024,
+		IdleConnTimeout:       30 * time.Second,
+		Via:                   "portcullis",
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"forward block filled in when left out", l1.Forward, want},
+		{"auth", *l0.Auth, config.Auth{Htpasswd: l0.Auth.Htpasswd, Realm: "portcullis", CacheSize: 10000,
+			CheckTimeout: 2 * time.Second, Failures: config.AuthFailures{Burst: 10, Interval: 6 * time.Second}}},
+		{"forward limit", l0.Forward.Limits[0], config.Limit{Key: config.KeyProxyUser, Permits: 64, Status: 429,
+			RetryAfter: time.Second, CountTunnels: &yes, ReclaimAfter: 10 * time.Minute}},
+		{"client limit counts tunnels", l0.ClientLimit.IsCountingTunnels(), true},
+		{"no routes", l0.Routes, []config.Route(nil)},
 	}
 	for _, c := range checks {
 		if !reflect.DeepEqual(c.got, c.want) {
@@ -188,6 +244,14 @@ func TestNoMutation(t *testing.T) {
 	e.Listeners[0].Routes[0].Host[0] = "changed.example"
 	e.Listeners[0].TrustedProxies[0] = e.Listeners[0].TrustedProxies[1]
 	e.Cluster.Redis.Addrs[0] = "changed:1"
+	fw := e.Listeners[3].Forward
+	fw.Destinations.Ports[0] = "1"
+	fw.Destinations.Allow[0] = fw.Destinations.Deny[0]
+	fw.Limits[0].Overrides["slow.example.com"] = 1
+	fw.Limits[1].Response.Headers["Link"] = "changed"
+	*fw.Limits[1].CountTunnels = false
+	*e.Listeners[3].ClientLimit.CountTunnels = false
+	e.Listeners[2].Auth.Realm = "changed"
 	after, err := c.Marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -354,5 +418,52 @@ func TestDefaults(t *testing.T) {
 	}
 	if config.ProtocolTCP.Uses("routes") || !config.ProtocolTCP.Uses("upstream") || !config.ProtocolHTTP3.Uses("max_conns") {
 		t.Errorf("Protocol.Uses is wrong")
+	}
+}
+
+// The QUIC settings seed 003 states are expressible and kept as written: a
+// minimum above the maximum, a max_in_progress below the maximum, Retry for
+// every unproven attempt, and the handshake timeout.
+func TestQUICSeedSettings(t *testing.T) {
+	for _, tc := range []struct {
+		name, quic string
+		want       config.QUIC
+	}{
+		{"min above max", "{retry_threshold_min: 300, retry_threshold_max: 200}",
+			config.QUIC{Retry: config.RetryAdaptive, RetryThresholdMin: 300, RetryThresholdMax: 200, MaxInProgress: 16384, HandshakeTimeout: 5 * time.Second}},
+		{"max_in_progress below max", "{retry_threshold_min: 10, retry_threshold_max: 100, max_in_progress: 50}",
+			config.QUIC{Retry: config.RetryAdaptive, RetryThresholdMin: 10, RetryThresholdMax: 100, MaxInProgress: 50, HandshakeTimeout: 5 * time.Second}},
+		{"always retry", "{retry: always}",
+			config.QUIC{Retry: config.RetryAlways, MaxInProgress: 16384, HandshakeTimeout: 5 * time.Second}},
+		{"handshake timeout", "{handshake_timeout: 750ms}",
+			config.QUIC{Retry: config.RetryAdaptive, RetryThresholdMin: 256, RetryThresholdMax: 4096, MaxInProgress: 16384, HandshakeTimeout: 750 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := mustParse(t, `listeners:
+  - protocol: http3
+    listen: :443
+    tls: {cert_file: testdata/files/server.crt, key_file: testdata/files/server.key}
+    quic: `+tc.quic+`
+    routes: [{upstreams: [http://a]}]
+`)
+			e := c.Effective()
+			if got := e.Listeners[0].QUIC; got != tc.want {
+				t.Fatalf("effective quic %+v, want %+v", got, tc.want)
+			}
+			if err := e.Validate(); err != nil {
+				t.Fatalf("the effective config does not validate: %v", err)
+			}
+			out, err := e.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := config.Parse("effective.yaml", out)
+			if err != nil {
+				t.Fatalf("the effective config does not parse back: %v\n%s", err, out)
+			}
+			if got := again.Listeners[0].QUIC; got != tc.want {
+				t.Fatalf("after a round trip %+v, want %+v", got, tc.want)
+			}
+		})
 	}
 }

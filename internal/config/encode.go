@@ -110,12 +110,13 @@ func encodeStruct(v reflect.Value, opts fieldOpts) *yaml.Node {
 }
 
 // leaveOut reports whether the field name of struct v does not apply and so, when zero, is
-// better left out than shown: a listener field its protocol does not use, or a refusal field
-// of a shadow limit.
+// better left out than shown: a listener field its protocol (or its forward mode) does not
+// use, or a refusal field of a shadow limit.
 func leaveOut(v reflect.Value, name string, opts fieldOpts) bool {
 	switch s := v.Addr().Interface().(type) {
 	case *Listener:
-		return s.Protocol.IsValid() && !s.Protocol.Uses(name)
+		return s.Protocol.IsValid() && !s.Protocol.Uses(name) ||
+			s.IsForward() && (name == "routes" || name == "routes_from")
 	case *Limit:
 		return opts.shadow && (name == "queue" || name == "status" || name == "retry_after")
 	}

@@ -118,7 +118,8 @@ const (
 )
 
 // LimitKey is what a [Limit] counts by: KeyClientIP, KeyUser, KeyHost, or "header:" and a
-// header name (see [HeaderKey]).
+// header name (see [HeaderKey]) on reverse listeners; KeyClientIP, KeyProxyUser,
+// KeyTargetHost or a header on forward listeners.
 //
 // A request without a value for its key (no user, no such header) is not counted by that
 // limit; pair such limits with a client_ip limit (or rely on the listener's connection caps)
@@ -130,7 +131,8 @@ const (
 	// KeyClientIP counts by client key: the client address, masked to the listener's
 	// ipv4_prefix or ipv6_prefix, behind trusted proxies the real client.
 	KeyClientIP LimitKey = "client_ip"
-	// KeyUser counts by the user name of the request's Basic credentials (Authorization).
+	// KeyUser counts by the user name the listener's auth block verified (Basic
+	// credentials in Authorization). Reverse listeners with auth only.
 	KeyUser LimitKey = "user"
 	// KeyHost counts by the request host (Host or :authority, lower-cased, without port).
 	KeyHost LimitKey = "host"
@@ -145,3 +147,15 @@ func HeaderKey(name string) LimitKey { return LimitKey(headerKeyPrefix + name) }
 func (k LimitKey) Header() (name string, ok bool) {
 	return strings.CutPrefix(string(k), headerKeyPrefix)
 }
+
+// QUICRetry is how an http3 listener sets its retry threshold (see [QUIC.Retry]).
+type QUICRetry string
+
+// The retry threshold modes.
+const (
+	// RetryAdaptive follows the rate of completed handshakes between the threshold bounds.
+	RetryAdaptive QUICRetry = "adaptive"
+	// RetryAlways sets the threshold to zero: every attempt from an unproven address gets a
+	// Retry.
+	RetryAlways QUICRetry = "always"
+)

@@ -30,7 +30,7 @@ func ExampleConfig_Effective() {
     listen: 127.0.0.1:8080
     routes:
       - upstreams: [http://127.0.0.1:9000]
-        limit: {key: user}
+        limit: {key: host}
 `))
 	if err != nil {
 		fmt.Println(err)
@@ -44,6 +44,6 @@ func ExampleConfig_Effective() {
 	fmt.Println(c.Listeners[0].Name == "") // the parsed Config keeps its zero values
 	// Output:
 	// http-0 64 64 10s
-	// user 64 429 1s
+	// host 64 429 1s
 	// true
 }

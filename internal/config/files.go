@@ -76,6 +76,52 @@ func (r Redis) Password() (string, error) {
 	return pw, nil
 }
 
+// MinAdminTokenLen is the shortest admin bearer token accepted.
+const MinAdminTokenLen = 16
+
+// Token reads TokenFile: the admin bearer token, the file's content without surrounding white
+// space. It returns "" and no error when TokenFile is empty, and an error when the file
+// cannot be read or does not hold a token of at least MinAdminTokenLen characters of RFC
+// 6750's b64token alphabet.
+func (a Admin) Token() (string, error) {
+	if a.TokenFile == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(a.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("config: admin token: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if !isBearerToken(tok) {
+		return "", fmt.Errorf("config: admin token file %s: %s", a.TokenFile, adminTokenFormat)
+	}
+	return tok, nil
+}
+
+const adminTokenFormat = "must hold one token of at least 16 characters: letters, digits, '-', '.', '_', '~', '+' or '/', optionally ending in '=' (RFC 6750), as `openssl rand -hex 32` writes"
+
+// isBearerToken reports whether tok is an RFC 6750 b64token of at least MinAdminTokenLen
+// characters.
+func isBearerToken(tok string) bool {
+	if len(tok) < MinAdminTokenLen {
+		return false
+	}
+	body := strings.TrimRight(tok, "=")
+	if body == "" {
+		return false
+	}
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '-' || c == '.' || c == '_' || c == '~' || c == '+' || c == '/':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // ReadTokenKey reads a QUIC token key file: 64 hexadecimal digits (32 bytes), surrounding
 // white space ignored. The key converts to quic-go's TokenGeneratorKey.
 func ReadTokenKey(file string) ([32]byte, error) {

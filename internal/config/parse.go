@@ -136,6 +136,7 @@ func resolveFiles(c *Config, filename string) {
 			*p = filepath.Join(dir, *p)
 		}
 	}
+	abs(&c.Admin.TokenFile)
 	if cl := c.Cluster; cl != nil {
 		abs(&cl.Redis.PasswordFile)
 		abs(&cl.Redis.TLS.CAFile)
@@ -147,5 +148,8 @@ func resolveFiles(c *Config, filename string) {
 		abs(&l.TLS.CertFile)
 		abs(&l.TLS.KeyFile)
 		abs(&l.QUIC.TokenKeyFile)
+		if l.Auth != nil {
+			abs(&l.Auth.Htpasswd)
+		}
 	}
 }

@@ -39,7 +39,8 @@ func TestFullExampleValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := files(t)
-	web, h3, plain, pg := c.Listeners[0], c.Listeners[1], c.Listeners[2], c.Listeners[3]
+	web, h3, plain, egress, pg := c.Listeners[0], c.Listeners[1], c.Listeners[2], c.Listeners[3], c.Listeners[4]
+	targets, users := egress.Forward.Limits[0], egress.Forward.Limits[1]
 	api, ws := web.Routes[0], web.Routes[1]
 	checks := []struct {
 		name      string
@@ -68,6 +69,20 @@ func TestFullExampleValues(t *testing.T) {
 		{"token key made absolute", h3.QUIC.TokenKeyFile, filepath.Join(dir, "token.key")},
 		{"forwarded none", plain.ForwardedHeader, config.ForwardedNone},
 		{"unnamed route", plain.Routes[0].Name, ""},
+		{"htpasswd made absolute", plain.Auth.Htpasswd, filepath.Join(dir, "users.htpasswd")},
+		{"auth failures", plain.Auth.Failures, config.AuthFailures{Burst: 10, Interval: 6 * time.Second}},
+		{"mode", egress.Mode, config.ModeForward},
+		{"client limit counts tunnels", *egress.ClientLimit.CountTunnels, true},
+		{"destination allow", egress.Forward.Destinations.Allow[0].String(), "10.20.0.0/16"},
+		{"destination ports", egress.Forward.Destinations.Ports, []string{"80", "443", "1024-65535"}},
+		{"tunnel lifetime", egress.Forward.TunnelLifetime, 24 * time.Hour},
+		{"via", egress.Forward.Via, "egress-1"},
+		{"target_host first", targets.Key, config.KeyTargetHost},
+		{"target overrides", targets.Overrides, map[string]int{"slow.example.com": 4, "api.example.com:8443": 64}},
+		{"proxy_user second", users.Key, config.KeyProxyUser},
+		{"reclaim_after", users.ReclaimAfter, 10 * time.Minute},
+		{"response body", users.Response.Body, "slow down: 8 requests at once per user\n"},
+		{"response header", users.Response.Headers["Link"], "<https://status.example.com/>; rel=help"},
 		{"tcp upstream", pg.Upstream, "127.0.0.1:5432"},
 		{"reset", pg.ResetOnRefuse, true},
 		{"local share", c.Cluster.LocalShare, 0.1},
@@ -146,7 +161,7 @@ func TestMergeAndAliases(t *testing.T) {
       - name: a
         path_prefix: /a
         upstreams: &ups [http://127.0.0.1:9000]
-        limit: &strict {key: user, permits: 2, queue: {size: 4}}
+        limit: &strict {key: "header:X-Team", permits: 2, queue: {size: 4}}
       - name: b
         path_prefix: /b
         upstreams: *ups
@@ -163,7 +178,7 @@ log: ~
 	if got := routes[1].Upstreams; !reflect.DeepEqual(got, []string{"http://127.0.0.1:9000"}) {
 		t.Errorf("alias upstreams = %v", got)
 	}
-	want := config.Limit{Key: config.KeyUser, Permits: 5, Queue: config.Queue{Size: 4}}
+	want := config.Limit{Key: config.HeaderKey("X-Team"), Permits: 5, Queue: config.Queue{Size: 4}}
 	if got := *routes[1].Limit; !reflect.DeepEqual(got, want) {
 		t.Errorf("merged limit = %+v, want %+v", got, want)
 	}

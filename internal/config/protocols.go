@@ -10,6 +10,7 @@ import (
 // use; every other field applies to every protocol. A field a listener's protocol does not
 // use must be left zero. docs/config.md shows the same table; a test compares the two.
 var listenerFieldProtocols = map[string][]Protocol{
+	"mode":                   {ProtocolHTTP, ProtocolHTTPS},
 	"tls":                    {ProtocolHTTPS, ProtocolHTTP3},
 	"reset_on_refuse":        {ProtocolHTTP, ProtocolHTTPS, ProtocolTCP},
 	"syn_filter":             {ProtocolHTTP, ProtocolHTTPS, ProtocolTCP},
@@ -28,8 +29,11 @@ var listenerFieldProtocols = map[string][]Protocol{
 	"conn_rate":              {ProtocolHTTP, ProtocolHTTPS, ProtocolTCP},
 	"handshake_rate":         {ProtocolHTTP3},
 	"upstream":               {ProtocolTCP},
+	"tcp_idle_timeout":       {ProtocolTCP},
 	"routes_from":            {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},
 	"quic":                   {ProtocolHTTP3},
+	"auth":                   {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},
+	"forward":                {ProtocolHTTP, ProtocolHTTPS},
 	"routes":                 {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},
 }
 

@@ -52,6 +52,7 @@ func (v *validator) config(c *Config) {
 	if c.Admin.Listen != "" {
 		v.hostPort("admin.listen", c.Admin.Listen, true)
 	}
+	v.adminToken(&c.Admin)
 	v.nonNegativeDuration("shutdown_timeout", c.ShutdownTimeout)
 	if c.Cluster != nil {
 		v.cluster(c.Cluster)
@@ -236,6 +237,10 @@ func (v *validator) listenerNames(c *Config) {
 			continue
 		}
 		p := indexPath("listeners", i) + ".routes_from"
+		if l.ClientLimit != nil {
+			v.addf(indexPath("listeners", i)+".client_limit",
+				"a listener with routes_from shares the route table, client limit included, of %q: set client_limit there", l.RoutesFrom)
+		}
 		j, ok := byName[l.RoutesFrom]
 		switch {
 		case !ok:
@@ -246,6 +251,8 @@ func (v *validator) listenerNames(c *Config) {
 			// Its protocol is reported already; what it would share is unknown.
 		case !c.Listeners[j].Protocol.IsHTTP():
 			v.addf(p, "names a %s listener, which has no routes (got %q)", c.Listeners[j].Protocol, l.RoutesFrom)
+		case c.Listeners[j].IsForward():
+			v.addf(p, "names a forward listener, which has no routes (got %q)", l.RoutesFrom)
 		case c.Listeners[j].RoutesFrom != "":
 			v.addf(p, "names a listener that itself uses routes_from; name %q instead (got %q)",
 				c.Listeners[j].RoutesFrom, l.RoutesFrom)

@@ -32,6 +32,7 @@ func (v *validator) limit(l *Limit, p string, kind limitKind) {
 		v.addf(p+".tunnel_permits", "must be -1 (unlimited), 0 (share permits) or more (got %d)", l.TunnelPermits)
 	}
 	v.atMostMaxCount(p+".tunnel_permits", l.TunnelPermits)
+	v.limitExtras(l, p, kind)
 }
 
 // atMostMaxCount refuses a count above MaxCount, which no limiter can hold.
@@ -49,7 +50,7 @@ func (v *validator) limitKey(k LimitKey, p string, kind limitKind) {
 		return
 	}
 	switch k {
-	case "", KeyClientIP, KeyUser, KeyHost:
+	case "", KeyClientIP, KeyUser, KeyHost, KeyProxyUser, KeyTargetHost:
 		return
 	}
 	if name, ok := k.Header(); ok {
@@ -58,12 +59,15 @@ func (v *validator) limitKey(k LimitKey, p string, kind limitKind) {
 		}
 		return
 	}
-	v.addf(p, "must be client_ip, user, host or header:<name> (got %q)", k)
+	v.addf(p, "must be client_ip, user, host, proxy_user, target_host or header:<name> (got %q)", k)
 }
 
 // overrides checks per-key permits, in key order so the errors come out the same every time.
 func (v *validator) overrides(l *Limit, p string) {
 	byIP := orDefault(l.Key, KeyClientIP) == KeyClientIP
+	if l.Key == KeyTargetHost {
+		v.targetOverrides(l, p)
+	}
 	for _, key := range slices.Sorted(maps.Keys(l.Overrides)) {
 		kp := keyPath(p, key)
 		n := l.Overrides[key]

@@ -38,6 +38,7 @@ func (v *validator) listener(l *Listener, p string) {
 	v.quic(l, p)
 	v.listenerRates(l, p)
 	v.routes(l, p)
+	v.listenerMode(l, p)
 }
 
 func (v *validator) serverTLS(l *Listener, p string) {
@@ -243,14 +244,16 @@ func (v *validator) httpServer(l *Listener, p string) {
 }
 
 func (v *validator) tcpProxy(l *Listener, p string) {
-	p += ".upstream"
-	switch {
-	case l.Protocol != ProtocolTCP:
-	case l.Upstream == "":
-		v.addf(p, "required for tcp listeners: the host:port to proxy to")
-	default:
-		v.hostPort(p, l.Upstream, false)
+	if l.Protocol != ProtocolTCP {
+		return
 	}
+	switch {
+	case l.Upstream == "":
+		v.addf(p+".upstream", "required for tcp listeners: the host:port to proxy to")
+	default:
+		v.hostPort(p+".upstream", l.Upstream, false)
+	}
+	v.nonNegativeDuration(p+".tcp_idle_timeout", l.TCPIdleTimeout)
 }
 
 func (v *validator) quic(l *Listener, p string) {
@@ -266,21 +269,27 @@ func (v *validator) quic(l *Listener, p string) {
 	for _, f := range fields {
 		if f.n < 0 {
 			v.addf(p+"."+f.key, "must be 0 or more (got %d)", f.n)
-			return
 		}
 	}
-	lo := orDefault(q.RetryThresholdMin, DefaultRetryThresholdMin)
-	hi := orDefault(q.RetryThresholdMax, DefaultRetryThresholdMax)
-	most := orDefault(q.MaxInProgress, DefaultMaxInProgress)
+	// A minimum above the maximum pins the threshold at the minimum, and
+	// max_in_progress caps it: both are meaningful (quicadmit does the same),
+	// so neither is refused.
+	switch q.Retry {
+	case "", RetryAdaptive:
+	case RetryAlways:
+		for _, f := range fields[:2] {
+			if f.n != 0 {
+				v.addf(p+"."+f.key, "not used with retry: always, which sends every unproven attempt a Retry; leave it out (got %d)", f.n)
+			}
+		}
+	default:
+		v.addf(p+".retry", "must be adaptive or always (got %q)", q.Retry)
+	}
 	switch {
-	case lo > hi && q.RetryThresholdMax != 0:
-		v.addf(p+".retry_threshold_max", "must be at least retry_threshold_min (%d) (got %d)", lo, hi)
-	case lo > hi:
-		v.addf(p+".retry_threshold_min", "must be at most retry_threshold_max (%d) (got %d)", hi, lo)
-	case most < hi && q.MaxInProgress != 0:
-		v.addf(p+".max_in_progress", "must be at least retry_threshold_max (%d), or attempts are refused before any Retry (got %d)", hi, most)
-	case most < hi:
-		v.addf(p+".retry_threshold_max", "must be at most max_in_progress (%d) (got %d)", most, hi)
+	case q.HandshakeTimeout < 0:
+		v.addf(p+".handshake_timeout", "must be 0 or more (got %s)", q.HandshakeTimeout)
+	case q.HandshakeTimeout > MaxHandshakeTimeout:
+		v.addf(p+".handshake_timeout", "must be at most %s (got %s)", MaxHandshakeTimeout, q.HandshakeTimeout)
 	}
 	if q.TokenKeyFile != "" {
 		if b, err := os.ReadFile(q.TokenKeyFile); err != nil {
@@ -294,7 +303,7 @@ func (v *validator) quic(l *Listener, p string) {
 // routes checks a listener's routes, or its routes_from (whose target is checked once every
 // listener name is known).
 func (v *validator) routes(l *Listener, p string) {
-	if !l.Protocol.IsHTTP() {
+	if !l.Protocol.IsHTTP() || l.IsForward() {
 		return
 	}
 	if l.RoutesFrom != "" {

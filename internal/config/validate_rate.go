@@ -22,6 +22,42 @@ func (v *validator) listenerRates(l *Listener, p string) {
 	if l.Protocol.Uses("handshake_rate") {
 		v.connRate(l.HandshakeRate, p+".handshake_rate")
 	}
+	v.rateKeys(l, p)
+}
+
+// rateKeys refuses the keys a rate cannot count by on its listener, as for limits: on a
+// reverse listener proxy_user and target_host, and user without the authentication that
+// verifies it; on a forward listener user and host, and proxy_user without authentication.
+func (v *validator) rateKeys(l *Listener, p string) {
+	check := func(r *Rate, rp string) {
+		if r == nil {
+			return
+		}
+		kp := rp + ".key"
+		switch {
+		case l.IsForward() && r.Key == KeyUser:
+			v.addf(kp, "a forward listener counts its verified users with key proxy_user")
+		case l.IsForward() && r.Key == KeyHost:
+			v.addf(kp, "a forward listener counts targets with key target_host")
+		case l.IsForward() && r.Key == KeyProxyUser && l.Auth == nil:
+			v.addf(kp, "counts the user the listener's auth block verified, and this listener has none: add auth (an htpasswd file)")
+		case l.IsForward():
+		case r.Key == KeyUser && l.Auth == nil && l.Protocol.Uses("auth"):
+			v.addf(kp, "counts the user an auth block verified, and this listener has none: add auth (an htpasswd file) to the listener, or any client could name itself in Authorization to dodge the rate")
+		case r.Key == KeyProxyUser:
+			v.addf(kp, "proxy_user is for forward listeners; a reverse listener with auth counts its users with key user")
+		case r.Key == KeyTargetHost:
+			v.addf(kp, "target_host is for forward listeners; a reverse listener counts the request host with key host")
+		}
+	}
+	if l.Protocol.Uses("rate") && l.RoutesFrom == "" {
+		check(l.Rate, p+".rate")
+	}
+	if l.Protocol.IsHTTP() && !l.IsForward() {
+		for i := range l.Routes {
+			check(l.Routes[i].Rate, indexPath(p+".routes", i)+".rate")
+		}
+	}
 }
 
 // rate checks the request rate at path p, if any.
@@ -82,6 +118,9 @@ func (v *validator) rateLimit(r rate.Rate, burst int, p string) {
 // time.
 func (v *validator) rateOverrides(r *Rate, p string) {
 	byIP := orDefault(r.Key, KeyClientIP) == KeyClientIP
+	if r.Key == KeyTargetHost {
+		v.rateTargets(r, p)
+	}
 	for _, key := range slices.Sorted(maps.Keys(r.Overrides)) {
 		kp := keyPath(p, key)
 		switch {
@@ -104,6 +143,16 @@ func (v *validator) rateOverrides(r *Rate, p string) {
 			}
 		}
 	}
+}
+
+// rateTargets checks the overrides of a target_host rate as targetOverrides checks a
+// limit's: each names a target, "host:port" or "host", and no two the same one.
+func (v *validator) rateTargets(r *Rate, p string) {
+	all := make(map[string]int, len(r.Overrides))
+	for key := range r.Overrides {
+		all[key] = 1
+	}
+	v.targetOverrides(&Limit{Key: KeyTargetHost, Overrides: all}, p)
 }
 
 // clusterRates checks the cluster fields that only rates use.

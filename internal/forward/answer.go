@@ -25,6 +25,7 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	var denied *DeniedError
 	switch {
 	case errors.As(err, &denied):
+		p.stats.denied.Add(1)
 		status, body = http.StatusForbidden, "forbidden: destination "+denied.Addr.String()+" refused by rule \""+denied.Rule+"\"\n"
 	case errors.Is(err, ErrOriginForm):
 		body = "bad request: this is a forward proxy; send absolute-form requests (GET http://host/path) or CONNECT host:port\n"
@@ -35,6 +36,9 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	default:
 		body = "bad request: " + err.Error() + "\n"
 	}
+	if status != http.StatusForbidden {
+		p.stats.refused.Add(1)
+	}
 	if ok, held := p.refusals.allow(); ok {
 		p.log.LogAttrs(r.Context(), slog.LevelInfo, "forward request refused",
 			slog.Int("status", status),
@@ -42,7 +46,7 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, err error) {
 			slog.String("target", targetForLog(r)),
 			slog.String("client", r.RemoteAddr),
 			slog.String("reason", err.Error()),
-			slog.Int64("not_logged_since_last", held))
+			slog.Int64("suppressed", held))
 	}
 	writePlain(w, status, body)
 }
@@ -61,6 +65,7 @@ func (p *Proxy) targetFailed(w http.ResponseWriter, r *http.Request, err error) 
 		w.WriteHeader(http.StatusBadGateway)
 		return
 	}
+	p.stats.failed.Add(1)
 	t, _ := TargetOf(r)
 	status, reason := classify(err)
 	if ok, held := p.failures.allow(); ok {
@@ -68,8 +73,8 @@ func (p *Proxy) targetFailed(w http.ResponseWriter, r *http.Request, err error) 
 			slog.Int("status", status),
 			slog.String("method", r.Method),
 			slog.String("target", t.String()),
-			slog.String("err", err.Error()),
-			slog.Int64("not_logged_since_last", held))
+			slog.String("error", err.Error()),
+			slog.Int64("suppressed", held))
 	}
 	writePlain(w, status, http.StatusText(status)+": "+t.String()+": "+reason+"\n")
 }

@@ -1,79 +1,21 @@
 package forward_test
 
 import (
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/seed-a07d1050/portcullis/internal/realclients"
 )
 
 // These tests drive the proxy with clients nobody here wrote: curl and
 // Python's requests. Without them the tests skip, except under CI=true,
 // where they fail (.ci/run installs curl and python3-requests).
 
-// need returns the path of a tool, or skips (fails under CI=true).
-func need(t *testing.T, what string, find func() (string, bool)) string {
-	t.Helper()
-	path, ok := find()
-	if ok {
-		return path
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s is missing (CI=true); .ci/run installs it", what)
-	}
-	t.Skipf("%s is missing: skipping (install it to run this test)", what)
-	return ""
-}
-
-func findCurl() (string, bool) {
-	p, err := exec.LookPath("curl")
-	return p, err == nil
-}
-
-// findPython returns an interpreter that can import requests: $PYTHON,
-// python3 on PATH, or /usr/bin/python3 (where Debian's python3-requests
-// installs it).
-func findPython() (string, bool) {
-	cands := []string{os.Getenv("PYTHON")}
-	if p, err := exec.LookPath("python3"); err == nil {
-		cands = append(cands, p)
-	}
-	cands = append(cands, "/usr/bin/python3")
-	for _, c := range cands {
-		if c == "" {
-			continue
-		}
-		if err := exec.Command(c, "-c", "import requests").Run(); err == nil {
-			return c, true
-		}
-	}
-	return "", false
-}
-
-// cleanEnv is the environment without any proxy setting, so that only the
-// proxy each command names is used.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasSuffix(strings.ToLower(name), "_proxy") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
-
 func run(t *testing.T, name string, args ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), waitLimit)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = cleanEnv()
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return realclients.Run(t, waitLimit, name, args...)
 }
 
 func certFile(t *testing.T, s *stack) string {
@@ -86,7 +28,7 @@ func certFile(t *testing.T, s *stack) string {
 }
 
 func TestCurl(t *testing.T) {
-	curl := need(t, "curl", findCurl)
+	curl := realclients.Curl(t)
 	plain, tlsTarget := newTarget(t, false), newTarget(t, true)
 	withAuth := newStack(t, stackOptions{users: []string{"alice", "alice-pw"}})
 	open := newStack(t, stackOptions{})
@@ -139,22 +81,8 @@ func TestCurl(t *testing.T) {
 	}
 }
 
-const pythonClient = `
-import sys, requests
-proxy, url, ca = sys.argv[1], sys.argv[2], sys.argv[3]
-s = requests.Session()
-s.trust_env = False  # only the proxy given here
-try:
-    r = s.get(url, proxies={"http": proxy, "https": proxy}, verify=ca, timeout=10)
-    print(r.status_code)
-    print(r.text)
-except requests.exceptions.ProxyError as e:
-    print("proxyerror")
-    print(e)
-`
-
 func TestPythonRequests(t *testing.T) {
-	python := need(t, "python3 with requests (apt-get install python3-requests)", findPython)
+	python := realclients.Python(t)
 	plain, tlsTarget := newTarget(t, false), newTarget(t, true)
 	withAuth := newStack(t, stackOptions{users: []string{"alice", "alice-pw"}})
 	open := newStack(t, stackOptions{})
@@ -172,7 +100,7 @@ func TestPythonRequests(t *testing.T) {
 		{"https without credentials", "http://" + withAuth.addr, "https://" + tlsTarget.addr + "/echo", "proxyerror", "407"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := run(t, python, "-c", pythonClient, tc.proxy, tc.url, ca)
+			out, err := run(t, python, "-c", realclients.PythonGet, tc.proxy, tc.url, ca)
 			if err != nil {
 				t.Fatalf("python: %v\n%s", err, out)
 			}

@@ -23,6 +23,9 @@ const (
 	DefaultTunnelIdleTimeout = 5 * time.Minute
 	DefaultTunnelLifetime    = 24 * time.Hour
 	DefaultVia               = "portcullis"
+	DefaultMaxIdleConns      = 1024
+	DefaultMaxIdlePerTarget  = 16
+	DefaultIdleConnTimeout   = 30 * time.Second
 )
 
 // Config configures a [Proxy]. The zero Config is valid: the default
@@ -59,6 +62,14 @@ type Config struct {
 	// host:port are kept for reuse by later absolute-form requests. Zero
 	// means 16; negative means none (a connection per request).
 	MaxIdleConnsPerTarget int
+
+	// MaxIdleConns caps the idle target connections kept over every
+	// target together: when that many are idle, the one idle longest is
+	// closed to keep a newer one, so that clients reaching many hosts
+	// cannot make the proxy hold an unbounded number of sockets. Zero
+	// means 1024. It must not be negative; with MaxIdleConnsPerTarget
+	// negative nothing is kept anyway.
+	MaxIdleConns int
 
 	// IdleConnTimeout is how long an idle target connection is kept. Zero
 	// means 30 s; negative means until the target closes it.
@@ -103,7 +114,14 @@ type Proxy struct {
 	mu      sync.Mutex
 	tunnels map[*relay]struct{}
 	closed  bool
+	drained chan struct{} // made by Shutdown; closed once closed with no tunnel left
 	open    atomic.Int64
+	stats   counters
+}
+
+// counters are a Proxy's totals since New.
+type counters struct {
+	opened, denied, refused, failed atomic.Uint64
 }
 
 // New returns the Proxy of cfg, or an error naming the first invalid
@@ -137,8 +155,9 @@ func New(cfg Config) (*Proxy, error) {
 		t, err := upstream.New(upstream.Config{
 			DialContext:         d.DialContext,
 			DialTimeout:         -1, // the Dialer bounds its dials
-			MaxIdleConnsPerHost: orDefaultInt(cfg.MaxIdleConnsPerTarget, 16),
-			IdleConnTimeout:     orDefault(cfg.IdleConnTimeout, 30*time.Second),
+			MaxIdleConnsPerHost: orDefaultInt(cfg.MaxIdleConnsPerTarget, DefaultMaxIdlePerTarget),
+			MaxIdleConns:        orDefaultInt(cfg.MaxIdleConns, DefaultMaxIdleConns),
+			IdleConnTimeout:     orDefault(cfg.IdleConnTimeout, DefaultIdleConnTimeout),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("forward: target transport: %w", err)
@@ -152,6 +171,9 @@ func New(cfg Config) (*Proxy, error) {
 func (c Config) validate() error {
 	if c.Via != "" && !isToken(c.Via) {
 		return fmt.Errorf("forward: Via must be a token (got %q)", c.Via)
+	}
+	if c.MaxIdleConns < 0 {
+		return fmt.Errorf("forward: MaxIdleConns must not be negative (got %d)", c.MaxIdleConns)
 	}
 	return nil
 }
@@ -246,26 +268,49 @@ func (p *Proxy) looped(r *http.Request) bool {
 // Tunnels returns the number of CONNECT tunnels open now.
 func (p *Proxy) Tunnels() int { return int(p.open.Load()) }
 
-// Shutdown refuses new CONNECT requests (503) and waits until the open
-// tunnels have ended by themselves or ctx ends, then closes those left, as
-// Close does. It returns ctx.Err() if it had to close some, nil otherwise.
-// Absolute-form exchanges are the http.Server's to drain.
+// Stats are a Proxy's counts.
+type Stats struct {
+	TunnelsOpen    int    // CONNECT tunnels open now
+	TunnelsOpened  uint64 // CONNECT tunnels opened since New
+	Denied         uint64 // requests answered 403: the destination policy refused the target
+	Refused        uint64 // requests answered 400, 503 or 508: a bad target, an origin-form request, a loop, a closed proxy
+	TargetFailures uint64 // requests answered 502 or 504: the target could not be resolved or reached, or failed
+}
+
+// Stats returns the Proxy's counts.
+func (p *Proxy) Stats() Stats {
+	return Stats{
+		TunnelsOpen:    p.Tunnels(),
+		TunnelsOpened:  p.stats.opened.Load(),
+		Denied:         p.stats.denied.Load(),
+		Refused:        p.stats.refused.Load(),
+		TargetFailures: p.stats.failed.Load(),
+	}
+}
+
+// Shutdown refuses new CONNECT requests (503) and waits, without polling,
+// until the open tunnels have ended by themselves or ctx ends, then closes
+// those left, as Close does. It returns ctx.Err() if it had to close some,
+// nil otherwise. Absolute-form exchanges are the http.Server's to drain.
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
 	p.closed = true
-	p.mu.Unlock()
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for p.open.Load() > 0 {
-		select {
-		case <-ctx.Done():
-			p.Close()
-			return ctx.Err()
-		case <-t.C:
+	if p.drained == nil {
+		p.drained = make(chan struct{})
+		if len(p.tunnels) == 0 {
+			close(p.drained)
 		}
 	}
-	p.Close()
-	return nil
+	drained := p.drained
+	p.mu.Unlock()
+	select {
+	case <-drained:
+		p.Close()
+		return nil
+	case <-ctx.Done():
+		p.Close()
+		return ctx.Err()
+	}
 }
 
 // Close refuses new CONNECT requests (503), cuts every open tunnel (both
@@ -299,14 +344,22 @@ func (p *Proxy) track(t *relay) bool {
 	}
 	p.tunnels[t] = struct{}{}
 	p.open.Add(1)
+	p.stats.opened.Add(1)
 	return true
 }
 
 func (p *Proxy) untrack(t *relay) {
 	p.mu.Lock()
 	delete(p.tunnels, t)
-	p.mu.Unlock()
 	p.open.Add(-1)
+	if p.drained != nil && len(p.tunnels) == 0 {
+		select {
+		case <-p.drained:
+		default:
+			close(p.drained)
+		}
+	}
+	p.mu.Unlock()
 }
 
 func (p *Proxy) isClosed() bool {

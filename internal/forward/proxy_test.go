@@ -497,4 +497,67 @@ func TestConfigErrors(t *testing.T) {
 	if _, err := forward.New(forward.Config{Via: "has space"}); err == nil {
 		t.Error("accepted a Via pseudonym with a space")
 	}
+	if _, err := forward.New(forward.Config{MaxIdleConns: -1}); err == nil {
+		t.Error("accepted a negative MaxIdleConns")
+	}
+}
+
+// TestShutdownWaitsForTunnels checks that Shutdown returns nil as soon as
+// the last tunnel ends by itself, and refuses new CONNECTs meanwhile.
+func TestShutdownWaitsForTunnels(t *testing.T) {
+	echo := tcpEcho(t)
+	s := newStack(t, stackOptions{})
+	c := rawConn(t, s, "127.0.0.2")
+	br, resp := connect(t, c, echo, "")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT: %d", resp.StatusCode)
+	}
+	waitFor(t, "the tunnel", func() bool { return s.proxy.Tunnels() == 1 })
+	done := make(chan error, 1)
+	go func() { done <- s.proxy.Shutdown(context.Background()) }()
+	waitFor(t, "new CONNECTs to be refused", func() bool {
+		_, resp := connect(t, rawConn(t, s, "127.0.0.3"), echo, "")
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("Shutdown returned %v with a tunnel open", err)
+	default:
+	}
+	// The tunnel still carries bytes, then ends from the client's side.
+	if _, err := io.WriteString(c, "ping"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := io.ReadAll(br); string(got) != "pingbytes=4\n" {
+		t.Fatalf("through the draining tunnel: %q", got)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Shutdown: %v, want nil once the tunnel ended by itself", err)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("Shutdown did not return after the last tunnel ended")
+	}
+	st := s.proxy.Stats()
+	if st.TunnelsOpen != 0 || st.TunnelsOpened != 1 || st.Refused == 0 {
+		t.Fatalf("stats %+v, want 1 tunnel opened, none open, refusals counted", st)
+	}
+}
+
+func TestStatsCountRefusals(t *testing.T) {
+	s := newStack(t, stackOptions{defaultPolicy: true})
+	c := proxyClient(t, s, "", "", "127.0.0.2")
+	if a := do(t, c, "GET", "http://127.0.0.1:8080/", nil); a.status != http.StatusForbidden {
+		t.Fatalf("loopback target: %d, want 403", a.status)
+	}
+	if a := do(t, c, "GET", "http://nowhere.test/", nil); a.status != http.StatusBadGateway {
+		t.Fatalf("unknown name: %d, want 502", a.status)
+	}
+	if st := s.proxy.Stats(); st.Denied != 1 || st.TargetFailures != 1 {
+		t.Fatalf("stats %+v, want 1 denied and 1 target failure", st)
+	}
 }

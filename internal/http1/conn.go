@@ -216,7 +216,7 @@ func (c *conn) handshake(tc *tls.Conn) bool {
 			_ = re.Conn.Close()
 			reason = "client sent an HTTP request to an HTTPS server"
 		}
-		c.srv.logger().Debug("http1: TLS handshake failed", "remote", c.remoteAddr, "err", reason)
+		c.srv.logger().Debug("http1: TLS handshake failed", "remote", c.remoteAddr, "error", reason)
 		return false
 	}
 	st := tc.ConnectionState()

@@ -169,7 +169,7 @@ func (s *Server) Serve(l net.Listener) error {
 			}
 			if isTemporary(err) {
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				s.logger().Error("http1: accept failed, retrying", "err", err, "delay", delay)
+				s.logger().Error("http1: accept failed, retrying", "error", err, "delay", delay)
 				time.Sleep(delay)
 				continue
 			}

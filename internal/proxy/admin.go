@@ -2,17 +2,21 @@ package proxy
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/seed-a07d1050/portcullis/connlimit"
+	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/limit"
 )
 
@@ -33,14 +37,18 @@ func startAdmin(addr string, s *Server) (*adminServer, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metricsOf{s}, upstreamCollector{s.transport})
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: newServerErrorLog(s.log)}))
-	mux.HandleFunc("GET /debug/limits", func(w http.ResponseWriter, r *http.Request) {
+	// Everything but the health checks is behind the admin token, when
+	// there is one; an unknown path gets its 404 only once authorized.
+	private := http.NewServeMux()
+	private.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: newServerErrorLog(s.log)}))
+	private.HandleFunc("GET /debug/limits", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(s.Snapshot())
 	})
+	mux := http.NewServeMux()
+	mux.Handle("/", s.requireAdminToken(private))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeShort(w, http.StatusOK, "ok\n")
 	})
@@ -64,10 +72,90 @@ func startAdmin(addr string, s *Server) (*adminServer, error) {
 	go func() {
 		defer close(a.served)
 		if err := a.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("admin listener stopped", "err", err)
+			s.log.Error("admin listener stopped", "error", err)
 		}
 	}()
 	return a, nil
+}
+
+// adminAuth is the admin listener's bearer token, as its SHA-256 so that
+// comparing it takes the same time whatever the length of what a client
+// sends.
+type adminAuth struct{ sum [sha256.Size]byte }
+
+// loadAdminAuth reads the admin token of cfg; nil without one. It is the
+// part of a reload that may fail, done before anything changes.
+func loadAdminAuth(cfg config.Admin) (*adminAuth, error) {
+	tok, err := cfg.Token()
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	if tok == "" {
+		return nil, nil
+	}
+	return &adminAuth{sum: sha256.Sum256([]byte(tok))}, nil
+}
+
+// allows reports whether r carries the token: "Authorization: Bearer
+// <token>", the scheme in any case (RFC 9110 §11.1).
+func (a *adminAuth) allows(r *http.Request) bool {
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	return subtle.ConstantTimeCompare(sum[:], a.sum[:]) == 1
+}
+
+func (a *adminAuth) same(b *adminAuth) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.sum == b.sum
+}
+
+// requireAdminToken answers 401 to a request without the admin token, when
+// one is configured; the token in force is read per request, so a reload
+// changes it at once on every admin listener.
+func (s *Server) requireAdminToken(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a := s.adminAuth.Load(); a != nil && !a.allows(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="portcullis admin"`)
+			writeShort(w, http.StatusUnauthorized, "unauthorized: this endpoint needs the admin token (Authorization: Bearer)\n")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// logAdminChange logs what a start or a reload changed for the admin
+// listener, once the new token (if any) is in force: a new token, and a
+// warning when the listener is reachable beyond loopback without one, at
+// start and whenever a reload moved the listener or took its token away.
+// prevAuth and prevAddr are what was in force before (nil at start).
+func (s *Server) logAdminChange(prevAuth *adminAuth, prevAddr net.Addr, starting bool) {
+	auth := s.adminAuth.Load()
+	changed := !auth.same(prevAuth)
+	if changed && !starting {
+		s.log.Info("admin token changed", "token_required", auth != nil)
+	}
+	a := s.admin.Load()
+	if a == nil || auth != nil || isLoopback(a.ln.Addr()) {
+		return
+	}
+	moved := prevAddr == nil || a.ln.Addr().String() != prevAddr.String()
+	if starting || changed || moved {
+		s.log.Warn("admin listener reachable beyond loopback without admin.token_file: "+
+			"/metrics and /debug/limits (which lists client addresses) are open to whoever reaches it",
+			"admin", a.ln.Addr().String())
+	}
+}
+
+// isLoopback reports whether a is a loopback address; an unspecified one
+// (every interface) is not.
+func isLoopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }
 
 func (a *adminServer) close() {
@@ -111,6 +199,9 @@ func (m metricsOf) Collect(ch chan<- prometheus.Metric) {
 				c.Collect(ch)
 			}
 		}
+		for _, c := range t.extraCollectors() {
+			c.Collect(ch)
+		}
 	}
 }
 
@@ -137,6 +228,38 @@ type ListenerSnapshot struct {
 	Rate          *RateSnapshot `json:"rate,omitempty"`
 	ConnRate      *RateSnapshot `json:"conn_rate,omitempty"`
 	HandshakeRate *RateSnapshot `json:"handshake_rate,omitempty"`
+	// Auth is the listener's authentication, when it has an auth block.
+	Auth *AuthSnapshot `json:"auth,omitempty"`
+	// Forward is the proxy of a forward listener; nil for a reverse one.
+	Forward *ForwardSnapshot `json:"forward,omitempty"`
+}
+
+// ForwardSnapshot is the state of a forward listener's proxy and limits.
+type ForwardSnapshot struct {
+	// Limits are the forward limits, outermost first; each names its key
+	// (proxy_user, target_host, ...) and lists its busiest users or targets.
+	Limits         []LimitSnapshot `json:"limits"`
+	TunnelsOpen    int             `json:"tunnels_open"`
+	TunnelsOpened  uint64          `json:"tunnels_opened"`
+	Denied         uint64          `json:"denied"`
+	Refused        uint64          `json:"refused"`
+	TargetFailures uint64          `json:"target_failures"`
+}
+
+// AuthSnapshot is a listener's authentication counts since its
+// Authenticator was made (at start, or by a reload that changed its
+// settings).
+type AuthSnapshot struct {
+	Users         int    `json:"users"`
+	Cached        int    `json:"cached"`
+	Verified      uint64 `json:"verified"`
+	CacheHits     uint64 `json:"cache_hits"`
+	NoCredentials uint64 `json:"no_credentials"`
+	Failed        uint64 `json:"failed"`
+	OverBudget    uint64 `json:"over_budget"`
+	Busy          uint64 `json:"busy"`
+	Reloads       uint64 `json:"reloads"`
+	ReloadErrors  uint64 `json:"reload_errors"`
 }
 
 // RouteSnapshot is the state of one route's limits.
@@ -198,10 +321,42 @@ func (s *Server) Snapshot() Snapshot {
 				}
 				ls.Routes = append(ls.Routes, rs)
 			}
+			ls.Auth, ls.Forward = authSnapshot(t), forwardSnapshot(t)
 		}
 		out.Listeners = append(out.Listeners, ls)
 	}
 	return out
+}
+
+func forwardSnapshot(t *routeTable) *ForwardSnapshot {
+	if t.forward == nil {
+		return nil
+	}
+	st := t.forward.proxy.Stats()
+	fs := &ForwardSnapshot{
+		Limits:         []LimitSnapshot{},
+		TunnelsOpen:    st.TunnelsOpen,
+		TunnelsOpened:  st.TunnelsOpened,
+		Denied:         st.Denied,
+		Refused:        st.Refused,
+		TargetFailures: st.TargetFailures,
+	}
+	for _, l := range t.forward.limits {
+		fs.Limits = append(fs.Limits, *limitSnapshot(l))
+	}
+	return fs
+}
+
+func authSnapshot(t *routeTable) *AuthSnapshot {
+	if t.auth == nil {
+		return nil
+	}
+	st := t.auth.a.Stats()
+	return &AuthSnapshot{
+		Users: st.Users, Cached: st.Cached, Verified: st.Verified, CacheHits: st.CacheHits,
+		NoCredentials: st.NoCredentials, Failed: st.Failed, OverBudget: st.OverBudget, Busy: st.Busy,
+		Reloads: st.Reloads, ReloadErrors: st.ReloadErrors,
+	}
 }
 
 func limitSnapshot(l *limiter) *LimitSnapshot {
@@ -224,8 +379,8 @@ func keyStats(keys []limit.KeyStats[string]) []KeySnapshot {
 }
 
 // InUse sums what the snapshot shows held or waiting: open and pending
-// connections, and exchange permits in use or waited for. It is zero on an
-// idle server.
+// connections, exchange permits in use or waited for, and open tunnels. It
+// is zero on an idle server.
 func (s Snapshot) InUse() int {
 	n := 0
 	for _, l := range s.Listeners {
@@ -238,6 +393,12 @@ func (s Snapshot) InUse() int {
 				if x != nil {
 					n += x.Totals.InUse + x.Totals.Waiting
 				}
+			}
+		}
+		if l.Forward != nil {
+			n += l.Forward.TunnelsOpen
+			for _, x := range l.Forward.Limits {
+				n += x.Totals.InUse + x.Totals.Waiting
 			}
 		}
 	}

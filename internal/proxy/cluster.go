@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -15,12 +16,27 @@ import (
 )
 
 // cluster shares the route and client limits of every node that uses the
-// same Redis and prefix. The accept-time connection caps always count on
-// the node alone: a refusal at accept must not wait for Redis.
+// same Redis and prefix, and the accept-time per-client connection caps
+// unless cfg.LocalConnectionCaps keeps those per node (a connection whose
+// cap counts in Redis is admitted on its own goroutine, never in the accept
+// loop). A limit or cap that is unlimited for a key never asks Redis about
+// that key, and a listener with no finite connection cap gets no Store at
+// all. max_conns, and the caps of http3 listeners, always count per node.
 type cluster struct {
-	cfg    config.Cluster // effective
-	client redis.UniversalClient
-	log    *slog.Logger
+	cfg     config.Cluster // effective
+	client  redis.UniversalClient
+	log     *slog.Logger
+	outages *redisstore.OutageLog // shared by every Store: one outage, one log line
+}
+
+// redisClientLog routes go-redis's own messages (such as a failed dial in
+// its connection pool, which a Redis outage repeats many times) to the
+// daemon's log at DEBUG: the outage itself is logged once, by the Stores'
+// OutageLog.
+type redisClientLog struct{ log *slog.Logger }
+
+func (l redisClientLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis client", "message", fmt.Sprintf(format, v...))
 }
 
 // newCluster connects to the Redis of cfg (nil: no cluster, nil result).
@@ -42,7 +58,9 @@ func newCluster(cfg *config.Cluster, log *slog.Logger) (*cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: cluster: %w", err)
 	}
-	return &cluster{cfg: *cfg, client: client, log: log}, nil
+	// go-redis logs through one process-wide logger.
+	redis.SetLogger(redisClientLog{log})
+	return &cluster{cfg: *cfg, client: client, log: log, outages: redisstore.NewOutageLog(log)}, nil
 }
 
 // sameAs reports whether c serves the cluster section cfg.
@@ -57,22 +75,41 @@ func (c *cluster) sameAs(cfg *config.Cluster) bool {
 // whose keys in Redis start with the cluster prefix and that name, so that
 // every limiter of every node counts apart from the others and equal
 // limiters of different nodes count together, and the collector of its
-// Redis metrics labelled with labels. Nil c means no store (a nil result).
+// Redis metrics labelled with labels. Its log lines name it name. Nil c
+// means no store (a nil result).
 func (c *cluster) store(name string, labels prometheus.Labels) (*clusterStore[string], error) {
 	if c == nil {
 		return nil, nil
 	}
-	return newStore(c, name, func(k string) string { return k }, labels)
+	return newStore(c, name, name, func(k string) string { return k }, labels)
 }
 
 // connStore returns the Store for the accept-time connection caps of the
-// listener named name, or nil when there is no cluster or its connection
-// caps stay local.
-func (c *cluster) connStore(name string) (*clusterStore[clientkey.Key], error) {
-	if c == nil || c.cfg.LocalConnectionCaps {
+// listener lc, or nil when there is no cluster, its connection caps stay
+// local, or it has no finite per-client cap to count (max_conns_per_client
+// unlimited, no conn_overrides with a cap, no prefix_levels): such a
+// listener makes no Redis call per connection and is not refused while
+// Redis is away.
+func (c *cluster) connStore(lc *config.Listener) (*clusterStore[clientkey.Key], error) {
+	if c == nil || c.cfg.LocalConnectionCaps || !hasConnCap(lc) {
 		return nil, nil
 	}
-	return newStore(c, "conns/"+name, clientkey.Key.String, prometheus.Labels{"listener": name, "route": "", "limit": "connections"})
+	return newStore(c, "conns/"+lc.Name, lc.Name+"/connections", clientkey.Key.String,
+		prometheus.Labels{"listener": lc.Name, "route": "", "limit": "connections"})
+}
+
+// hasConnCap reports whether some client of lc can meet a finite per-client
+// connection cap.
+func hasConnCap(lc *config.Listener) bool {
+	if lc.MaxConnsPerClient != config.Unlimited || len(lc.PrefixLevels) > 0 {
+		return true
+	}
+	for _, o := range lc.ConnOverrides {
+		if o.Max != config.Unlimited {
+			return true
+		}
+	}
+	return false
 }
 
 // A clusterStore is a limiter's Store with the collector of its Redis
@@ -82,7 +119,7 @@ type clusterStore[K comparable] struct {
 	metrics prometheus.Collector
 }
 
-func newStore[K comparable](c *cluster, name string, keyString func(K) string, labels prometheus.Labels) (*clusterStore[K], error) {
+func newStore[K comparable](c *cluster, name, logName string, keyString func(K) string, labels prometheus.Labels) (*clusterStore[K], error) {
 	policy, err := redisstore.ParsePolicy(string(c.cfg.OnError))
 	if err != nil {
 		return nil, err
@@ -95,6 +132,8 @@ func newStore[K comparable](c *cluster, name string, keyString func(K) string, l
 		OnError:   policy,
 		NodeShare: c.cfg.NodeShare,
 		Logger:    c.log,
+		Name:      logName,
+		Outages:   c.outages,
 	}, keyString)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: cluster store %s: %w", name, err)

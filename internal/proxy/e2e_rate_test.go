@@ -530,3 +530,65 @@ func TestReloadConnRateFollowsTheListener(t *testing.T) {
 		t.Fatalf("the rebuilt listener's conn_rate: %+v", cr)
 	}
 }
+
+// A forward listener's rate keyed by target_host counts each request, and
+// each CONNECT once (not the requests inside its tunnel), whoever sends
+// them; an override exempts one target; authentication comes first, so a
+// request refused 407 is never counted.
+func TestForwardRateByTargetHost(t *testing.T) {
+	limited, tlsTarget, free := newGatedTarget(t, false), newGatedTarget(t, true), newGatedTarget(t, false)
+	d, _ := startForward(t, `
+admin: {listen: "127.0.0.1:0"}
+listeners:
+  - name: egress
+    protocol: http
+    listen: "127.0.0.1:0"
+    mode: forward
+    auth: {htpasswd: "{{htpasswd}}"}
+    rate: {rate: 1r/m, burst: 1, nodelay: true, key: target_host, overrides: {"`+free.addr+`": unlimited}}
+    forward:
+      destinations: {allow: ["127.0.0.0/8"]}
+`)
+	alice := d.proxyClient("egress", "alice", "alice-pw", "127.0.0.2")
+	bob := d.proxyClient("egress", "bob", "bob-pw", "127.0.0.3")
+	intruder := d.proxyClient("egress", "alice", "guess", "127.0.0.4")
+	if st, _, _ := get(t, intruder, limited.url("/echo")); st != http.StatusProxyAuthRequired {
+		t.Fatalf("wrong password: %d, want 407", st)
+	}
+	for i, c := range []*http.Client{alice, bob} {
+		if st, _, _ := get(t, c, limited.url("/echo")); st != http.StatusOK {
+			t.Fatalf("request %d to the limited target: %d", i+1, st)
+		}
+	}
+	st, _, h := get(t, bob, limited.url("/echo"))
+	if st != http.StatusTooManyRequests || h.Get("Retry-After") == "" {
+		t.Fatalf("a third request to the target within a minute: %d (Retry-After %q), want 429 whoever sends it", st, h.Get("Retry-After"))
+	}
+	for range 5 {
+		if st, _, _ := get(t, alice, free.url("/echo")); st != http.StatusOK {
+			t.Fatalf("the unlimited target: %d", st)
+		}
+	}
+	// HTTPS through CONNECT: a tunnel counts once, however many requests
+	// it carries; two tunnels fit the burst, a third CONNECT is refused.
+	for range 3 {
+		if st, _, _ := get(t, alice, tlsTarget.url("/echo")); st != http.StatusOK {
+			t.Fatalf("request inside the first tunnel: %d", st)
+		}
+	}
+	if st, _, _ := get(t, d.proxyClient("egress", "bob", "bob-pw", "127.0.0.5"), tlsTarget.url("/echo")); st != http.StatusOK {
+		t.Fatalf("a second tunnel to the target: %d", st)
+	}
+	if _, err := d.proxyClient("egress", "bob", "bob-pw", "127.0.0.6").Get(tlsTarget.url("/echo")); err == nil {
+		t.Fatal("a third CONNECT to the target within a minute opened a tunnel")
+	}
+	rs := d.rateOf("egress", "")
+	if rs == nil || rs.Key != "target_host" {
+		t.Fatalf("/debug/limits rate %+v", rs)
+	}
+	// 2 + 1 refused to the limited target, 5 to the free one, 2 + 1
+	// refused CONNECTs; the 407 is not there.
+	if tot := rs.Totals; tot.Admitted != 9 || tot.Refused != 2 {
+		t.Fatalf("rate totals %+v, want 9 admitted and 2 refused", tot)
+	}
+}

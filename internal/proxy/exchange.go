@@ -27,9 +27,15 @@ type exchangeOpts struct {
 // gives every exchange an exchangeWriter, and logs the exchange when it
 // ends if the access log is on.
 func exchanges(next http.Handler, o exchangeOpts) http.Handler {
+	tunnel := o
+	tunnel.send = 0 // a CONNECT tunnel has its own bounds: see internal/forward
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		ew := newExchangeWriter(w, o, start)
+		eo := &o
+		if r.Method == http.MethodConnect {
+			eo = &tunnel
+		}
+		ew := newExchangeWriter(w, *eo, start)
 		if o.log != nil {
 			defer logAccess(o, r, ew.state(), start)
 		}

@@ -80,6 +80,7 @@ func socketConfig(lc config.Listener) config.Listener {
 	lc.Routes = nil
 	lc.ClientLimit = nil
 	lc.Rate = nil
+	lc.Mode, lc.Auth, lc.Forward = "", nil, nil // the route table's
 	return lc
 }
 
@@ -175,8 +176,8 @@ func bindFrontOn(raw net.Listener, lc config.Listener, log *slog.Logger, cl *clu
 			return nil, err
 		}
 	}
-	cc := f.connConfig()
-	cs, err := cl.connStore(lc.Name)
+	cc := f.connConfig(log)
+	cs, err := cl.connStore(&lc)
 	if cs != nil { // a nil *clusterStore must not become a non-nil Store
 		cc.Store, f.store, f.redis = cs, cs, cs.metrics
 	}
@@ -196,7 +197,9 @@ func bindFrontOn(raw net.Listener, lc config.Listener, log *slog.Logger, cl *clu
 	return f, nil
 }
 
-func (f *front) connConfig() connlimit.Config {
+// connConfig is the connlimit configuration of f, logging to log: not f.log,
+// since connlimit names the listener in its lines itself.
+func (f *front) connConfig(log *slog.Logger) connlimit.Config {
 	lc := &f.cfg
 	c := connlimit.Config{
 		PerClient:          lc.MaxConnsPerClient,
@@ -208,7 +211,7 @@ func (f *front) connConfig() connlimit.Config {
 		ProxyHeaderTimeout: lc.ProxyProtocolTimeout,
 		ResetOnRefuse:      lc.ResetOnRefuse,
 		SYNFilter:          lc.SYNFilter,
-		Logger:             f.log,
+		Logger:             log,
 		Name:               lc.Name,
 	}
 	for _, pl := range lc.PrefixLevels {
@@ -301,7 +304,7 @@ func (f *front) serveHTTP(table *atomic.Pointer[routeTable], base context.Contex
 			err = srv.Serve(f.conns)
 		}
 		if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-			f.log.Error("listener stopped", "err", err)
+			f.log.Error("listener stopped", "error", err)
 		}
 	}()
 	return nil
@@ -320,7 +323,7 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serveTCP starts proxying the admitted connections to the listener's
 // upstream.
 func (f *front) serveTCP(base context.Context, accessLog bool) {
-	f.tcp = newTCPProxy(f.cfg.Upstream, f.log, accessLog)
+	f.tcp = newTCPProxy(f.cfg.Upstream, f.cfg.TCPIdleTimeout, f.log, accessLog)
 	go func() {
 		defer close(f.served)
 		f.tcp.serve(base, f.conns)

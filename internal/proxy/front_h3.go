@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quic-go/quic-go"
@@ -66,10 +67,15 @@ func bindH3(f *front, cl *cluster) error {
 		RetryThresholdMin: lc.QUIC.RetryThresholdMin,
 		RetryThresholdMax: lc.QUIC.RetryThresholdMax,
 		MaxInProgress:     lc.QUIC.MaxInProgress,
+		HandshakeTimeout:  admissionBackstop(lc.QUIC.HandshakeTimeout),
 		PerClient:         h.perClient,
 		PerClientRate:     h.rates.handshake,
 		Keyer:             f.id.keyer,
 		Logger:            f.log,
+	}
+	if lc.QUIC.Retry == config.RetryAlways {
+		// A threshold of zero: every unproven attempt gets a Retry.
+		qc.RetryThresholdMin, qc.RetryThresholdMax = quicadmit.Zero, quicadmit.Zero
 	}
 	if lc.QUIC.TokenKeyFile != "" {
 		key, err := config.ReadTokenKey(lc.QUIC.TokenKeyFile)
@@ -92,14 +98,28 @@ func bindH3(f *front, cl *cluster) error {
 	// so an over-cap client is never served a request (and 0-RTT, which
 	// could be replayed, is off).
 	h.ln, err = h.ctrl.Listen(h.tr, tlsConf, &quic.Config{
-		MaxIdleTimeout:     lc.IdleTimeout,
-		MaxIncomingStreams: int64(lc.MaxConcurrentStreams),
+		HandshakeIdleTimeout: lc.QUIC.HandshakeTimeout,
+		MaxIdleTimeout:       lc.IdleTimeout,
+		MaxIncomingStreams:   int64(lc.MaxConcurrentStreams),
 	})
 	if err != nil {
 		return fail(err)
 	}
 	f.h3 = h
 	return nil
+}
+
+// acceptQueueWait is how long a completed QUIC connection may wait in
+// quic-go's accept queue before the HTTP/3 server takes it.
+const acceptQueueWait = 5 * time.Second
+
+// admissionBackstop is quicadmit's HandshakeTimeout for a quic-go
+// HandshakeIdleTimeout of handshake: quic-go gives up on a handshake after
+// twice that, and a completed connection may still wait in the accept
+// queue, so an attempt nothing reported on is ended as timed out only
+// after both.
+func admissionBackstop(handshake time.Duration) time.Duration {
+	return 2*handshake + acceptQueueWait
 }
 
 // connOverridePermits turns conn_overrides into a PermitsFor over client
@@ -136,7 +156,7 @@ func (h *h3Front) serve(f *front) {
 	go func() {
 		defer close(f.served)
 		if err := h.srv.ServeListener(h.ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, quic.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-			f.log.Error("listener stopped", "err", err)
+			f.log.Error("listener stopped", "error", err)
 		}
 	}()
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/seed-a07d1050/portcullis/clientkey"
 	"github.com/seed-a07d1050/portcullis/httplimit"
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/forward"
+	"github.com/seed-a07d1050/portcullis/internal/proxyauth"
 	"github.com/seed-a07d1050/portcullis/promlimit"
 )
 
@@ -25,6 +27,15 @@ const (
 	kindShadow limitKind = "shadow_limit"
 	kindClient limitKind = "client_limit"
 )
+
+// forwardKind is the slot of a forward listener's limit: its key, one limit
+// per key (proxy_user, target_host, client_ip, header:Name).
+func forwardKind(k config.LimitKey) limitKind {
+	if k == "" {
+		k = config.KeyClientIP
+	}
+	return limitKind(k)
+}
 
 // identity is what a listener knows about who its clients are; it shapes
 // client_ip keys, so a limiter is only reused across a reload when its
@@ -64,6 +75,7 @@ func proxySet(prefixes []netip.Prefix) (*clientkey.ProxySet, error) {
 // limiter is one httplimit.Limiter of the daemon with what exports it.
 type limiter struct {
 	cfg   config.Limit // effective
+	kind  limitKind
 	id    identity
 	lim   *httplimit.Limiter
 	store io.Closer            // the limiter's cluster Store; nil without a cluster
@@ -76,6 +88,13 @@ type limiter struct {
 // id, so that a reload can keep it, with its counts and its waiters.
 func (l *limiter) sameAs(cfg *config.Limit, id identity) bool {
 	return reflect.DeepEqual(&l.cfg, cfg) && sameIdentity(l.id, id)
+}
+
+// sameIdentity reports whether a and b key clients alike.
+func sameIdentity(a, b identity) bool {
+	return a.keyer == b.keyer &&
+		a.resolver.Header == b.resolver.Header &&
+		reflect.DeepEqual(a.resolver.Trusted.Prefixes(), b.resolver.Trusted.Prefixes())
 }
 
 // close stops the limiter and its cluster Store. Permits held stay valid.
@@ -125,6 +144,8 @@ func newLimiter(cfg *config.Limit, id identity, ln, route string, kind limitKind
 		RetryAfter:     cfg.RetryAfter,
 		TunnelPermits:  cfg.TunnelPermits,
 		ReleaseTunnels: cfg.ReleaseTunnels,
+		ReclaimAfter:   cfg.ReclaimAfter, // NoReclaim is negative: never
+		Reject:         refusalResponse(cfg),
 		Observer:       promlimit.ObserverFor[string](wait),
 		Logger:         deps.log,
 		Name:           name,
@@ -132,15 +153,28 @@ func newLimiter(cfg *config.Limit, id identity, ln, route string, kind limitKind
 	if cfg.RetryAfter == config.NoRetryAfter {
 		hc.RetryAfter = -1
 	}
+	if !cfg.IsCountingTunnels() {
+		// CONNECTs are neither counted nor refused; an upgrade holds its
+		// permit only until its 101.
+		hc.Key, hc.ReleaseTunnels = forward.ExceptConnect(key), true
+	}
 	hc.OnReject = deps.onReject
 	var closer io.Closer
 	var redisMetrics prometheus.Collector
 	if cs != nil { // a nil *clusterStore must not become a non-nil Store
 		hc.Store, closer, redisMetrics = cs, cs, cs.metrics
 	}
-	if cfg.Key == config.KeyClientIP || cfg.Key == "" {
+	switch cfg.Key {
+	case config.KeyClientIP, "":
 		hc.PermitsFor = cidrPermits(cfg.Overrides)
-	} else {
+	case config.KeyTargetHost:
+		if hc.PermitsFor, err = cfg.TargetPermits(); err != nil {
+			if closer != nil {
+				_ = closer.Close()
+			}
+			return nil, fmt.Errorf("proxy: %s: %w", hc.Name, err)
+		}
+	default:
 		hc.Overrides = cfg.Overrides
 	}
 	lim, err := httplimit.New(hc)
@@ -152,6 +186,7 @@ func newLimiter(cfg *config.Limit, id identity, ln, route string, kind limitKind
 	}
 	return &limiter{
 		cfg:   *cfg,
+		kind:  kind,
 		id:    id,
 		lim:   lim,
 		store: closer,
@@ -173,8 +208,12 @@ func keyFunc(k config.LimitKey, id identity) (httplimit.KeyFunc, error) {
 	switch k {
 	case config.KeyClientIP, "":
 		return httplimit.ByClientIP(id.resolver), nil
-	case config.KeyUser:
-		return httplimit.ByBasicAuthUser(), nil
+	case config.KeyUser, config.KeyProxyUser:
+		// Only the name the listener's authentication verified: Validate
+		// refuses these keys on a listener without auth.
+		return httplimit.ByUser(proxyauth.UserOf), nil
+	case config.KeyTargetHost:
+		return forward.ByTargetHost(), nil
 	case config.KeyHost:
 		return httplimit.ByHost(), nil
 	}

@@ -4,6 +4,7 @@ import (
 	"io"
 	stdlog "log"
 	"log/slog"
+	"net"
 	"sync/atomic"
 	"time"
 
@@ -46,4 +47,13 @@ func (g *logGate) allow(now time.Time) (bool, uint64) {
 		return false, 0
 	}
 	return true, g.suppressed.Swap(0)
+}
+
+// addrString formats an address for a log line: as text, where a JSON
+// handler would write a *net.TCPAddr as its fields; "" for none.
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
 }

@@ -3,9 +3,11 @@ package proxy
 import (
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/netip"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/connlimit"
 	"github.com/seed-a07d1050/portcullis/httplimit"
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/forward"
 	"github.com/seed-a07d1050/portcullis/limit/redisstore"
 	"github.com/seed-a07d1050/portcullis/limit/redisstore/redisprom"
 	"github.com/seed-a07d1050/portcullis/promlimit"
@@ -68,9 +71,14 @@ func newRateLimiter(cfg *config.Rate, id identity, ln, route string, deps limite
 		Logger:  deps.log,
 		Name:    name,
 	}
-	if cfg.Key == config.KeyClientIP || cfg.Key == "" {
+	switch cfg.Key {
+	case config.KeyClientIP, "":
 		rc.LimitFor = cidrLookup(cfg.Overrides)
-	} else {
+	case config.KeyTargetHost:
+		if rc.LimitFor, err = targetLookup(cfg.Overrides); err != nil {
+			return nil, fmt.Errorf("proxy: %s: %w", name, err)
+		}
+	default:
 		rc.Overrides = cfg.Overrides
 	}
 	r := &rateLimiter{cfg: *cfg, id: id, idle: make(chan struct{})}
@@ -103,13 +111,6 @@ func rateHeaders(h config.RateHeaders) httplimit.RateHeaders {
 // id, so that a reload can keep it with its keys' state.
 func (r *rateLimiter) sameAs(cfg *config.Rate, id identity) bool {
 	return reflect.DeepEqual(&r.cfg, cfg) && sameIdentity(r.id, id)
-}
-
-// sameIdentity reports whether two identities key clients alike.
-func sameIdentity(a, b identity) bool {
-	return a.keyer == b.keyer &&
-		a.resolver.Header == b.resolver.Header &&
-		reflect.DeepEqual(a.resolver.Trusted.Prefixes(), b.resolver.Trusted.Prefixes())
 }
 
 // wrap returns next behind the rate. The exchange is counted as inside the
@@ -287,6 +288,28 @@ func cidrLookup[V any](overrides map[string]V) func(string) (V, bool) {
 		}
 		return best, bestBits >= 0
 	}
+}
+
+// targetLookup turns target_host overrides, written as "host:port" or
+// "host" (every port), into a lookup over forward.ByTargetHost keys, with
+// the forward limits' rules (forward.TargetPermits): names normalised,
+// host:port winning over host. Nil when there is no override.
+func targetLookup(overrides map[string]rate.Limit) (func(string) (rate.Limit, bool), error) {
+	keys := slices.Sorted(maps.Keys(overrides))
+	index := make(map[string]int, len(keys))
+	for i, k := range keys {
+		index[k] = i + 1 // 0 is "no override"
+	}
+	which, err := forward.TargetPermits(index)
+	if err != nil || which == nil {
+		return nil, err
+	}
+	return func(key string) (rate.Limit, bool) {
+		if i := which(key); i > 0 {
+			return overrides[keys[i-1]], true
+		}
+		return rate.Limit{}, false
+	}, nil
 }
 
 // A clusterRateStore is a rate's Store with the collector of its Redis

@@ -36,7 +36,8 @@ import (
 // listener's caps until they close (connlimit's Adopt), and drain for up
 // to the shutdown timeout. Exchanges in progress finish on the routes and
 // limits they started with. The admin listener is rebound if its address
-// changed (if that fails the old one stays, and it is logged). The log
+// changed (if that fails the old one stays, and it is logged); its token
+// file is read in the first phase and takes effect at the switch. The log
 // level follows cfg; a change of log format needs a restart, and a change
 // of the cluster section is refused with an error. After Shutdown or Close
 // it returns ErrClosed.
@@ -56,6 +57,10 @@ func (s *Server) Reload(cfg *config.Config) error {
 	if !s.cluster.sameAs(eff.Cluster) {
 		return errors.New("proxy: a change of the cluster section needs a restart")
 	}
+	auth, err := loadAdminAuth(eff.Admin) // first phase: read, nothing changes yet
+	if err != nil {
+		return err
+	}
 	p, err := s.prepare(eff)
 	if err != nil {
 		return err
@@ -65,9 +70,11 @@ func (s *Server) Reload(cfg *config.Config) error {
 		return err
 	}
 	s.commit(p)
+	prevAuth, prevAdmin := s.adminAuth.Swap(auth), s.AdminAddr()
 	if err := s.reloadAdmin(eff); err != nil {
-		s.log.Error("admin listener not moved", "err", err)
+		s.log.Error("admin listener not moved", "error", err)
 	}
+	s.logAdminChange(prevAuth, prevAdmin, false)
 	if s.level != nil {
 		s.level.Set(eff.Log.Level.Slog())
 	}
@@ -90,7 +97,6 @@ type reloadPlan struct {
 	rebind []rebind          // http3 listeners whose UDP socket must be bound again
 	drain  []*front          // running fronts that stop and drain
 	tables builtTables
-	certs  map[*front]bool // kept https and http3 fronts whose certificate was read again
 }
 
 // rebind is an http3 listener to bind again at the address a running one
@@ -262,7 +268,7 @@ func (s *Server) restoreH3(rs []rebind, p *reloadPlan) {
 		f, err := bindFront(lc, s.log, s.cluster)
 		if err != nil {
 			s.markDown(r.old.cfg.Name, err)
-			s.log.Error("listener down: a failed reload could not bind it again", "listener", r.old.cfg.Name, "err", err)
+			s.log.Error("listener down: a failed reload could not bind it again", "listener", r.old.cfg.Name, "error", err)
 			continue
 		}
 		if err := s.serve(f, s.cfg); err != nil {
@@ -309,7 +315,7 @@ func (s *Server) commit(p *reloadPlan) {
 			if err := s.serve(f, p.cfg); err != nil {
 				// Unreachable: certificates were read when the front was
 				// bound, and serve fails for nothing else.
-				s.log.Error("listener failed to start", "listener", f.cfg.Name, "err", err)
+				s.log.Error("listener failed to start", "listener", f.cfg.Name, "error", err)
 			}
 		}
 	}

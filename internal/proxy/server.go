@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/forward"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
@@ -63,6 +64,8 @@ type Server struct {
 
 	downMu sync.Mutex
 	down   map[string]error // listeners that should serve and do not, by name
+
+	adminAuth atomic.Pointer[adminAuth] // the admin token in force; nil: none
 }
 
 // Start validates cfg, binds every listener and the admin listener, and
@@ -93,6 +96,12 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 		s.log = NewLogger(eff.Log, out, s.level)
 	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
+	auth, err := loadAdminAuth(eff.Admin)
+	if err != nil {
+		s.cancelBase()
+		return nil, err
+	}
+	s.adminAuth.Store(auth) // before the admin listener serves
 	cl, err := newCluster(eff.Cluster, s.log)
 	if err != nil {
 		s.cancelBase()
@@ -135,7 +144,8 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	s.cfg = eff
 	s.fronts.Store(&fronts)
-	s.log.Info("portcullis started", "listeners", len(fronts), "admin", s.AdminAddr())
+	s.logAdminChange(nil, nil, true)
+	s.log.Info("portcullis started", "listeners", len(fronts), "admin", addrString(s.AdminAddr()))
 	return s, nil
 }
 
@@ -228,6 +238,7 @@ func (s *Server) discard(built builtTables) {
 // limiters end once the exchanges still holding them have ended.
 func (s *Server) installTables(built builtTables) {
 	for name, t := range built {
+		t.commitAuth()
 		p := s.tables[name]
 		if p == nil {
 			p = new(atomic.Pointer[routeTable])
@@ -238,14 +249,17 @@ func (s *Server) installTables(built builtTables) {
 				s.retire(l)
 			}
 			s.retireRates(t, old)
+			s.retireExtras(old, t)
 		}
 	}
 	for name, p := range s.tables {
 		if _, ok := built[name]; !ok {
-			for _, l := range p.Load().limiters() {
+			old := p.Load()
+			for _, l := range old.limiters() {
 				s.retire(l)
 			}
-			s.retireRates(nil, p.Load())
+			s.retireRates(nil, old)
+			s.retireExtras(old, nil)
 			delete(s.tables, name)
 		}
 	}
@@ -421,12 +435,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
 	s.log.Info("shutting down: draining exchanges")
 	fronts := s.frontList()
-	errs := make(chan error, len(fronts))
+	proxies := s.forwardProxies()
+	errs := make(chan error, len(fronts)+len(proxies))
 	for _, f := range fronts {
 		go func() { errs <- f.shutdown(ctx) }()
 	}
+	for _, p := range proxies {
+		// Refuses new CONNECTs, and cuts the tunnels still open when ctx
+		// ends: http.Server.Shutdown does not see hijacked connections.
+		go func() { errs <- p.Shutdown(ctx) }()
+	}
 	var cut error
-	for range fronts {
+	for range len(fronts) + len(proxies) {
 		if err := <-errs; err != nil {
 			cut = err
 		}
@@ -449,8 +469,22 @@ func (s *Server) Close() error {
 	for _, f := range s.frontList() {
 		f.close()
 	}
+	for _, p := range s.forwardProxies() {
+		_ = p.Close() // cuts the tunnels, which http.Server.Close leaves open
+	}
 	s.finish(true)
 	return nil
+}
+
+// forwardProxies returns the forward proxies of the running tables.
+func (s *Server) forwardProxies() []*forward.Proxy {
+	var out []*forward.Proxy
+	for _, p := range s.tables {
+		if fp := p.Load().forwardProxy(); fp != nil {
+			out = append(out, fp)
+		}
+	}
+	return out
 }
 
 // finish cancels what is left (when cut), waits for it within forceWait,
@@ -476,12 +510,14 @@ func (s *Server) finish(cut bool) {
 
 func (s *Server) closeTables() {
 	for _, p := range s.tables {
-		for _, l := range p.Load().limiters() {
+		t := p.Load()
+		for _, l := range t.limiters() {
 			l.close()
 		}
-		for _, r := range p.Load().rates() {
+		for _, r := range t.rates() {
 			r.close()
 		}
+		t.closeExtras()
 	}
 }
 

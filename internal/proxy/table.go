@@ -14,10 +14,12 @@ import (
 // reload stores a new table, and a request that already loaded the old one
 // finishes on it, with its limiters and upstreams.
 type routeTable struct {
-	handler http.Handler // the listener's rate, then the router
+	handler http.Handler // authentication, the listener's rate, then the router or the forward proxy
 	client  *limiter     // nil without a client limit
 	rate    *rateLimiter // the listener's rate; nil without
 	routes  []*routeState
+	auth    *authState    // nil without authentication
+	forward *forwardState // nil for a reverse listener
 }
 
 // routeState is a route's limiters, kept for snapshots, metrics and reuse.
@@ -44,6 +46,9 @@ func (t *routeTable) limiters() []*limiter {
 			}
 		}
 	}
+	if t.forward != nil {
+		out = append(out, t.forward.limits...)
+	}
 	return out
 }
 
@@ -58,11 +63,15 @@ type tableBuilder struct {
 	accessLog bool
 }
 
-// build builds the table. A request passes, in order: the listener's rate,
-// the router, the route's rate, the listener's client limit, the route's
-// shadow limit and limit, the proxy: every rate before every concurrency
-// limit, so that a request a rate delays holds no permit while it waits.
+// build builds the table. A request passes, in order: authentication, the
+// listener's rate, the router, the route's rate, the listener's client
+// limit, the route's shadow limit and limit, the proxy: every rate before
+// every concurrency limit, so that a request a rate delays holds no permit
+// while it waits.
 func (b *tableBuilder) build() (*routeTable, error) {
+	if b.lc.IsForward() {
+		return b.buildForward()
+	}
 	t := &routeTable{}
 	var err error
 	if cl := b.lc.ClientLimit; cl != nil {
@@ -98,14 +107,21 @@ func (b *tableBuilder) build() (*routeTable, error) {
 	if t.rate != nil {
 		h = t.rate.wrap(h)
 	}
+	if err := b.authenticate(t, &h); err != nil {
+		t.closeNew(b.old)
+		return nil, err
+	}
 	h = reverseRequests(h)
+	t.handler = exchanges(h, b.exchangeOpts())
+	return t, nil
+}
+
+func (b *tableBuilder) exchangeOpts() exchangeOpts {
 	o := exchangeOpts{listener: b.lc.Name, send: b.lc.SendTimeout, whole: b.lc.WriteTimeout}
 	if b.accessLog {
 		o.log = b.deps.log
 	}
-	h = exchanges(h, o)
-	t.handler = h
-	return t, nil
+	return o
 }
 
 // route builds the chain of one route, client being the listener's client
@@ -164,6 +180,14 @@ func (t *routeTable) find(route string, kind limitKind) *limiter {
 	if kind == kindClient {
 		return t.client
 	}
+	if t.forward != nil {
+		for _, l := range t.forward.limits {
+			if l.kind == kind {
+				return l
+			}
+		}
+		return nil
+	}
 	for _, r := range t.routes {
 		if r.name != route {
 			continue
@@ -186,8 +210,8 @@ func (t *routeTable) owns(l *limiter) bool {
 	return false
 }
 
-// closeNew closes the limiters and rates of a table that failed to build
-// and are not borrowed from old.
+// closeNew closes the limiters, rates, authenticator and forward proxy of a
+// table that failed to build or was discarded and are not borrowed from old.
 func (t *routeTable) closeNew(old *routeTable) {
 	for _, l := range t.limiters() {
 		if !old.owns(l) {
@@ -195,6 +219,12 @@ func (t *routeTable) closeNew(old *routeTable) {
 		}
 	}
 	t.closeNewRates(old)
+	if a := t.authenticator(); a != nil && a != old.authenticator() {
+		_ = a.Close()
+	}
+	if p := t.forwardProxy(); p != nil && p != old.forwardProxy() {
+		_ = p.Close()
+	}
 }
 
 // retired returns the limiters of old that t no longer uses.

@@ -218,7 +218,7 @@ func proxyErrorHandler(log *slog.Logger) func(http.ResponseWriter, *http.Request
 	return func(w http.ResponseWriter, r *http.Request, err error) {
 		if r.Context().Err() != nil {
 			// The client went away or the server is stopping: nobody reads this.
-			log.Debug("upstream exchange abandoned", "path", r.URL.Path, "err", err)
+			log.Debug("upstream exchange abandoned", "path", r.URL.Path, "error", err)
 			w.WriteHeader(http.StatusBadGateway)
 			return
 		}
@@ -228,7 +228,7 @@ func proxyErrorHandler(log *slog.Logger) func(http.ResponseWriter, *http.Request
 			status, body = http.StatusGatewayTimeout, "gateway timeout: upstream did not answer in time\n"
 		}
 		if ok, held := gate.allow(time.Now()); ok {
-			log.Warn("upstream failed", "path", r.URL.Path, "status", status, "err", err, "not_logged_since_last", held)
+			log.Warn("upstream failed", "path", r.URL.Path, "status", status, "error", err, "suppressed", held)
 		}
 		writeShort(w, status, body)
 	}

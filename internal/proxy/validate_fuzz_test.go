@@ -33,6 +33,11 @@ func FuzzStartAcceptsValidConfigs(f *testing.F) {
 		"listeners:\n  - protocol: http\n    listen: :80\n    max_conns_per_client: 2147483646\n    routes: [{upstreams: [http://a], limit: {permits: 2147483646, queue: {size: 2147483646}}}]\n",
 		"listeners:\n  - protocol: tcp\n    listen: :5432\n    upstream: db:5432\n    max_conns: 2147483646\n    enforce_above: 2147483645\n",
 		"listeners:\n  - protocol: http\n    listen: :80\n    prefix_levels: [{ipv4_prefix: 1, max: 2147483646}]\n    conn_overrides: [{cidr: 0.0.0.0/0, max: 2147483646}]\n    routes: [{upstreams: [http://a]}]\n",
+		"listeners:\n  - protocol: http\n    listen: :3128\n    mode: forward\n    auth: {htpasswd: files/users.htpasswd, cache_size: 2147483646, max_concurrent_checks: 2147483646, failures: {burst: 8760, interval: 1h}}\n    forward:\n      destinations: {allow: [\"::1\"], deny: [0.0.0.0/0], ports: [\"1-65535\"]}\n      max_idle_conns_per_target: -1\n      max_idle_conns: 2147483646\n      limits:\n        - {key: target_host, permits: 2147483646, overrides: {\"[::1]\": -1, \"xn--bcher-kva.example:1\": 1}}\n        - {key: \"header:X-Team\", count_tunnels: false, reclaim_after: none, tunnel_permits: -1}\n",
+		"listeners:\n  - protocol: https\n    listen: :443\n    tls: {cert_file: files/server.crt, key_file: files/server.key}\n    auth: {htpasswd: files/users.htpasswd}\n    routes: [{upstreams: [http://a], limit: {key: user, reclaim_after: 1s, response: {body: x, headers: {X-A: b}}}}]\n",
+		"listeners:\n  - protocol: http3\n    listen: :443\n    tls: {cert_file: files/server.crt, key_file: files/server.key}\n    quic: {retry: always, max_in_progress: 1, handshake_timeout: 1m}\n    routes: [{upstreams: [http://a]}]\n",
+		"listeners:\n  - protocol: http3\n    listen: :443\n    tls: {cert_file: files/server.crt, key_file: files/server.key}\n    quic: {retry_threshold_min: 2147483646, retry_threshold_max: 1, max_in_progress: 3}\n    routes: [{upstreams: [http://a]}]\n",
+		"admin: {listen: :9901, token_file: files/admin.token}\nlisteners:\n  - protocol: tcp\n    listen: :5432\n    upstream: db:5432\n    tcp_idle_timeout: 2562047h\n",
 	} {
 		f.Add([]byte(s))
 	}

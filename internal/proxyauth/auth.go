@@ -167,8 +167,8 @@ type userSet struct {
 }
 
 type counters struct {
-	accepted, cacheHits, checks, challenged, failed, overBudget, busy atomic.Uint64
-	reloads, reloadErrors                                             atomic.Uint64
+	accepted, cacheHits, verified, checks, challenged, noCredentials, failed, overBudget, busy atomic.Uint64
+	reloads, reloadErrors                                                                      atomic.Uint64
 }
 
 // New returns an Authenticator configured by cfg with the users of
@@ -309,6 +309,26 @@ func (s *userSet) compare(user, pass string) bool {
 // before stay in effect, the failure is logged at ERROR, and the error
 // says why; it matches [ErrHtpasswd] for a bad or unreadable file.
 func (a *Authenticator) Reload() error {
+	commit, err := a.PrepareReload()
+	if err != nil {
+		a.log.Error("htpasswd reload failed; keeping the users loaded before", "file", a.file, "users", a.set.Load().users.Len(), "error", err)
+		return err
+	}
+	commit()
+	return nil
+}
+
+// PrepareReload is the first half of [Authenticator.Reload], for a caller
+// that must reload several things all or nothing: it reads and checks the
+// htpasswd file (and computes the stand-in hash) without changing what
+// the Authenticator uses, and returns the function that puts what it read
+// in effect. The commit function cannot fail; it logs the reload at INFO.
+// Not calling it leaves the Authenticator as it was. On error nothing
+// changed, the failure is counted in Stats.ReloadErrors (not logged: the
+// caller decides), and the error matches [ErrHtpasswd] for a bad or
+// unreadable file. Only one prepared reload should be committed at a
+// time; a later commit wins.
+func (a *Authenticator) PrepareReload() (commit func(), err error) {
 	old := a.set.Load()
 	data, err := readFile(a.file)
 	var users *Users
@@ -316,9 +336,10 @@ func (a *Authenticator) Reload() error {
 		users, err = ParseHtpasswd(a.file, data)
 	}
 	if err == nil && sha256.Sum256(data) == old.sum {
-		a.stats.reloads.Add(1)
-		a.log.Info("htpasswd file unchanged", "file", a.file, "users", old.users.Len())
-		return nil
+		return func() {
+			a.stats.reloads.Add(1)
+			a.log.Info("htpasswd file unchanged", "file", a.file, "users", old.users.Len())
+		}, nil
 	}
 	var set *userSet
 	if err == nil {
@@ -326,13 +347,13 @@ func (a *Authenticator) Reload() error {
 	}
 	if err != nil {
 		a.stats.reloadErrors.Add(1)
-		a.log.Error("htpasswd reload failed; keeping the users loaded before", "file", a.file, "users", old.users.Len(), "err", err)
-		return fmt.Errorf("proxyauth: reload %s (keeping the %d users loaded before): %w", a.file, old.users.Len(), err)
+		return nil, fmt.Errorf("proxyauth: reload %s (keeping the %d users loaded before): %w", a.file, old.users.Len(), err)
 	}
-	a.set.Store(set)
-	a.stats.reloads.Add(1)
-	a.log.Info("htpasswd reloaded", "file", a.file, "users", users.Len())
-	return nil
+	return func() {
+		a.set.Store(set)
+		a.stats.reloads.Add(1)
+		a.log.Info("htpasswd reloaded", "file", a.file, "users", users.Len())
+	}, nil
 }
 
 // Verify checks user and pass for the client key, as the middleware does:
@@ -381,6 +402,7 @@ func (a *Authenticator) Verify(ctx context.Context, client clientkey.Key, user, 
 		a.stats.failed.Add(1)
 		return ErrBadCredentials
 	}
+	a.stats.verified.Add(1)
 	return nil
 }
 
@@ -429,17 +451,19 @@ var testHookCheck, testHookBcrypt func()
 
 // Stats are an Authenticator's counts since New.
 type Stats struct {
-	Users        int    // users in the file loaded now
-	Cached       int    // credentials in the cache now
-	Accepted     uint64 // requests let through
-	CacheHits    uint64 // credentials accepted without bcrypt
-	Checks       uint64 // bcrypt comparisons run
-	Challenged   uint64 // requests answered 407 (or 401): no, malformed or wrong credentials
-	Failed       uint64 // wrong user or password (counted against the client)
-	OverBudget   uint64 // requests refused with 429: the client used up its failure budget
-	Busy         uint64 // requests refused with 503: no check slot within CheckTimeout
-	Reloads      uint64 // successful reloads
-	ReloadErrors uint64 // failed reloads (the previous users were kept)
+	Users         int    // users in the file loaded now
+	Cached        int    // credentials in the cache now
+	Accepted      uint64 // requests let through
+	CacheHits     uint64 // credentials accepted without bcrypt
+	Verified      uint64 // credentials accepted after a bcrypt check (their own, or one they shared)
+	Checks        uint64 // bcrypt comparisons run
+	Challenged    uint64 // requests answered 407 (or 401): no, malformed or wrong credentials
+	NoCredentials uint64 // of those, requests without credentials (how every client starts)
+	Failed        uint64 // wrong user or password (counted against the client)
+	OverBudget    uint64 // requests refused with 429: the client used up its failure budget
+	Busy          uint64 // requests refused with 503: no check slot within CheckTimeout
+	Reloads       uint64 // successful reloads
+	ReloadErrors  uint64 // failed reloads (the previous users were kept)
 }
 
 // Stats returns the Authenticator's counts.
@@ -447,18 +471,28 @@ func (a *Authenticator) Stats() Stats {
 	set := a.set.Load()
 	c := &a.stats
 	return Stats{
-		Users:        set.users.Len(),
-		Cached:       set.cache.len(),
-		Accepted:     c.accepted.Load(),
-		CacheHits:    c.cacheHits.Load(),
-		Checks:       c.checks.Load(),
-		Challenged:   c.challenged.Load(),
-		Failed:       c.failed.Load(),
-		OverBudget:   c.overBudget.Load(),
-		Busy:         c.busy.Load(),
-		Reloads:      c.reloads.Load(),
-		ReloadErrors: c.reloadErrors.Load(),
+		Users:         set.users.Len(),
+		Cached:        set.cache.len(),
+		Accepted:      c.accepted.Load(),
+		CacheHits:     c.cacheHits.Load(),
+		Verified:      c.verified.Load(),
+		Checks:        c.checks.Load(),
+		Challenged:    c.challenged.Load(),
+		NoCredentials: c.noCredentials.Load(),
+		Failed:        c.failed.Load(),
+		OverBudget:    c.overBudget.Load(),
+		Busy:          c.busy.Load(),
+		Reloads:       c.reloads.Load(),
+		ReloadErrors:  c.reloadErrors.Load(),
 	}
+}
+
+// Idle returns a channel that is closed once no request is being checked
+// or waiting to be, which may be at once: wait on it, then Close, to
+// retire an Authenticator without answering 503 to the requests it is
+// checking. Requests that arrive later are checked as usual.
+func (a *Authenticator) Idle() <-chan struct{} {
+	return a.perClient.Idle()
 }
 
 // Close stops the per-client check queue; requests waiting in it are

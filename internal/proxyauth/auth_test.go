@@ -150,7 +150,7 @@ func TestProxyChallenge(t *testing.T) {
 	st := a.Stats()
 	// Four refusals with credentials were failures; the request without
 	// any and the one with Authorization only were not.
-	if st.Failed != 4 || st.Challenged != 6 || st.Accepted != 1 || st.Users != 2 {
+	if st.Failed != 4 || st.Challenged != 6 || st.NoCredentials != 2 || st.Accepted != 1 || st.Verified != 1 || st.Users != 2 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -182,8 +182,8 @@ func TestCachePaysBcryptOnce(t *testing.T) {
 		}
 	}
 	st := a.Stats()
-	if st.Checks != 1 || st.CacheHits != 19 || st.Cached != 1 {
-		t.Fatalf("stats %+v, want 1 check and 19 cache hits", st)
+	if st.Checks != 1 || st.CacheHits != 19 || st.Verified != 1 || st.Cached != 1 {
+		t.Fatalf("stats %+v, want 1 check, 1 verified and 19 cache hits", st)
 	}
 	// A wrong password is never cached: each costs a check.
 	for range 3 {
@@ -324,5 +324,63 @@ func TestWithUserAndUserOf(t *testing.T) {
 	r = r.WithContext(proxyauth.WithUser(context.Background(), "alice"))
 	if u, ok := proxyauth.User(r.Context()); !ok || u != "alice" {
 		t.Fatalf("User = %q, %v", u, ok)
+	}
+}
+
+// TestPrepareReload checks the two halves of a reload: preparing reads the
+// new file but changes nothing until the commit, and a prepared reload
+// that is never committed leaves the Authenticator as it was.
+func TestPrepareReload(t *testing.T) {
+	dir := t.TempDir()
+	file := writeUsers(t, dir, bcrypt.MinCost, "alice", "alice-pw")
+	a := newAuth(t, proxyauth.Config{File: file})
+	url := serve(t, a.Wrap(echoUser))
+	c := clientFrom(t, "127.0.0.2")
+	status := func(user, pass string) int {
+		t.Helper()
+		return get(t, c, url, "Proxy-Authorization", basic(user, pass)).status
+	}
+	writeUsers(t, dir, bcrypt.MinCost, "bob", "bob-pw")
+	commit, err := a.PrepareReload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := status("alice", "alice-pw"); st != http.StatusOK {
+		t.Fatalf("before the commit, alice: %d, want the old users in effect", st)
+	}
+	if st := status("bob", "bob-pw"); st != http.StatusProxyAuthRequired {
+		t.Fatalf("before the commit, bob: %d, want 407", st)
+	}
+	commit()
+	if st := status("bob", "bob-pw"); st != http.StatusOK {
+		t.Fatalf("after the commit, bob: %d", st)
+	}
+	if st := status("alice", "alice-pw"); st != http.StatusProxyAuthRequired {
+		t.Fatalf("after the commit, alice: %d, want 407", st)
+	}
+
+	// Prepared and dropped: nothing changes.
+	writeUsers(t, dir, bcrypt.MinCost, "carol", "carol-pw")
+	if _, err := a.PrepareReload(); err != nil {
+		t.Fatal(err)
+	}
+	if st := status("bob", "bob-pw"); st != http.StatusOK {
+		t.Fatalf("after a dropped reload, bob: %d", st)
+	}
+
+	// A broken file fails the prepare and is counted.
+	if err := os.WriteFile(file, []byte("bob\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.PrepareReload(); !errors.Is(err, proxyauth.ErrHtpasswd) {
+		t.Fatalf("prepare of a broken file: %v", err)
+	}
+	if st := a.Stats(); st.Reloads != 1 || st.ReloadErrors != 1 {
+		t.Fatalf("stats %+v, want 1 reload and 1 error", st)
+	}
+	select {
+	case <-a.Idle():
+	case <-time.After(waitLimit):
+		t.Fatal("an Authenticator checking nothing is not idle")
 	}
 }

@@ -19,6 +19,9 @@
 // that failed too often (429). An unknown user costs the same bcrypt run as
 // a wrong password.
 //
-// [Authenticator.Reload] reads the file again (the daemon calls it on
-// SIGHUP); a file that fails to load leaves the previous users in effect.
+// [Authenticator.Reload] reads the file again; a file that fails to load
+// leaves the previous users in effect. [Authenticator.PrepareReload] splits
+// it in two for a caller that reloads several things all or nothing: the
+// daemon reads the file while it prepares a reload on SIGHUP, and puts it
+// in effect only when the whole reload commits.
 package proxyauth

@@ -2,6 +2,7 @@ package proxyauth
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -92,6 +93,9 @@ func NewFailureLimiter(cfg FailureConfig) (FailureLimiter, error) {
 	}
 	if interval == 0 {
 		interval = DefaultFailureInterval
+	}
+	if int64(burst) > math.MaxInt64/2/int64(interval) {
+		return nil, fmt.Errorf("proxyauth: FailureConfig.Burst × Interval is too long (%d × %v)", burst, interval)
 	}
 	if maxKeys == 0 {
 		maxKeys = DefaultFailureKeys

@@ -80,3 +80,14 @@ func TestFailureLimiterConfig(t *testing.T) {
 		}
 	}
 }
+
+func TestFailureConfigErrors(t *testing.T) {
+	for _, cfg := range []FailureConfig{
+		{Burst: -1}, {Interval: -1}, {MaxKeys: -1},
+		{Burst: 1 << 40, Interval: time.Hour}, // burst × interval overflows
+	} {
+		if _, err := NewFailureLimiter(cfg); err == nil {
+			t.Errorf("NewFailureLimiter(%+v) succeeded", cfg)
+		}
+	}
+}

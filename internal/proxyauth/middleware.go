@@ -76,6 +76,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a := h.a
 	vals := r.Header[h.header]
 	if len(vals) == 0 {
+		a.stats.noCredentials.Add(1)
 		a.stats.challenged.Add(1)
 		a.writeChallenge(w)
 		return
@@ -153,7 +154,7 @@ func (a *Authenticator) logRefusal(r *http.Request, client clientkey.Key, user s
 		slog.String("client", client.String()),
 		slog.String("user", describe(user)),
 		slog.String("reason", reason),
-		slog.Int64("not_logged_since_last", held))
+		slog.Int64("suppressed", held))
 }
 
 // writeChallenge writes the 407 (or 401) answer.

@@ -94,8 +94,8 @@ func TestMainRuns(t *testing.T) {
 		}
 	})
 	t.Run("missed bound", func(t *testing.T) {
-		// No run can reach twice its baseline's goodput.
-		code, _, errOut := runMain("-baseline", "-require-goodput", "2", "-duration", "300ms", "-clients", "2", b.URL()+"/")
+		// No run can reach a hundred times its baseline's goodput, even when the machine stalls the baseline.
+		code, _, errOut := runMain("-baseline", "-require-goodput", "100", "-duration", "300ms", "-clients", "2", b.URL()+"/")
 		if code != 1 || !strings.Contains(errOut, "bound missed") {
 			t.Errorf("code %d, stderr %s; want 1 and the bound named", code, errOut)
 		}

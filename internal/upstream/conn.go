@@ -19,6 +19,12 @@ type conn struct {
 	prober    idleProber // nil: the connection cannot be checked, so it is never kept
 	idleSince time.Time  // set by the pool
 
+	// older and newer link the pool's idle connections of every host in
+	// the order they became idle, so that a full pool closes its oldest
+	// first; both nil while the connection is not idle. Under the pool's
+	// lock.
+	older, newer *conn
+
 	// The fields below belong to the exchange that holds the connection.
 	readLimit int64 // bytes that may still be read; the head budget, then unlimited
 	nread     int64 // bytes read during this exchange

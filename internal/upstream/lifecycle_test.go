@@ -409,3 +409,72 @@ func TestSweepClosesExpiredWithoutTraffic(t *testing.T) {
 		t.Fatalf("%d idle after the sweep", s.Idle)
 	}
 }
+
+// TestIdleCapTotal checks MaxIdleConns: a full pool makes room for a new
+// idle connection by closing the one idle longest, whatever its host, and
+// never holds more than the cap.
+func TestIdleCapTotal(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	a, b, c := newCountingServer(t, ok), newCountingServer(t, ok), newCountingServer(t, ok)
+	tr := newTransport(t, Config{MaxIdleConns: 2})
+	fetch := func(url string) {
+		t.Helper()
+		resp, err := get(t, tr, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+	}
+	fetch(a.URL)
+	fetch(b.URL)
+	if s := tr.Stats(); s.Idle != 2 || s.Evicted != 0 {
+		t.Fatalf("after two hosts: %+v, want 2 idle, none evicted", s)
+	}
+	fetch(c.URL) // a's connection is the oldest idle: it goes
+	if s := tr.Stats(); s.Idle != 2 || s.Evicted != 1 {
+		t.Fatalf("after a third host: %+v, want 2 idle, 1 evicted", s)
+	}
+	fetch(b.URL) // reuses b's
+	fetch(c.URL) // reuses c's
+	fetch(a.URL) // dials again: its idle connection was closed
+	if n := a.conns.Load(); n != 2 {
+		t.Fatalf("host a saw %d connections, want 2 (the evicted one and a new one)", n)
+	}
+	if nb, nc := b.conns.Load(), c.conns.Load(); nb != 1 || nc != 1 {
+		t.Fatalf("hosts b and c saw %d and %d connections, want 1 each (reused)", nb, nc)
+	}
+	if s := tr.Stats(); s.Idle != 2 || s.Dials != 4 {
+		t.Fatalf("at the end: %+v, want 2 idle after 4 dials", s)
+	}
+}
+
+// TestIdleCapTotalSameHost checks that eviction keeps a host's stack in
+// order when the oldest idle connection is of the host being put back.
+func TestIdleCapTotalSameHost(t *testing.T) {
+	srv := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	tr := newTransport(t, Config{MaxIdleConns: 2})
+	var resps []*http.Response
+	for range 3 { // three at once: three connections to one host
+		resp, err := get(t, tr, srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resps = append(resps, resp)
+	}
+	for _, resp := range resps {
+		readAll(t, resp)
+	}
+	if s := tr.Stats(); s.Idle != 2 || s.MaxIdlePerHost != 2 || s.Evicted != 1 {
+		t.Fatalf("stats %+v, want 2 idle of one host and 1 evicted", s)
+	}
+	for range 4 {
+		resp, err := get(t, tr, srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+	}
+	if s := tr.Stats(); s.Dials != 3 {
+		t.Fatalf("stats %+v: sequential requests dialled again", s)
+	}
+}

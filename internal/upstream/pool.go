@@ -7,20 +7,53 @@ import (
 
 // idlePool holds idle connections per dial address, newest on top. Expired
 // connections are dropped when a take meets them and by a sweep that one
-// timer per pool runs while the pool holds any connection.
+// timer per pool runs while the pool holds any connection. With a total
+// cap, the idle connections of every address are also kept in one list in
+// the order they became idle, so that a full pool closes the oldest idle
+// connection, whatever its address, to keep a new one.
 type idlePool struct {
 	maxPerHost int           // ≤ 0: nothing is kept
+	maxTotal   int           // ≤ 0: no cap on the total
 	timeout    time.Duration // ≤ 0: connections never expire
 	now        func() time.Time
 
 	mu      sync.Mutex
 	hosts   map[string][]*conn
 	count   int
+	oldest  *conn       // head of the list of every idle connection
+	newest  *conn       // its tail
 	sweeper *time.Timer // armed while count > 0 and timeout > 0
+	evicted uint64      // connections closed to make room under maxTotal
 }
 
-func newIdlePool(maxPerHost int, timeout time.Duration) *idlePool {
-	return &idlePool{maxPerHost: maxPerHost, timeout: timeout, now: time.Now, hosts: make(map[string][]*conn)}
+func newIdlePool(maxPerHost, maxTotal int, timeout time.Duration) *idlePool {
+	return &idlePool{maxPerHost: maxPerHost, maxTotal: maxTotal, timeout: timeout, now: time.Now, hosts: make(map[string][]*conn)}
+}
+
+// link appends c, which just became idle, to the list.
+func (p *idlePool) link(c *conn) {
+	c.older, c.newer = p.newest, nil
+	if p.newest != nil {
+		p.newest.newer = c
+	} else {
+		p.oldest = c
+	}
+	p.newest = c
+}
+
+// unlink removes c from the list.
+func (p *idlePool) unlink(c *conn) {
+	if c.older != nil {
+		c.older.newer = c.newer
+	} else {
+		p.oldest = c.newer
+	}
+	if c.newer != nil {
+		c.newer.older = c.older
+	} else {
+		p.newest = c.older
+	}
+	c.older, c.newer = nil, nil
 }
 
 // take returns the newest idle connection to addr, or nil when there is
@@ -40,6 +73,7 @@ func (p *idlePool) take(addr string) *conn {
 	stack[len(stack)-1] = nil
 	stack = stack[:len(stack)-1]
 	p.count--
+	p.unlink(c)
 	if p.timeout > 0 && now.Sub(c.idleSince) >= p.timeout {
 		// The newest has expired: so has everything below it.
 		p.dropLocked(addr, stack, c)
@@ -51,10 +85,12 @@ func (p *idlePool) take(addr string) *conn {
 	return c
 }
 
-// dropLocked closes c and every connection of stack, which are older.
+// dropLocked closes c, already out of the pool, and every connection of
+// stack, which are older.
 func (p *idlePool) dropLocked(addr string, stack []*conn, c *conn) {
 	c.nc.Close()
 	for i, old := range stack {
+		p.unlink(old)
 		old.nc.Close()
 		stack[i] = nil
 	}
@@ -63,7 +99,9 @@ func (p *idlePool) dropLocked(addr string, stack []*conn, c *conn) {
 }
 
 // put keeps c as idle, or closes it when its host already has maxPerHost
-// idle connections. The caller must not use c afterwards.
+// idle connections. When the pool holds maxTotal idle connections, the
+// oldest of them is closed to make room. The caller must not use c
+// afterwards.
 func (p *idlePool) put(c *conn) {
 	if p.maxPerHost <= 0 {
 		c.nc.Close()
@@ -79,12 +117,40 @@ func (p *idlePool) put(c *conn) {
 		c.nc.Close()
 		return
 	}
+	var evicted *conn
+	if p.maxTotal > 0 && p.count >= p.maxTotal {
+		evicted = p.evictOldestLocked()
+		stack = p.hosts[c.addr] // the evicted one may have been of this host
+	}
 	p.hosts[c.addr] = append(stack, c)
 	p.count++
+	p.link(c)
 	if p.timeout > 0 && p.sweeper == nil {
 		p.sweeper = time.AfterFunc(p.sweepEvery(), p.sweep)
 	}
 	p.mu.Unlock()
+	if evicted != nil {
+		evicted.nc.Close()
+	}
+}
+
+// evictOldestLocked takes the oldest idle connection out of the pool and
+// returns it for the caller to close. It is the bottom of its host's
+// stack, since each stack is in the order its connections became idle.
+func (p *idlePool) evictOldestLocked() *conn {
+	c := p.oldest
+	p.unlink(c)
+	stack := p.hosts[c.addr]
+	if len(stack) == 1 {
+		delete(p.hosts, c.addr)
+	} else {
+		n := copy(stack, stack[1:])
+		stack[n] = nil
+		p.hosts[c.addr] = stack[:n]
+	}
+	p.count--
+	p.evicted++
+	return c
 }
 
 // sweepEvery is the sweep period: a connection outlives its timeout by at
@@ -104,6 +170,9 @@ func (p *idlePool) sweep() {
 		}
 		if n == 0 {
 			continue
+		}
+		for _, c := range stack[:n] {
+			p.unlink(c)
 		}
 		expired = append(expired, stack[:n]...)
 		if n == len(stack) {
@@ -131,6 +200,12 @@ func (p *idlePool) closeAll() {
 	hosts := p.hosts
 	p.hosts = make(map[string][]*conn)
 	p.count = 0
+	for c := p.oldest; c != nil; {
+		next := c.newer
+		c.older, c.newer = nil, nil
+		c = next
+	}
+	p.oldest, p.newest = nil, nil
 	if p.sweeper != nil {
 		p.sweeper.Stop()
 		p.sweeper = nil
@@ -152,4 +227,11 @@ func (p *idlePool) idle() (total, maxHost int) {
 		maxHost = max(maxHost, len(stack))
 	}
 	return p.count, maxHost
+}
+
+// evictions returns how many idle connections were closed to make room.
+func (p *idlePool) evictions() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.evicted
 }

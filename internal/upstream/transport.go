@@ -19,7 +19,8 @@ import (
 )
 
 // Config configures a [Transport]. The zero Config is valid: default dialer,
-// 1024 idle connections per upstream kept 90 s, a 1 MiB response head bound,
+// 1024 idle connections per upstream kept 90 s and no cap on their total, a
+// 1 MiB response head bound,
 // and a private *http.Transport as fallback.
 type Config struct {
 	// DialContext opens the TCP connections of the fast path, and of the
@@ -42,6 +43,15 @@ type Config struct {
 	// is closed. Zero means 1024; negative means none are kept (every
 	// connection is closed after one exchange).
 	MaxIdleConnsPerHost int
+
+	// MaxIdleConns caps the idle connections kept over every host:port
+	// together; when that many are idle, a connection finishing an
+	// exchange takes the place of the one idle longest, which is closed.
+	// Zero means no cap on the total: the pool is then bounded by
+	// MaxIdleConnsPerHost for each host:port it has reached, which suits
+	// a fixed set of upstreams but not a client of any host (a forward
+	// proxy), which must set it. Negative is invalid.
+	MaxIdleConns int
 
 	// IdleConnTimeout is how long a connection may stay idle. An expired
 	// connection is closed when a request meets it or by a sweep that runs
@@ -105,6 +115,7 @@ func (c Config) defaultFallback() *http.Transport {
 		DialContext:           c.DialContext,
 		ForceAttemptHTTP2:     false, // upgrades need HTTP/1.1
 		MaxIdleConnsPerHost:   c.MaxIdleConnsPerHost,
+		MaxIdleConns:          c.MaxIdleConns,
 		IdleConnTimeout:       max(c.IdleConnTimeout, 0),
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
@@ -116,6 +127,9 @@ func (c Config) defaultFallback() *http.Transport {
 func (c Config) validate() error {
 	if c.MaxResponseHeaderBytes < 0 {
 		return errors.New("upstream: MaxResponseHeaderBytes must be ≥ 0")
+	}
+	if c.MaxIdleConns < 0 {
+		return errors.New("upstream: MaxIdleConns must be ≥ 0")
 	}
 	return nil
 }
@@ -199,7 +213,7 @@ func New(cfg Config) (*Transport, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Transport{cfg: cfg, idle: newIdlePool(cfg.MaxIdleConnsPerHost, cfg.IdleConnTimeout)}, nil
+	return &Transport{cfg: cfg, idle: newIdlePool(cfg.MaxIdleConnsPerHost, cfg.MaxIdleConns, cfg.IdleConnTimeout)}, nil
 }
 
 // RoundTrip sends req as described on [Transport], without a head timeout.
@@ -263,7 +277,10 @@ type Stats struct {
 	// Unsolicited counts connections closed because bytes arrived on them
 	// that no request asked for: while idle (other than a 408), or after a
 	// response, beyond what its framing accounts for.
-	Unsolicited    uint64
+	Unsolicited uint64
+	// Evicted counts idle connections closed to make room for a newer one
+	// under MaxIdleConns.
+	Evicted        uint64
 	Idle           int // idle connections now
 	MaxIdlePerHost int // idle connections now of the busiest host:port
 }
@@ -274,7 +291,7 @@ func (t *Transport) Stats() Stats {
 	return Stats{
 		Dials: t.dials.Load(), Retries: t.retries.Load(),
 		IdleClosed: t.idleClosed.Load(), Unsolicited: t.unsolicited.Load(),
-		Idle: idle, MaxIdlePerHost: maxHost,
+		Evicted: t.idle.evictions(), Idle: idle, MaxIdlePerHost: maxHost,
 	}
 }
 

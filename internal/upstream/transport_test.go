@@ -19,6 +19,10 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "MaxResponseHeaderBytes") {
 		t.Fatalf("New with negative MaxResponseHeaderBytes: err = %v, want one naming the field", err)
 	}
+	_, err = New(Config{MaxIdleConns: -1})
+	if err == nil || !strings.Contains(err.Error(), "MaxIdleConns") {
+		t.Fatalf("New with negative MaxIdleConns: err = %v, want one naming the field", err)
+	}
 }
 
 func TestNewDoesNotMutateConfig(t *testing.T) {

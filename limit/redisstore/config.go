@@ -125,6 +125,17 @@ type Config struct {
 	// slog.Default().
 	Logger *slog.Logger
 
+	// Name identifies the Store in its log lines (the "store" attribute),
+	// such as the limiter it counts for. Empty means Prefix.
+	Name string
+
+	// Outages, when set, logs this Store's breaker changes together with
+	// those of the other Stores sharing it, so that one Redis outage is
+	// logged once (see [OutageLog]); give the same one to every Store of
+	// one Client. Nil means the Store logs its own breaker changes to
+	// Logger.
+	Outages *OutageLog
+
 	// Clock tells the time for the breaker, the heartbeat and the age of
 	// cached counts. Lease expiry is always Redis's own TIME. Nil means the
 	// real clock.
@@ -144,6 +155,9 @@ func (c Config) settings() (settings, error) {
 	}
 	if s.Prefix == "" {
 		s.Prefix = DefaultPrefix
+	}
+	if s.Name == "" {
+		s.Name = s.Prefix
 	}
 	if s.Lease == 0 {
 		s.Lease = DefaultLease

@@ -37,6 +37,7 @@ type RateStore[K comparable] struct {
 	base      time.Time
 	shards    [numShards]rateShard
 	br        breaker
+	outageID  uint64 // this RateStore in RateConfig.Outages
 	st        counters
 	local     atomic.Uint64
 
@@ -100,7 +101,7 @@ func NewRate[K comparable](cfg RateConfig, keyString func(K) string) (*RateStore
 	if keyString == nil {
 		keyString = defaultKeyString[K]()
 	}
-	st := &RateStore[K]{s: s, keyString: keyString, seed: maphash.MakeSeed(), done: make(chan struct{})}
+	st := &RateStore[K]{s: s, keyString: keyString, seed: maphash.MakeSeed(), done: make(chan struct{}), outageID: storeIDs.Add(1)}
 	st.base = s.Clock.Now()
 	for i := range st.shards {
 		st.shards[i].m = make(map[string]*rateEntry)
@@ -342,6 +343,9 @@ func (s *RateStore[K]) Close() error {
 		s.closed.Store(true)
 		close(s.done)
 		s.wg.Wait()
+		if o := s.s.Outages; o != nil {
+			o.forget(s.outageID)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), max(10*s.s.Timeout, 500*time.Millisecond))
 		defer cancel()
 		s.closeErr = s.flush(ctx)
@@ -349,17 +353,28 @@ func (s *RateStore[K]) Close() error {
 	return s.closeErr
 }
 
+// breakerState returns the breaker's state and whether the RateStore is
+// closed.
+func (s *RateStore[K]) breakerState() (BreakerState, bool) { return s.br.current(), s.closed.Load() }
+
+// breakerChanged logs the breaker's transitions, through
+// RateConfig.Outages when set.
 func (s *RateStore[K]) breakerChanged(from, to BreakerState, err error) {
+	if o := s.s.Outages; o != nil {
+		o.changed(s.outageID, s.s.Name, s.breakerState, s.s.OnError, s.s.BreakerBackoff, err)
+		return
+	}
 	switch to {
 	case BreakerOpen:
 		if from == BreakerClosed {
 			s.s.Logger.Warn("redisstore: redis unavailable for rates, circuit breaker open",
+				slog.String("store", s.s.Name),
 				slog.String("on_error", s.s.OnError.String()),
 				slog.Duration("retry_after", s.s.BreakerBackoff),
 				slog.Any("error", err))
 		}
 	case BreakerClosed:
-		s.s.Logger.Info("redisstore: redis reachable again for rates, circuit breaker closed")
+		s.s.Logger.Info("redisstore: redis reachable again for rates, circuit breaker closed", slog.String("store", s.s.Name))
 	}
 }
 

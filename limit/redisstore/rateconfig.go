@@ -78,6 +78,15 @@ type RateConfig struct {
 	// Logger receives breaker changes. Nil means slog.Default().
 	Logger *slog.Logger
 
+	// Name identifies the RateStore in its log lines (the "store"
+	// attribute), as Config.Name. Empty means Prefix.
+	Name string
+
+	// Outages, when set, logs this RateStore's breaker changes together
+	// with those of the other Stores and RateStores of the same Redis, as
+	// Config.Outages. Nil means the RateStore logs its own to Logger.
+	Outages *OutageLog
+
 	// Clock tells the time for the breaker and the node's view of each
 	// key. The rate state in Redis always uses Redis's own TIME. Nil
 	// means the real clock.
@@ -110,6 +119,9 @@ func (c RateConfig) settings() (rateSettings, error) {
 	}
 	if s.Prefix == "" {
 		s.Prefix = DefaultRatePrefix
+	}
+	if s.Name == "" {
+		s.Name = s.Prefix
 	}
 	if s.Timeout == 0 {
 		s.Timeout = DefaultTimeout

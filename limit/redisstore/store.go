@@ -33,6 +33,7 @@ type Store[K comparable] struct {
 	seed      maphash.Seed
 	shards    [numShards]shard[K]
 	br        breaker
+	outageID  uint64 // this Store in Config.Outages
 	st        counters
 	epoch     atomic.Int64 // of the last heartbeat snapshot; see scripts.go
 
@@ -88,6 +89,7 @@ func New[K comparable](cfg Config, keyString func(K) string) (*Store[K], error) 
 		kick:      make(chan struct{}, 1),
 		beat:      make(chan struct{}, 1),
 		done:      make(chan struct{}),
+		outageID:  storeIDs.Add(1),
 	}
 	st.bg, st.cancelBg = context.WithCancel(context.Background())
 	for i := range st.shards {
@@ -376,6 +378,9 @@ func (s *Store[K]) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
 		s.stop()
+		if o := s.s.Outages; o != nil {
+			o.forget(s.outageID)
+		}
 		if !s.frozen.Load() {
 			s.closeErr = s.removeCounts()
 		}
@@ -425,19 +430,29 @@ func (s *Store[K]) removeCounts() error {
 	return nil
 }
 
-// breakerChanged logs the breaker's transitions, and after Redis comes
-// back has the heartbeat rewrite every count at once.
+// breakerState returns the breaker's state and whether the Store is closed.
+func (s *Store[K]) breakerState() (BreakerState, bool) { return s.br.current(), s.closed.Load() }
+
+// breakerChanged logs the breaker's transitions (through Config.Outages
+// when set), and after Redis comes back has the heartbeat rewrite every
+// count at once.
 func (s *Store[K]) breakerChanged(from, to BreakerState, err error) {
+	if o := s.s.Outages; o != nil {
+		o.changed(s.outageID, s.s.Name, s.breakerState, s.s.OnError, s.s.BreakerBackoff, err)
+	}
 	switch to {
 	case BreakerOpen:
-		if from == BreakerClosed {
+		if from == BreakerClosed && s.s.Outages == nil {
 			s.s.Logger.Warn("redisstore: redis unavailable, circuit breaker open",
+				slog.String("store", s.s.Name),
 				slog.String("on_error", s.s.OnError.String()),
 				slog.Duration("retry_after", s.s.BreakerBackoff),
 				slog.Any("error", err))
 		}
 	case BreakerClosed:
-		s.s.Logger.Info("redisstore: redis reachable again, circuit breaker closed")
+		if s.s.Outages == nil {
+			s.s.Logger.Info("redisstore: redis reachable again, circuit breaker closed", slog.String("store", s.s.Name))
+		}
 		select {
 		case s.beat <- struct{}{}:
 		default:
