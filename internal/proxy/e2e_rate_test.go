@@ -592,3 +592,43 @@ listeners:
 		t.Fatalf("rate totals %+v, want 9 admitted and 2 refused", tot)
 	}
 }
+
+// A shutdown whose timeout runs out while a request is delayed cuts it
+// off: it ends (503 or a closed connection) without reaching the backend,
+// gives its place back, and leaves nothing held.
+func TestShutdownCutsDelayedRequests(t *testing.T) {
+	d := startDaemon(t, `
+admin: {listen: "127.0.0.1:0"}
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    client_limit: {permits: 4}
+    routes:
+      - name: r
+        upstreams: ["{{backend}}"]
+        rate: {rate: 1r/m, burst: 1}
+`)
+	d.manualStop = true
+	c := d.client("127.0.0.2")
+	if st, _, _ := get(t, c, d.url("web", "/")); st != http.StatusOK {
+		t.Fatalf("first: %d", st)
+	}
+	delayed := getAsync(c, d.url("web", "/"))
+	d.waitFor("the request delayed", func() bool { return d.rateOf("web", "r").Totals.Delayed == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := d.srv.Shutdown(ctx); err == nil {
+		t.Fatal("Shutdown returned nil with a request delayed for a minute: it should have cut it off")
+	}
+	if r := await(t, delayed); r.err == nil && r.status != http.StatusServiceUnavailable {
+		t.Fatalf("the delayed request got %d, want 503 or a closed connection", r.status)
+	}
+	if n := d.backend.requests.Load(); n != 1 {
+		t.Fatalf("backend saw %d requests, want 1", n)
+	}
+	s := d.srv.Snapshot()
+	if rs := (routeFinder{s}).route("web", "r").Rate; rs.Totals.Cancelled != 1 {
+		t.Fatalf("rate totals %+v, want the cut request given back", rs.Totals)
+	}
+}
