@@ -23,8 +23,8 @@ type Config struct {
 	// Negative is invalid.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 
-	// Cluster makes route limits, client limits and connection caps count cluster-wide on
-	// Redis. Nil means every node counts on its own.
+	// Cluster makes route limits, client limits, connection caps and rates count
+	// cluster-wide on Redis. Nil means every node counts on its own.
 	Cluster *Cluster `yaml:"cluster"`
 
 	// Listeners are the sockets the daemon serves, in order. At least one is required.
@@ -65,9 +65,9 @@ type Admin struct {
 
 // Cluster makes limits count across every node sharing one Redis.
 //
-// Route limits (limit and shadow_limit), listener client limits and, unless
-// LocalConnectionCaps is set, the accept-time per-client connection caps then count
-// cluster-wide. max_conns always counts on the node alone. A key that a limit or cap leaves
+// Route limits (limit and shadow_limit), listener client limits, listener and route rates
+// and, unless LocalConnectionCaps is set, the accept-time per-client connection caps,
+// conn_rate and handshake_rate then count cluster-wide. max_conns always counts on the node alone. A key that a limit or cap leaves
 // unlimited never reaches Redis: a listener with max_conns_per_client -1 makes no Redis call
 // per connection, and is not refused while Redis is away.
 type Cluster struct {
