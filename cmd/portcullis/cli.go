@@ -27,8 +27,8 @@ const usage = `portcullis: admission control in front of any server.
 Usage:
   portcullis run --config FILE [--max-concurrent-per-client N]
   portcullis run --listen ADDR --upstream URL [--max-conns-per-client N]
-                 [--max-concurrent-per-client N] [--trusted-proxy CIDR ...]
-                 [--admin ADDR [--admin-token-file FILE]]
+                 [--max-concurrent-per-client N] [--max-rate-per-client "10r/s burst=20"]
+                 [--trusted-proxy CIDR ...] [--admin ADDR [--admin-token-file FILE]]
   portcullis run --forward --listen ADDR [--max-concurrent-per-client N]
                  [--htpasswd FILE] [--forward-allow CIDR ...] [--admin ADDR [--admin-token-file FILE]]
   portcullis check --config FILE

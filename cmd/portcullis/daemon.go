@@ -14,14 +14,17 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/proxy"
 	"github.com/seed-a07d1050/portcullis/internal/sdnotify"
+	"github.com/seed-a07d1050/portcullis/rate"
 )
 
 const runSynopsis = `run --config FILE [--max-concurrent-per-client N]
        portcullis run --listen ADDR --upstream URL [--max-conns-per-client N] [--syn-filter]
-                      [--max-concurrent-per-client N] [--trusted-proxy CIDR ...]
+                      [--max-concurrent-per-client N] [--max-rate-per-client "10r/s burst=20"]
+                      [--max-conn-rate-per-client "20r/s burst=40"] [--trusted-proxy CIDR ...]
                       [--admin ADDR [--admin-token-file FILE]]
        portcullis run --forward --listen ADDR [--max-concurrent-per-client N] [--htpasswd FILE]
                       [--forward-allow CIDR ...] [--max-conns-per-client N] [--trusted-proxy CIDR ...]
+                      [--max-rate-per-client LIMIT] [--max-conn-rate-per-client LIMIT]
                       [--admin ADDR [--admin-token-file FILE]]
 
 Serves until SIGTERM or SIGINT (then drains in-flight exchanges up to the
@@ -40,6 +43,8 @@ type runFlags struct {
 	maxConns      int
 	synFilter     bool
 	maxConcurrent int
+	maxRate       string
+	maxConnRate   string
 	trusted       stringList
 	admin         string
 	forward       bool
@@ -57,6 +62,8 @@ func (e env) runCmd(args []string) int {
 	fs.IntVar(&f.maxConns, "max-conns-per-client", 0, "connections one client may hold, checked at accept (0: 64, -1: no cap)")
 	fs.BoolVar(&f.synFilter, "syn-filter", false, "drop the connection attempts of clients at their cap in the kernel (Linux), instead of refusing them at accept")
 	fs.IntVar(&f.maxConcurrent, "max-concurrent-per-client", 0, "requests one client may run at once; more get 429 (0: no limit)")
+	fs.StringVar(&f.maxRate, "max-rate-per-client", "", "requests one client may make, as nginx's limit_req: \"10r/s burst=20\", \"10r/s burst=20 nodelay\" or \"10r/s burst=20 delay=5\"; more wait or get 429")
+	fs.StringVar(&f.maxConnRate, "max-conn-rate-per-client", "", "connections one client may open, checked at accept: \"20r/s burst=40\"; more are refused")
 	fs.Var(&f.trusted, "trusted-proxy", "a proxy `CIDR` whose X-Forwarded-For is believed and whose connections are not capped; repeatable")
 	fs.StringVar(&f.admin, "admin", "", "serve /metrics, /debug/limits, /healthz and /readyz on this host:port")
 	fs.BoolVar(&f.forward, "forward", false, "serve a forward proxy on --listen (clients send absolute-form requests and CONNECT), instead of a reverse proxy to --upstream")
@@ -68,7 +75,7 @@ func (e env) runCmd(args []string) int {
 	}
 	if f.file != "" {
 		if f.listen != "" || len(f.upstreams) > 0 || f.maxConns != 0 || f.synFilter || len(f.trusted) > 0 || f.admin != "" || f.adminToken != "" ||
-			f.forward || f.htpasswd != "" || len(f.forwardAllow) > 0 {
+			f.forward || f.htpasswd != "" || len(f.forwardAllow) > 0 || f.maxRate != "" || f.maxConnRate != "" {
 			fmt.Fprintln(e.stderr, "portcullis run: --config excludes every flag but --max-concurrent-per-client")
 			return exitUsage
 		}
@@ -155,11 +162,43 @@ func (f *runFlags) config() (*config.Config, error) {
 	if f.maxConcurrent > 0 {
 		ln.ClientLimit = &config.Limit{Key: config.KeyClientIP, Permits: f.maxConcurrent}
 	}
+	if err := f.rates(&ln); err != nil {
+		return nil, err
+	}
 	cfg := &config.Config{Admin: config.Admin{Listen: f.admin, TokenFile: f.adminToken}, Listeners: []config.Listener{ln}}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// rates sets the listener's request rate and connection rate from
+// --max-rate-per-client and --max-conn-rate-per-client.
+func (f *runFlags) rates(ln *config.Listener) error {
+	if f.maxRate != "" {
+		l, err := rate.ParseLimit(f.maxRate)
+		if err != nil {
+			return fmt.Errorf("--max-rate-per-client: %w", err)
+		}
+		r := &config.Rate{Rate: l.Rate, Burst: l.Burst, Key: config.KeyClientIP}
+		if l.Delay == rate.NoDelay {
+			r.NoDelay = true
+		} else {
+			r.Delay = l.Delay
+		}
+		ln.Rate = r
+	}
+	if f.maxConnRate != "" {
+		l, err := rate.ParseLimit(f.maxConnRate)
+		switch {
+		case err != nil:
+			return fmt.Errorf("--max-conn-rate-per-client: %w", err)
+		case l.Delay != 0:
+			return fmt.Errorf("--max-conn-rate-per-client %q: a connection is never delayed: give a rate and a burst only", f.maxConnRate)
+		}
+		ln.ConnRate = &config.ConnRate{Rate: l.Rate, Burst: l.Burst}
+	}
+	return nil
 }
 
 // parseCIDR reads the value of flag (--trusted-proxy, --forward-allow): a

@@ -30,6 +30,7 @@ type front struct {
 	raw   net.Listener         // the bound TCP socket; nil for http3
 	conns *connlimit.Listener  // nil for http3
 	store io.Closer            // the cluster Store of the connection caps; nil without
+	rates io.Closer            // the cluster Store of conn_rate; nil without
 	redis prometheus.Collector // that Store's Redis metrics; nil without
 	h3    *h3Front             // http3 listeners only
 	stats prometheus.Collector
@@ -78,6 +79,7 @@ func (f *front) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 func socketConfig(lc config.Listener) config.Listener {
 	lc.Routes = nil
 	lc.ClientLimit = nil
+	lc.Rate = nil
 	lc.Mode, lc.Auth, lc.Forward = "", nil, nil // the route table's
 	return lc
 }
@@ -133,10 +135,10 @@ func bindFront(lc config.Listener, log *slog.Logger, cl *cluster) (*front, error
 			return nil, err
 		}
 		f := &front{cfg: lc, id: id, log: log.With("listener", lc.Name), served: make(chan struct{})}
-		if err := bindH3(f); err != nil {
+		if err := bindH3(f, cl); err != nil {
 			return nil, err
 		}
-		f.stats = newQUICCollector(f.h3, lc.Name)
+		f.stats = f.h3.rates.withStats(newQUICCollector(f.h3, lc.Name))
 		return f, nil
 	}
 	raw, err := listenTCP(lc)
@@ -180,6 +182,9 @@ func bindFrontOn(raw net.Listener, lc config.Listener, log *slog.Logger, cl *clu
 		cc.Store, f.store, f.redis = cs, cs, cs.metrics
 	}
 	if err == nil {
+		err = f.connRateStore(&cc, cl)
+	}
+	if err == nil {
 		f.conns, err = connlimit.NewListener(raw, cc)
 	}
 	if err != nil {
@@ -188,6 +193,7 @@ func bindFrontOn(raw net.Listener, lc config.Listener, log *slog.Logger, cl *clu
 		return nil, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
 	}
 	f.stats = promlimit.NewConnCollector(f.conns, promlimit.Opts{ConstLabels: prometheus.Labels{"listener": lc.Name}})
+	f.stats = f.withConnRateStats(f.stats, cc.ConnRateStore)
 	return f, nil
 }
 
@@ -213,6 +219,9 @@ func (f *front) connConfig(log *slog.Logger) connlimit.Config {
 	}
 	for _, o := range lc.ConnOverrides {
 		c.Overrides = append(c.Overrides, connlimit.Override{Prefix: o.CIDR, Max: o.Max})
+	}
+	if lc.ConnRate != nil {
+		c.ConnRate = lc.ConnRate.Limit()
 	}
 	return c
 }
@@ -403,6 +412,9 @@ func (f *front) closeUnserved() {
 func (f *front) closeStore() {
 	if f.store != nil {
 		_ = f.store.Close()
+	}
+	if f.rates != nil {
+		_ = f.rates.Close()
 	}
 }
 

@@ -248,6 +248,7 @@ func (s *Server) installTables(built builtTables) {
 			for _, l := range t.retired(old) {
 				s.retire(l)
 			}
+			s.retireRates(t, old)
 			s.retireExtras(old, t)
 		}
 	}
@@ -257,6 +258,7 @@ func (s *Server) installTables(built builtTables) {
 			for _, l := range old.limiters() {
 				s.retire(l)
 			}
+			s.retireRates(nil, old)
 			s.retireExtras(old, nil)
 			delete(s.tables, name)
 		}
@@ -511,6 +513,9 @@ func (s *Server) closeTables() {
 		t := p.Load()
 		for _, l := range t.limiters() {
 			l.close()
+		}
+		for _, r := range t.rates() {
+			r.close()
 		}
 		t.closeExtras()
 	}
