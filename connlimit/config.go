@@ -59,8 +59,8 @@ type Override struct {
 
 // Config configures a [Listener]. The zero Config is valid: 64 connections
 // per client (IPv4 address or IPv6 /64), always enforced, no global cap, no
-// trusted proxies, no PROXY protocol, refusals closed with FIN and logged at
-// INFO to slog.Default(). [NewListener] copies the Config; changing it
+// trusted proxies, no PROXY protocol, refusals closed with FIN and not
+// logged. [NewListener] copies the Config; changing it
 // afterwards has no effect, and NewListener never modifies it.
 type Config struct {
 	// PerClient is how many connections one client key may hold at once.
@@ -191,9 +191,10 @@ type Config struct {
 	// must not be negative. Unused without a Store.
 	StoreTimeout time.Duration
 
-	// Logger receives refusals and accept errors. Nil means
-	// slog.Default(). Refusal lines are rate-limited to one per second per
-	// listener; a line reports how many were suppressed before it.
+	// Logger receives refusals and accept errors. Nil means no logs: a
+	// library logs only where it is told to. Refusal lines are rate-limited
+	// to one per second per listener; a line reports how many were
+	// suppressed before it.
 	Logger *slog.Logger
 
 	// LogLevel is the level of refusal lines. The zero value is
@@ -237,7 +238,7 @@ func (c Config) settings() (settings, error) {
 		s.StoreTimeout = DefaultStoreTimeout
 	}
 	if s.Logger == nil {
-		s.Logger = slog.Default()
+		s.Logger = slog.New(slog.DiscardHandler)
 	}
 	if s.Name == "" {
 		s.Name = "connlimit"

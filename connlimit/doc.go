@@ -24,9 +24,10 @@
 //  3. The client takes one slot of its key (PerClient, or an Override for
 //     its network) and one at every [Level] that applies, and, with
 //     Config.ConnRate, one connection of its rate (new connections per
-//     second, package rate). If any refuses, the others are given back, the socket is closed (with a reset if
-//     ResetOnRefuse), the refusal is counted in [Stats] and logged,
-//     rate-limited, and Accept goes on to the next connection: a refusal
+//     second, package rate). If any refuses, the others are given back, the
+//     socket is closed (with a reset if ResetOnRefuse), the refusal is
+//     counted in [Stats] and logged (rate-limited, to Config.Logger if one
+//     is set), and Accept goes on to the next connection: a refusal
 //     is never an Accept error, which would stop an http.Server.
 //  4. Accept returns a [*Conn]. Its first Close gives every slot back,
 //     whoever calls it: the server, a tls.Conn, http.Server's idle

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
@@ -39,9 +38,6 @@ func newTestListener(t testing.TB, inner net.Listener, cfg Config) *Listener {
 		if inner, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	l, err := NewListener(inner, cfg)
 	if err != nil {

@@ -465,6 +465,17 @@ func (l *Listener) RateSnapshot(top int) rate.Snapshot[clientkey.Key] {
 	return l.rate.Snapshot(top)
 }
 
+// RateTotals returns the totals of the per-client connection rate
+// (Config.ConnRate) without listing keys, which makes it cheaper than
+// RateSnapshot for a metrics scrape. Without ConnRate it returns the zero
+// Totals.
+func (l *Listener) RateTotals() rate.Totals {
+	if l.rate == nil {
+		return rate.Totals{}
+	}
+	return l.rate.Totals()
+}
+
 // LevelSnapshot is [Listener.Snapshot] for Config.Levels[i], whose keys
 // are that level's prefixes. It panics if i is out of range, as indexing
 // Config.Levels would.

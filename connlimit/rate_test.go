@@ -37,6 +37,9 @@ func TestConnRate(t *testing.T) {
 		snap.Keys[0].Key != mustKey("127.0.0.31") || snap.Keys[0].Remaining != 0 {
 		t.Fatalf("rate snapshot %+v", snap)
 	}
+	if tot := l.RateTotals(); tot.Admitted != 4 || tot.Refused != 2 || tot.Keys != 2 {
+		t.Fatalf("rate totals %+v", tot)
+	}
 	waitFor(t, "connections to close", func() bool { return l.Stats().Open <= 1 })
 }
 

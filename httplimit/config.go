@@ -149,7 +149,8 @@ type Config struct {
 
 	// Logger receives one INFO line per refusal (and shadow refusal), at
 	// most one per LogEvery with a count of the lines left out, and the
-	// WARN of a reclaimed permit. Nil means slog.Default().
+	// WARN of a reclaimed permit. Nil means no logs: a library logs only
+	// where it is told to.
 	Logger *slog.Logger
 
 	// LogEvery is the shortest time between two refusal lines. Zero means
@@ -192,7 +193,7 @@ func (c Config) settings() (settings, error) {
 		s.logEvery = c.LogEvery
 	}
 	if s.Logger == nil {
-		s.Logger = slog.Default()
+		s.Logger = slog.New(slog.DiscardHandler)
 	}
 	if s.Name == "" {
 		s.Name = "httplimit"

@@ -24,8 +24,10 @@
 // its permit until the tunnel closes: a hijacked connection releases it on
 // Close. Established tunnels are exempt from reclaim. With
 // Config.ReleaseTunnels the permit is released once the tunnel is
-// established (101, or 2xx to CONNECT). Config.TunnelPermits counts
-// tunnels apart from short exchanges.
+// established (101, or 2xx to CONNECT); [ReleaseTunnelPermits] lets the
+// handler give them back when it chooses (an intercepting proxy, once the
+// requests inside a CONNECT are counted one by one). Config.TunnelPermits
+// counts tunnels apart from short exchanges.
 //
 // A request over the limit waits in its key's FIFO queue if Config allows
 // one, blocking only its own goroutine, or is refused: 429 Too Many

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -72,9 +71,6 @@ func getStatus(ctx context.Context, c *http.Client, url string) (int, error) {
 // newLimiter builds a Limiter and closes it at the end of the test.
 func newLimiter(t *testing.T, cfg httplimit.Config) *httplimit.Limiter {
 	t.Helper()
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
 	l, err := httplimit.New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)

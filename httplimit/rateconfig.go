@@ -120,7 +120,7 @@ type RateConfig struct {
 
 	// Logger receives one INFO line per refusal (and shadow refusal or
 	// delay), at most one per LogEvery with a count of the lines left out.
-	// Nil means slog.Default().
+	// Nil means no logs: a library logs only where it is told to.
 	Logger *slog.Logger
 
 	// LogEvery is the shortest time between two refusal lines. Zero means
@@ -162,7 +162,7 @@ func (c RateConfig) settings() (rateSettings, error) {
 		s.logEvery = c.LogEvery
 	}
 	if s.Logger == nil {
-		s.Logger = slog.Default()
+		s.Logger = slog.New(slog.DiscardHandler)
 	}
 	if s.Name == "" {
 		s.Name = "httplimit-rate"

@@ -49,6 +49,68 @@ type tunnel struct {
 	decided     bool // the status of the answer is known
 	established bool
 	hijacked    bool
+	handedBack  bool // ReleaseTunnelPermits gave the permits back
+}
+
+// handBack releases the tunnel's permits now, for ReleaseTunnelPermits. It
+// reports whether this call released them: false after an earlier call,
+// and after the exchange or the tunnel ended (their releases happened
+// already, and another release would do nothing).
+func (t *tunnel) handBack() bool {
+	t.mu.Lock()
+	first := !t.handedBack
+	t.handedBack = true
+	t.mu.Unlock()
+	if !first {
+		return false
+	}
+	// Permit.Release is a no-op for a permit released already: the close
+	// of a hijacked connection, the handler's return and a reclaim stay
+	// harmless after this.
+	t.exchange.Release()
+	t.permit.Release()
+	return true
+}
+
+// ReleaseTunnelPermits releases, at once, the permits that the Limiters
+// wrapping a handler hold for the tunnel request answered through w (a
+// CONNECT or an upgrade; see [Limiter.Wrap]), instead of keeping them until
+// the tunnel closes. It is for a handler that turns a tunnel into
+// exchanges the Limiters count one by one, such as an intercepting proxy
+// that serves the requests inside a CONNECT's TLS session, each under its
+// own permits: the CONNECT then stops counting once interception starts.
+//
+// w is the ResponseWriter the handler received; every Limiter between the
+// server and the handler is found through the Unwrap method of the writers
+// (the one [http.ResponseController] uses), so a middleware in between
+// whose writer has no Unwrap hides the Limiters outside it. It works
+// before and after Hijack, over HTTP/1.1 and HTTP/2. The tunnel itself is
+// untouched: the connection stays open, and a later Close (of a hijacked
+// connection) or return of the handler releases nothing more.
+//
+// It returns how many Limiters gave permits back: 0 when w answers no
+// tunnel request of a Limiter (an ordinary exchange keeps its permit until
+// it ends), and 0 for a second call.
+func ReleaseTunnelPermits(w http.ResponseWriter) int {
+	n := 0
+	for w != nil {
+		switch tw := w.(type) {
+		case *hijackWriter:
+			if tw.t.handBack() {
+				n++
+			}
+		case *tunnelWriter:
+			if tw.t.handBack() {
+				n++
+			}
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			break
+		}
+		w = u.Unwrap()
+	}
+	return n
 }
 
 // answered records the status code of the answer to the tunnel request. A

@@ -87,8 +87,8 @@ type Config[K comparable] struct {
 	// Observer is told of every decision. Nil means none.
 	Observer Observer[K]
 
-	// Logger receives the WARN of a reclaimed permit. Nil means
-	// slog.Default().
+	// Logger receives the WARN of a reclaimed permit. Nil means no logs: a
+	// library logs only where it is told to.
 	Logger *slog.Logger
 
 	// Name identifies the limiter in logs. Empty means "limit".
@@ -131,7 +131,7 @@ func (c Config[K]) settings() (settings[K], error) {
 		s.Clock = realClock{}
 	}
 	if s.Logger == nil {
-		s.Logger = slog.Default()
+		s.Logger = slog.New(slog.DiscardHandler)
 	}
 	if s.Name == "" {
 		s.Name = "limit"

@@ -18,7 +18,8 @@
 //     a waiter whose context ends leaves the queue at once;
 //   - enforcing (not shadow) mode;
 //   - permits held for more than 10 minutes are reclaimed, counted, and
-//     logged at WARN (tunnels call [Permit.Exempt] to stay);
+//     logged at WARN to Config.Logger if one is set (tunnels call
+//     [Permit.Exempt] to stay);
 //   - counts kept in this process only (a [Store] shares them with a
 //     cluster, see limit/redisstore);
 //   - the real clock (tests inject a [Clock], see limit/limittest).

@@ -106,7 +106,8 @@ type Config struct {
 	Clock Clock
 
 	// Logger receives refusals and Retry turning on and off, at most once
-	// a second each, at LogLevel. Nil means [slog.Default].
+	// a second each, at LogLevel. Nil means no logs: a library logs only
+	// where it is told to.
 	Logger *slog.Logger
 
 	// LogLevel is the level of those logs. Zero is [slog.LevelInfo].
@@ -187,7 +188,7 @@ func (c Config) settings() (settings, error) {
 		s.clock = realClock{}
 	}
 	if s.logger == nil {
-		s.logger = slog.Default()
+		s.logger = slog.New(slog.DiscardHandler)
 	}
 	return s, nil
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
@@ -75,9 +74,6 @@ type serverOpts struct {
 
 func startServer(t testing.TB, cfg Config, o serverOpts) *testServer {
 	t.Helper()
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

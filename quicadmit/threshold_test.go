@@ -3,7 +3,6 @@ package quicadmit
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net"
 	"testing"
 	"time"
@@ -24,9 +23,6 @@ func newHookDriver(t *testing.T, cfg Config) *hookDriver {
 	t.Helper()
 	clock := newFakeClock()
 	cfg.Clock = clock
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -78,6 +78,41 @@ func (l Limit) String() string {
 	return s
 }
 
+// MarshalText implements encoding.TextMarshaler in ParseLimit's form,
+// field for field, so that UnmarshalText gives back an equal Limit: unlike
+// String, it writes a delay or nodelay that makes no difference (a delay
+// of the burst or more, a nodelay without burst). It fails for a Limit
+// whose Rate has no text form (a period other than a second, a minute or
+// an hour).
+func (l Limit) MarshalText() ([]byte, error) {
+	b, err := l.Rate.MarshalText()
+	if err != nil {
+		return nil, err
+	}
+	if l.Burst != 0 {
+		b = fmt.Appendf(b, " burst=%d", l.Burst)
+	}
+	switch {
+	case l.Delay == NoDelay:
+		b = append(b, " nodelay"...)
+	case l.Delay != 0:
+		b = fmt.Appendf(b, " delay=%d", l.Delay)
+	}
+	return b, nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseLimit, so
+// that a configuration can write a limit as "100r/s burst=50 nodelay". On
+// error *l is left unchanged.
+func (l *Limit) UnmarshalText(text []byte) error {
+	v, err := ParseLimit(string(text))
+	if err != nil {
+		return err
+	}
+	*l = v
+	return nil
+}
+
 // policy is a Limit in the form the limiter computes with, in nanoseconds.
 // A key's state is its theoretical arrival time (TAT): the time at which
 // it is back to a fresh state if nothing more arrives. A request arriving at

@@ -145,6 +145,42 @@ func TestParseLimit(t *testing.T) {
 	}
 }
 
+// A Limit reads from and writes to text (a YAML value) in ParseLimit's
+// form; a failed read leaves the Limit as it was, and a Limit whose rate
+// has no text form does not write.
+func TestLimitText(t *testing.T) {
+	want := rate.Limit{Rate: rate.PerSecond(100), Burst: 50, Delay: rate.NoDelay}
+	var l rate.Limit
+	if err := l.UnmarshalText([]byte("100r/s burst=50 nodelay")); err != nil || l != want {
+		t.Fatalf("UnmarshalText = %+v, %v; want %+v", l, err, want)
+	}
+	if b, err := l.MarshalText(); err != nil || string(b) != "100r/s burst=50 nodelay" {
+		t.Fatalf("MarshalText = %q, %v", b, err)
+	}
+	if err := l.UnmarshalText([]byte("100r/s brust=5")); err == nil || l != want {
+		t.Fatalf("UnmarshalText of a bad limit = %v, and changed the Limit to %+v", err, l)
+	}
+	for _, l := range []rate.Limit{
+		{Rate: rate.PerSecond(10), Delay: rate.NoDelay},
+		{Rate: rate.PerSecond(10), Burst: 2, Delay: 5},
+		{Rate: rate.Unlimited, Burst: 3},
+		{Rate: rate.PerMinute(1)},
+	} {
+		b, err := l.MarshalText()
+		var back rate.Limit
+		if err == nil {
+			err = back.UnmarshalText(b)
+		}
+		if err != nil || back != l {
+			t.Errorf("%+v wrote %q, which reads back as %+v, %v", l, b, back, err)
+		}
+	}
+	odd := rate.Limit{Rate: rate.Rate{Events: 3, Per: 1500 * time.Millisecond}}
+	if b, err := odd.MarshalText(); err == nil {
+		t.Fatalf("MarshalText of %v = %q, want an error", odd.Rate, b)
+	}
+}
+
 // FuzzParseLimit: ParseLimit never panics, and what it accepts is valid
 // and reads back the same from its String.
 func FuzzParseLimit(f *testing.F) {
@@ -165,6 +201,14 @@ func FuzzParseLimit(f *testing.F) {
 		}
 		if back.Rate != l.Rate || back.Burst != l.Burst || effectiveDelay(back) != effectiveDelay(l) {
 			t.Fatalf("ParseLimit(%q) = %+v; its String %q reads back as %+v", s, l, l.String(), back)
+		}
+		text, err := l.MarshalText()
+		var exact rate.Limit
+		if err == nil {
+			err = exact.UnmarshalText(text)
+		}
+		if err != nil || exact != l {
+			t.Fatalf("ParseLimit(%q) = %+v; its MarshalText %q reads back as %+v, %v", s, l, text, exact, err)
 		}
 	})
 }

@@ -339,7 +339,7 @@ main() {
 	(cd "$REPO" && go build -o "$TMP/bin/portcullis" ./cmd/portcullis &&
 		go build -o "$TMP/bin/backend" ./bench/peers/backend &&
 		go build -o "$TMP/bin/profiled" ./bench/peers/profiled &&
-		go build -o "$TMP/bin/chart" ./bench/peers/chart)
+		(cd bench/peers/chart && go build -o "$TMP/bin/chart" .))
 
 	port_free "$BACKEND_PORT" || { echo "run.sh: port $BACKEND_PORT is in use" >&2; exit 1; }
 	start direct "$TMP/bin/backend" -listen "$HOST:$BACKEND_PORT" -delay 2ms

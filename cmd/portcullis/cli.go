@@ -7,11 +7,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 
 	"github.com/seed-a07d1050/portcullis/internal/proxy"
+	"github.com/seed-a07d1050/portcullis/internal/sdnotify"
 	"github.com/seed-a07d1050/portcullis/internal/siege"
 )
 
@@ -27,11 +27,12 @@ const usage = `portcullis: admission control in front of any server.
 Usage:
   portcullis run --config FILE [--max-concurrent-per-client N]
   portcullis run --listen ADDR --upstream URL [--max-conns-per-client N]
-                 [--max-concurrent-per-client N] [--trusted-proxy CIDR ...]
-                 [--admin ADDR [--admin-token-file FILE]]
+                 [--max-concurrent-per-client N] [--max-rate-per-client "10r/s burst=20"]
+                 [--trusted-proxy CIDR ...] [--admin ADDR [--admin-token-file FILE]]
   portcullis run --forward --listen ADDR [--max-concurrent-per-client N]
                  [--htpasswd FILE] [--forward-allow CIDR ...] [--admin ADDR [--admin-token-file FILE]]
   portcullis check --config FILE
+  portcullis ca create --out DIR [--permit-domain NAME ...]
   portcullis demo [--attack]
   portcullis siege [flags]
   portcullis version
@@ -48,6 +49,14 @@ type env struct {
 	notify func(ch chan<- os.Signal) (stop func())
 	// started, if set, is told of the server once it serves.
 	started func(*proxy.Server)
+	// manager is the service manager to tell of the daemon's state; nil
+	// when none started it (no NOTIFY_SOCKET). managerErr is why a
+	// NOTIFY_SOCKET that is set cannot be used; run logs it.
+	manager    *sdnotify.Notifier
+	managerErr error
+	// explainStart, if set, turns an error starting the server into the
+	// message to print instead of it; "" keeps the error as it is.
+	explainStart func(error) string
 }
 
 func osNotify(ch chan<- os.Signal) func() {
@@ -58,7 +67,8 @@ func osNotify(ch chan<- os.Signal) func() {
 // run runs the command line args (without the program name) and returns
 // the exit code.
 func run(args []string, stdout, stderr io.Writer) int {
-	return env{stdout: stdout, stderr: stderr, notify: osNotify}.main(args)
+	manager, err := sdnotify.FromEnv(os.Getenv)
+	return env{stdout: stdout, stderr: stderr, notify: osNotify, manager: manager, managerErr: err}.main(args)
 }
 
 func (e env) main(args []string) int {
@@ -74,10 +84,12 @@ func (e env) main(args []string) int {
 		return e.checkCmd(rest)
 	case "demo":
 		return e.demoCmd(rest)
+	case "ca":
+		return e.caCmd(rest)
 	case "siege":
 		return siege.Main(rest, e.stdout, e.stderr)
 	case "version", "--version", "-version":
-		fmt.Fprintln(e.stdout, "portcullis", version())
+		readBuildDetails().write(e.stdout)
 		return exitOK
 	case "help", "--help", "-help", "-h":
 		fmt.Fprint(e.stdout, usage)
@@ -85,14 +97,6 @@ func (e env) main(args []string) int {
 	}
 	fmt.Fprintf(e.stderr, "portcullis: unknown command %q\n\n%s", cmd, usage)
 	return exitUsage
-}
-
-// version returns the module version the binary was built from, or "devel".
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "devel"
 }
 
 // parseFlags parses args with fs, printing usage to stdout for --help. It

@@ -4,28 +4,36 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/proxy"
+	"github.com/seed-a07d1050/portcullis/internal/sdnotify"
+	"github.com/seed-a07d1050/portcullis/rate"
 )
 
 const runSynopsis = `run --config FILE [--max-concurrent-per-client N]
        portcullis run --listen ADDR --upstream URL [--max-conns-per-client N] [--syn-filter]
-                      [--max-concurrent-per-client N] [--trusted-proxy CIDR ...]
+                      [--max-concurrent-per-client N] [--max-rate-per-client "10r/s burst=20"]
+                      [--max-conn-rate-per-client "20r/s burst=40"] [--trusted-proxy CIDR ...]
                       [--admin ADDR [--admin-token-file FILE]]
        portcullis run --forward --listen ADDR [--max-concurrent-per-client N] [--htpasswd FILE]
                       [--forward-allow CIDR ...] [--max-conns-per-client N] [--trusted-proxy CIDR ...]
+                      [--max-rate-per-client LIMIT] [--max-conn-rate-per-client LIMIT]
                       [--admin ADDR [--admin-token-file FILE]]
 
 Serves until SIGTERM or SIGINT (then drains in-flight exchanges up to the
 shutdown timeout and exits 0). SIGHUP reloads --config FILE; an invalid file is
 refused with a logged error and the running configuration stays. With --config,
 --max-concurrent-per-client N gives every HTTP listener without a client_limit
-of its own (reverse and forward) a limit of N requests at once per client.`
+of its own (reverse and forward) a limit of N requests at once per client.
+Under systemd (NOTIFY_SOCKET set) it reports READY, RELOADING and STOPPING,
+for a Type=notify-reload unit.`
 
 // runFlags are the flags of "portcullis run".
 type runFlags struct {
@@ -35,6 +43,8 @@ type runFlags struct {
 	maxConns      int
 	synFilter     bool
 	maxConcurrent int
+	maxRate       string
+	maxConnRate   string
 	trusted       stringList
 	admin         string
 	forward       bool
@@ -52,6 +62,8 @@ func (e env) runCmd(args []string) int {
 	fs.IntVar(&f.maxConns, "max-conns-per-client", 0, "connections one client may hold, checked at accept (0: 64, -1: no cap)")
 	fs.BoolVar(&f.synFilter, "syn-filter", false, "drop the connection attempts of clients at their cap in the kernel (Linux), instead of refusing them at accept")
 	fs.IntVar(&f.maxConcurrent, "max-concurrent-per-client", 0, "requests one client may run at once; more get 429 (0: no limit)")
+	fs.StringVar(&f.maxRate, "max-rate-per-client", "", "requests one client may make, as nginx's limit_req: \"10r/s burst=20\", \"10r/s burst=20 nodelay\" or \"10r/s burst=20 delay=5\"; more wait or get 429")
+	fs.StringVar(&f.maxConnRate, "max-conn-rate-per-client", "", "connections one client may open, checked at accept: \"20r/s burst=40\"; more are refused")
 	fs.Var(&f.trusted, "trusted-proxy", "a proxy `CIDR` whose X-Forwarded-For is believed and whose connections are not capped; repeatable")
 	fs.StringVar(&f.admin, "admin", "", "serve /metrics, /debug/limits, /healthz and /readyz on this host:port")
 	fs.BoolVar(&f.forward, "forward", false, "serve a forward proxy on --listen (clients send absolute-form requests and CONNECT), instead of a reverse proxy to --upstream")
@@ -63,7 +75,7 @@ func (e env) runCmd(args []string) int {
 	}
 	if f.file != "" {
 		if f.listen != "" || len(f.upstreams) > 0 || f.maxConns != 0 || f.synFilter || len(f.trusted) > 0 || f.admin != "" || f.adminToken != "" ||
-			f.forward || f.htpasswd != "" || len(f.forwardAllow) > 0 {
+			f.forward || f.htpasswd != "" || len(f.forwardAllow) > 0 || f.maxRate != "" || f.maxConnRate != "" {
 			fmt.Fprintln(e.stderr, "portcullis run: --config excludes every flag but --max-concurrent-per-client")
 			return exitUsage
 		}
@@ -150,11 +162,43 @@ func (f *runFlags) config() (*config.Config, error) {
 	if f.maxConcurrent > 0 {
 		ln.ClientLimit = &config.Limit{Key: config.KeyClientIP, Permits: f.maxConcurrent}
 	}
+	if err := f.rates(&ln); err != nil {
+		return nil, err
+	}
 	cfg := &config.Config{Admin: config.Admin{Listen: f.admin, TokenFile: f.adminToken}, Listeners: []config.Listener{ln}}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// rates sets the listener's request rate and connection rate from
+// --max-rate-per-client and --max-conn-rate-per-client.
+func (f *runFlags) rates(ln *config.Listener) error {
+	if f.maxRate != "" {
+		l, err := rate.ParseLimit(f.maxRate)
+		if err != nil {
+			return fmt.Errorf("--max-rate-per-client: %w", err)
+		}
+		r := &config.Rate{Rate: l.Rate, Burst: l.Burst, Key: config.KeyClientIP}
+		if l.Delay == rate.NoDelay {
+			r.NoDelay = true
+		} else {
+			r.Delay = l.Delay
+		}
+		ln.Rate = r
+	}
+	if f.maxConnRate != "" {
+		l, err := rate.ParseLimit(f.maxConnRate)
+		switch {
+		case err != nil:
+			return fmt.Errorf("--max-conn-rate-per-client: %w", err)
+		case l.Delay != 0:
+			return fmt.Errorf("--max-conn-rate-per-client %q: a connection is never delayed: give a rate and a burst only", f.maxConnRate)
+		}
+		ln.ConnRate = &config.ConnRate{Rate: l.Rate, Burst: l.Burst}
+	}
+	return nil
 }
 
 // parseCIDR reads the value of flag (--trusted-proxy, --forward-allow): a
@@ -215,6 +259,8 @@ func loadConfig(file string) (*config.Config, error) {
 
 // serve starts the daemon from cfg and runs it until SIGTERM or SIGINT.
 // On SIGHUP it asks reload (nil: nothing to reload) for a new configuration.
+// It tells the service manager, if one started it, each step: READY once
+// serving, RELOADING then READY around a SIGHUP, STOPPING at SIGTERM.
 func (e env) serve(cfg *config.Config, reload func() (*config.Config, error)) int {
 	var noted func() (*config.Config, []string, error)
 	if reload != nil {
@@ -234,20 +280,34 @@ func (e env) serveWith(cfg *config.Config, notes []string, reload func() (*confi
 	defer stop()
 	srv, err := proxy.Start(cfg, proxy.Options{LogOutput: e.stderr})
 	if err != nil {
+		if e.explainStart != nil {
+			if msg := e.explainStart(err); msg != "" {
+				fmt.Fprintln(e.stderr, msg)
+				return exitFailure
+			}
+		}
 		fmt.Fprintf(e.stderr, "portcullis: %v\n", err)
 		return exitFailure
 	}
-	if e.started != nil {
-		e.started(srv)
-	}
 	log := srv.Logger()
+	manager := managerNotifier{n: e.manager, log: log}
+	if e.managerErr != nil {
+		log.Warn("not notifying the service manager", "error", e.managerErr)
+	}
+	// The notes, then READY, then the test hook: whoever learns that the
+	// daemon started finds both already done.
 	for _, n := range notes {
 		log.Info(n)
 	}
 	running := cfg.Effective()
+	manager.ready(servingStatus(running))
+	if e.started != nil {
+		e.started(srv)
+	}
 	for sig := range sigs {
 		if sig != syscall.SIGHUP {
 			log.Info("signal received: draining", "signal", sig.String(), "timeout", running.ShutdownTimeout)
+			manager.stopping(fmt.Sprintf("draining for up to %v", running.ShutdownTimeout))
 			ctx, cancel := context.WithTimeout(context.Background(), running.ShutdownTimeout)
 			err := srv.Shutdown(ctx)
 			cancel()
@@ -256,8 +316,10 @@ func (e env) serveWith(cfg *config.Config, notes []string, reload func() (*confi
 			}
 			return exitOK
 		}
+		manager.reloading()
 		if reload == nil {
 			log.Warn("SIGHUP ignored: running from flags without --config or --htpasswd, there is no file to read again")
+			manager.ready("SIGHUP ignored: running from flags; " + servingStatus(running))
 			continue
 		}
 		next, notes, err := reload()
@@ -266,12 +328,42 @@ func (e env) serveWith(cfg *config.Config, notes []string, reload func() (*confi
 		}
 		if err != nil {
 			log.Error("reload refused; the running configuration stays", "error", err)
+			manager.ready("reload refused, see the log; " + servingStatus(running))
 			continue
 		}
 		for _, n := range notes {
 			log.Info(n)
 		}
 		running = next.Effective()
+		manager.ready(servingStatus(running))
 	}
 	return exitOK
+}
+
+// servingStatus is the status line the service manager shows for cfg.
+func servingStatus(cfg *config.Config) string {
+	names := make([]string, len(cfg.Listeners))
+	for i, l := range cfg.Listeners {
+		names[i] = fmt.Sprintf("%s (%s %s)", l.Name, l.Protocol, l.Listen)
+	}
+	return fmt.Sprintf("serving %d listener(s): %s", len(names), strings.Join(names, ", "))
+}
+
+// managerNotifier sends the daemon's state to the service manager and logs
+// a notification that fails: the daemon serves on either way.
+type managerNotifier struct {
+	n   *sdnotify.Notifier // nil: no service manager
+	log *slog.Logger
+}
+
+func (m managerNotifier) ready(status string) { m.check("READY", m.n.Ready(status)) }
+func (m managerNotifier) reloading()          { m.check("RELOADING", m.n.Reloading("reloading")) }
+func (m managerNotifier) stopping(status string) {
+	m.check("STOPPING", m.n.Stopping(status))
+}
+
+func (m managerNotifier) check(what string, err error) {
+	if err != nil {
+		m.log.Warn("service manager notification failed", "notification", what, "socket", m.n.Socket(), "error", err)
+	}
 }

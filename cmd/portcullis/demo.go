@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"syscall"
@@ -99,32 +101,116 @@ func (e env) demoServe(f *demoFlags) int {
 		fmt.Fprintf(e.stderr, "portcullis demo: %v\n", err)
 		return exitUsage
 	}
+	hint, err := slowRouteHint(cfg)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "portcullis demo: %v\n", err)
+		return exitFailure
+	}
 	started := e.started
 	e.started = func(srv *proxy.Server) {
-		printTryList(e.stdout, srv.Addr("web").String(), srv.AdminAddr().String())
+		printTryList(e.stdout, srv.Addr("web").String(), srv.AdminAddr().String(), hint)
 		if started != nil {
 			started(srv)
 		}
 	}
+	e.explainStart = f.explainBindError
 	return e.serve(cfg, nil)
 }
 
-func printTryList(w io.Writer, proxyAddr, adminAddr string) {
+// routeHint is a scenario that shows one route's limit at work: requests
+// sent at once from one client, each asking the backend to take ms.
+type routeHint struct {
+	path     string // the route's path prefix
+	requests int    // sent at once
+	ms       int    // what each asks the backend to wait
+	run      int    // served at once: the route's permits
+	wait     int    // wait in the queue, then are served
+	refused  int    // get the refusal status at once: the queue is full
+	status   int    // the refusal status
+	timeout  time.Duration
+}
+
+// slowRouteHint works out the try-list scenario of the demo's "slow" route
+// from cfg, so the line printed says what the configuration does: as many
+// requests as the permits, the queue and two more, each short enough (half
+// the queue timeout) that the queued ones are served rather than timed out.
+func slowRouteHint(cfg *config.Config) (routeHint, error) {
+	eff := cfg.Effective()
+	for _, l := range eff.Listeners {
+		for _, r := range l.Routes {
+			if r.Name != "slow" || r.Limit == nil {
+				continue
+			}
+			q := r.Limit.Queue
+			if r.Limit.Permits < 1 || q.Size < 0 || q.Timeout <= 0 {
+				return routeHint{}, fmt.Errorf("the slow route's limit (permits %d, queue %d, %v) has no try-list scenario", r.Limit.Permits, q.Size, q.Timeout)
+			}
+			return routeHint{
+				path: r.PathPrefix, requests: r.Limit.Permits + q.Size + 2, ms: int(q.Timeout.Milliseconds() / 2),
+				run: r.Limit.Permits, wait: q.Size, refused: 2, status: r.Limit.Status, timeout: q.Timeout,
+			}, nil
+		}
+	}
+	return routeHint{}, errors.New("the embedded configuration has no limited route named slow")
+}
+
+// command is the shell line that sends the scenario to proxyURL.
+func (h routeHint) command(proxyURL string) string {
+	return fmt.Sprintf("for i in $(seq %d); do curl -s -o /dev/null -w '%%{http_code}\\n' '%s%s?ms=%d' & done; wait",
+		h.requests, proxyURL, h.path, h.ms)
+}
+
+// outcome says what the scenario shows.
+func (h routeHint) outcome() string {
+	return fmt.Sprintf("%d get %d at once, %d run, %d wait (up to %v) and run next: the limit of %s",
+		h.refused, h.status, h.run, h.wait, h.timeout, h.path)
+}
+
+func printTryList(w io.Writer, proxyAddr, adminAddr string, slow routeHint) {
 	p, a := "http://"+proxyAddr, "http://"+adminAddr
 	fmt.Fprintf(w, `Portcullis demo: proxy on %[1]s, admin on %[2]s, built-in backend behind it.
 
 Things to try:
   curl %[1]s/                          # proxied to the backend
   curl '%[1]s/slow?ms=2000'            # a slow request
-  for i in $(seq 10); do curl -s -o /dev/null -w '%%{http_code}\n' '%[1]s/slow?ms=3000' & done; wait
-                                        # 4 run, 4 wait, 2 get 429 at once: the route limit of /slow
+  %[3]s
+                                        # %[4]s
   curl %[2]s/debug/limits              # who holds which connections and permits
   curl -s %[2]s/metrics | grep '^portcullis_'
   portcullis siege --scenario flood %[1]s/   # a flood from 127.0.0.2
   portcullis demo --attack              # before/after: the same flood without and with Portcullis
 
 Press Ctrl-C to stop.
-`, p, a)
+`, p, a, slow.command(p), slow.outcome())
+}
+
+// explainBindError turns a failure to bind the demo's addresses into advice
+// naming the flag to change; "" for any other error.
+func (f *demoFlags) explainBindError(err error) string {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return ""
+	}
+	flag, addr := "--listen", f.listen
+	var op *net.OpError
+	if errors.As(err, &op) && op.Addr != nil && sameAddr(op.Addr.String(), f.admin) {
+		flag, addr = "--admin", f.admin
+	}
+	host, _, splitErr := net.SplitHostPort(addr)
+	if splitErr != nil {
+		host = "127.0.0.1"
+	}
+	return fmt.Sprintf("portcullis demo: %s is already in use (is another demo running?): choose another address with %s, such as %s %s (port 0 takes any free port)",
+		addr, flag, flag, net.JoinHostPort(host, "0"))
+}
+
+// sameAddr reports whether two host:port strings name the same address.
+func sameAddr(a, b string) bool {
+	pa, errA := netip.ParseAddrPort(a)
+	pb, errB := netip.ParseAddrPort(b)
+	if errA != nil || errB != nil {
+		return a == b
+	}
+	return pa == pb
 }
 
 // attackRun is one run of the comparison.
@@ -148,7 +234,11 @@ func (e env) demoAttack(f *demoFlags) int {
 	cfg.Log.Level = config.LevelWarn // the refusals would drown the table
 	srv, err := proxy.Start(cfg, proxy.Options{LogOutput: e.stderr})
 	if err != nil {
-		fmt.Fprintf(e.stderr, "portcullis demo: %v\n", err)
+		if msg := f.explainBindError(err); msg != "" {
+			fmt.Fprintln(e.stderr, msg)
+		} else {
+			fmt.Fprintf(e.stderr, "portcullis demo: %v\n", err)
+		}
 		return exitFailure
 	}
 	defer func() {
@@ -235,7 +325,8 @@ func writeAttackTable(w io.Writer, runs []attackRun) {
 	row("attacker connections admitted", attack(func(a *siege.AttackStats) uint64 { return a.Admitted }))
 	row("attacker connections refused", attack(func(a *siege.AttackStats) uint64 { return a.Refused }))
 	row("attacker peak connections held", attack(func(a *siege.AttackStats) uint64 { return uint64(a.PeakHeld) }))
-	row("legitimate requests", func(r *siege.Report) string { return fmt.Sprint(r.Legit.Requests) })
+	row("legitimate requests sent", func(r *siege.Report) string { return fmt.Sprint(r.Legit.Requests) })
+	row("legitimate requests served", func(r *siege.Report) string { return fmt.Sprint(r.Legit.Successes) })
 	row("legitimate success rate", func(r *siege.Report) string { return fmt.Sprintf("%.1f%%", 100*r.Legit.SuccessRate) })
 	row("legitimate latency p50", func(r *siege.Report) string { return latency(r.Legit.P50, r.Legit.Successes) })
 	row("legitimate latency p99", func(r *siege.Report) string { return latency(r.Legit.P99, r.Legit.Successes) })

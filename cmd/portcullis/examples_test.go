@@ -1,72 +1,140 @@
 package main
 
 import (
-	"bufio"
-	"context"
-	"io"
-	"log/slog"
-	"net"
-	"net/http"
-	"net/netip"
+	"bytes"
+	"crypto/x509"
+	"encoding/pem"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/seed-a07d1050/portcullis/internal/backend"
-	"github.com/seed-a07d1050/portcullis/internal/config"
-	"github.com/seed-a07d1050/portcullis/internal/proxy"
 )
 
-// TestExampleForwardConfig loads examples/forward.yaml as `portcullis run
-// --config` would, starts it on free ports, and uses it with the user it
-// ships with: loopback (let through for the test only) is reached, the
-// metadata service is refused, a client without credentials gets 407.
-func TestExampleForwardConfig(t *testing.T) {
-	cfg, err := config.Load("../../examples/forward.yaml")
+// examplesDir is the repository's examples/, from this package's directory.
+const examplesDir = "../../examples"
+
+// exampleConfigs returns every YAML file under examples/.
+func exampleConfigs(t *testing.T) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(examplesDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && (strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
+			files = append(files, path)
+		}
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &cfg.Listeners[0]
-	l.Listen, cfg.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
-	l.Forward.Destinations.Allow = append(l.Forward.Destinations.Allow, netip.MustParsePrefix("127.0.0.0/8"))
-	srv, err := proxy.Start(cfg, proxy.Options{Logger: slog.New(slog.DiscardHandler)})
+	if len(files) == 0 {
+		t.Fatalf("no YAML file under %s", examplesDir)
+	}
+	return files
+}
+
+// Every example configuration passes "portcullis check", the command a user
+// runs, so that none of them rots when the schema changes.
+func TestExamplesCheck(t *testing.T) {
+	for _, file := range exampleConfigs(t) {
+		t.Run(strings.TrimPrefix(file, examplesDir+"/"), func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			if code := run([]string{"check", "--config", file}, &out, &errOut); code != exitOK {
+				t.Fatalf("portcullis check --config %s: exit %d\n%s", file, code, errOut.String())
+			}
+			if !strings.Contains(out.String(), "is valid") {
+				t.Errorf("check printed no verdict:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// The README's one-minute tour checks a portcullis.yaml: that file exists
+// and the README names it where it is.
+func TestReadmeNamesTheExampleConfig(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
-	b, err := backend.Start("127.0.0.1:0")
+	const cmd = "check --config examples/portcullis.yaml"
+	if !strings.Contains(string(readme), cmd) {
+		t.Errorf("README.md lacks %q", cmd)
+	}
+	if _, err := os.Stat(filepath.Join(examplesDir, "portcullis.yaml")); err != nil {
+		t.Error(err)
+	}
+}
+
+// The example certificate must not expire under the examples: it is
+// replaced when less than 90 days remain.
+func TestExampleCertificateIsCurrent(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(examplesDir, "files", "cert.pem"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
-	addr := srv.Addr("egress").String()
-	demo := viaProxy(addr, "demo", "demo-password")
-	// The example's hash has bcrypt's cost 10, as users should make theirs:
-	// under the race detector on a busy machine, its one check takes
-	// seconds.
-	demo.Timeout = time.Minute
-	if st := status(t, demo, b.URL()+"/"); st != http.StatusOK {
-		t.Fatalf("the example's user: %d", st)
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatal("examples/files/cert.pem holds no PEM block")
 	}
-	if st := status(t, viaProxy(addr, "", ""), b.URL()+"/"); st != http.StatusProxyAuthRequired {
-		t.Fatalf("without credentials: %d, want 407", st)
-	}
-	c, err := net.DialTimeout("tcp", addr, waitLimit)
+	cert, err := x509.ParseCertificate(block.Bytes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(waitLimit))
-	_, _ = io.WriteString(c, "CONNECT 169.254.169.254:443 HTTP/1.1\r\nHost: 169.254.169.254:443\r\nProxy-Authorization: Basic ZGVtbzpkZW1vLXBhc3N3b3Jk\r\n\r\n")
-	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+	if left := time.Until(cert.NotAfter); left < 90*24*time.Hour {
+		t.Errorf("examples/files/cert.pem expires %v (in %v): make a new one as examples/files/README.md says",
+			cert.NotAfter, left.Round(time.Hour))
+	}
+	if err := cert.VerifyHostname("localhost"); err != nil {
+		t.Error(err)
+	}
+}
+
+// Every Portcullis block of docs/migrating.md is a file of
+// examples/migrating/ (which TestExamplesCheck checks), word for word, and
+// every such file is shown there.
+func TestMigratingBlocksAreTheCheckedExamples(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/migrating.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "cloud metadata service") {
-		t.Fatalf("CONNECT to the metadata service: %d %s", resp.StatusCode, body)
+	const marker = "<!-- portcullis: "
+	shown := map[string]bool{}
+	rest := string(doc)
+	for {
+		i := strings.Index(rest, marker)
+		if i < 0 {
+			break
+		}
+		rest = rest[i+len(marker):]
+		name, after, ok := strings.Cut(rest, " -->\n```yaml\n")
+		if !ok {
+			t.Fatalf("a %q marker is not followed by a yaml block", marker)
+		}
+		block, _, ok := strings.Cut(after, "```\n")
+		if !ok {
+			t.Fatalf("the yaml block of %s does not end", name)
+		}
+		file, err := os.ReadFile(filepath.Join("../..", name))
+		if err != nil {
+			t.Errorf("docs/migrating.md shows %s: %v", name, err)
+			continue
+		}
+		if block != string(file) {
+			t.Errorf("docs/migrating.md's block for %s differs from the file", name)
+		}
+		shown[filepath.Base(name)] = true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	_ = srv.Shutdown(ctx)
+	files, err := filepath.Glob(filepath.Join(examplesDir, "migrating", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples/migrating/*.yaml: %v", err)
+	}
+	for _, f := range files {
+		if !shown[filepath.Base(f)] {
+			t.Errorf("%s is not shown in docs/migrating.md", f)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -54,6 +55,11 @@ func TestUsageAndExitCodes(t *testing.T) {
 		{"run not an address", []string{"run", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--trusted-proxy", "proxy"}, exitUsage, "", `"proxy" is not an IP address or CIDR`},
 		{"run negative concurrency", []string{"run", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--max-concurrent-per-client", "-2"}, exitUsage, "", "--max-concurrent-per-client must be 0"},
 		{"run missing file", []string{"run", "--config", "/nonexistent/p.yaml"}, exitUsage, "", "no such file"},
+		{"run help shows rates", []string{"run", "--help"}, exitOK, "--max-rate-per-client", ""},
+		{"run bad rate", []string{"run", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--max-rate-per-client", "10 r/s"}, exitUsage, "", "--max-rate-per-client: rate: limit \"10 r/s\""},
+		{"run rate with a typo", []string{"run", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--max-rate-per-client", "10r/s brust=5"}, exitUsage, "", `unknown word "brust=5"`},
+		{"run delayed connection rate", []string{"run", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--max-conn-rate-per-client", "10r/s burst=5 delay=2"}, exitUsage, "", "a connection is never delayed"},
+		{"run config and rate flag", []string{"run", "--config", "x.yaml", "--max-rate-per-client", "1r/s"}, exitUsage, "", "--config excludes every flag but"},
 		{"run forward without listen", []string{"run", "--forward"}, exitUsage, "", "--forward needs --listen"},
 		{"run forward with upstream", []string{"run", "--forward", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1"}, exitUsage, "", "--forward excludes --upstream"},
 		{"run htpasswd without forward", []string{"run", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--htpasswd", "u"}, exitUsage, "", "--htpasswd and --forward-allow need --forward"},
@@ -390,5 +396,78 @@ func TestTuneGC(t *testing.T) {
 				t.Fatalf("GC percent = %d, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// --max-rate-per-client and --max-conn-rate-per-client build the
+// listener's rate and conn_rate: a client over its request rate gets 429
+// with a Retry-After from its state, another client is served, and a
+// client over its connection rate is refused at accept.
+func TestRunFromFlagsLimitsRates(t *testing.T) {
+	b, err := backend.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	sig := &signals{}
+	srv, code := startRun(t, []string{"run", "--listen", "127.0.0.1:0", "--upstream", b.URL(),
+		"--max-rate-per-client", "1r/m burst=1 nodelay", "--max-conn-rate-per-client", "1r/m burst=1"}, sig, io.Discard)
+	addr := srv.Addr("http").String()
+	get := func(from string) *http.Response {
+		t.Helper()
+		c := &http.Client{Transport: &http.Transport{
+			DialContext:       (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}).DialContext,
+			DisableKeepAlives: true,
+		}, Timeout: waitLimit}
+		resp, err := c.Get("http://" + addr + "/")
+		if err != nil {
+			t.Fatalf("GET from %s: %v", from, err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	for i, want := range []int{http.StatusOK, http.StatusOK} {
+		if st := get("127.0.0.2").StatusCode; st != want {
+			t.Fatalf("request %d: %d, want %d", i+1, st, want)
+		}
+	}
+	// A third connection of 127.0.0.2 is over its connection rate (1r/m,
+	// burst 1): refused at accept, so the request fails.
+	c := &http.Client{Transport: &http.Transport{
+		DialContext:       (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).DialContext,
+		DisableKeepAlives: true,
+	}, Timeout: waitLimit}
+	if resp, err := c.Get("http://" + addr + "/"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a third connection within a minute got %d, want it refused at accept", resp.StatusCode)
+	}
+	// 127.0.0.3 on one kept connection: two requests within its burst, the
+	// third over its request rate.
+	kept := &http.Client{Transport: &http.Transport{
+		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.3")}}).DialContext,
+	}, Timeout: waitLimit}
+	defer kept.CloseIdleConnections()
+	for i := range 3 {
+		resp, err := kept.Get("http://" + addr + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body) // so that the connection is kept
+		resp.Body.Close()
+		if i < 2 && resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d of 127.0.0.3: %d", i+1, resp.StatusCode)
+		}
+		if i == 2 {
+			if resp.StatusCode != http.StatusTooManyRequests {
+				t.Fatalf("third request within a minute: %d, want 429", resp.StatusCode)
+			}
+			if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 50 || ra > 60 {
+				t.Fatalf("Retry-After %q, want about a minute (1r/m)", resp.Header.Get("Retry-After"))
+			}
+		}
+	}
+	sig.send(syscall.SIGTERM)
+	if c := waitCode(t, code); c != exitOK {
+		t.Fatalf("exit code %d after SIGTERM, want 0", c)
 	}
 }

@@ -23,8 +23,8 @@ type Config struct {
 	// Negative is invalid.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 
-	// Cluster makes route limits, client limits and connection caps count cluster-wide on
-	// Redis. Nil means every node counts on its own.
+	// Cluster makes route limits, client limits, connection caps and rates count
+	// cluster-wide on Redis. Nil means every node counts on its own.
 	Cluster *Cluster `yaml:"cluster"`
 
 	// Listeners are the sockets the daemon serves, in order. At least one is required.
@@ -65,9 +65,9 @@ type Admin struct {
 
 // Cluster makes limits count across every node sharing one Redis.
 //
-// Route limits (limit and shadow_limit), listener client limits and, unless
-// LocalConnectionCaps is set, the accept-time per-client connection caps then count
-// cluster-wide. max_conns always counts on the node alone. A key that a limit or cap leaves
+// Route limits (limit and shadow_limit), listener client limits, listener and route rates
+// and, unless LocalConnectionCaps is set, the accept-time per-client connection caps,
+// conn_rate and handshake_rate then count cluster-wide. max_conns always counts on the node alone. A key that a limit or cap leaves
 // unlimited never reaches Redis: a listener with max_conns_per_client -1 makes no Redis call
 // per connection, and is not refused while Redis is away.
 type Cluster struct {
@@ -101,8 +101,21 @@ type Cluster struct {
 	// (max_conns_per_client, prefix_levels, conn_overrides) counting on each node alone.
 	// False, the zero value, counts them across the cluster too: a connection is then
 	// admitted on its own goroutine after one Redis round trip, never in the accept loop.
-	// max_conns always counts per node.
+	// max_conns always counts per node. The same holds for conn_rate and handshake_rate.
 	LocalConnectionCaps bool `yaml:"local_connection_caps"`
+
+	// LocalShare is the part of a rate's burst capacity (burst+1) a node may admit for a key
+	// without asking Redis, the rate's local fast path: up to floor((burst+1) × LocalShare)
+	// requests, sent to Redis in the next flush. N nodes may so admit up to N times that many
+	// requests beyond the exact rate, once per burst (docs/cluster.md). Zero means none: every
+	// admission asks Redis and the cluster rate is exact. Negative, above 1 and NaN are
+	// invalid.
+	LocalShare float64 `yaml:"local_share"`
+
+	// FlushInterval is how often a node sends Redis the rate admissions it made without
+	// asking (fast path, TryReserve, on_error open) and the delayed requests given back, in
+	// one pipeline. Zero means DefaultFlushInterval (10ms). Negative is invalid.
+	FlushInterval time.Duration `yaml:"flush_interval"`
 }
 
 // Redis is how the daemon connects to Redis.
@@ -204,6 +217,12 @@ type Listener struct {
 	// several contain a key, the longest prefix wins. Nil means no override.
 	ConnOverrides []ConnOverride `yaml:"conn_overrides"`
 
+	// ConnRate limits how fast one client key may open connections, checked at accept after
+	// the caps (HAProxy's conn_rate): a connection over it is closed at once, before any byte
+	// is read. Trusted proxies are exempt. Nil means no rate. Not for http3 (see
+	// HandshakeRate).
+	ConnRate *ConnRate `yaml:"conn_rate"`
+
 	// EnforceAbove makes the per-client cap apply only while the listener holds more than
 	// this many connections, so a lone heavy client is served while the listener is quiet.
 	// Zero means always enforce. Negative is invalid. With MaxConns set it must be below
@@ -293,6 +312,11 @@ type Listener struct {
 	// none. HTTP listeners only.
 	ClientLimit *Limit `yaml:"client_limit"`
 
+	// Rate is a request rate on the whole listener, checked before ClientLimit and before
+	// routing, counted apart from any route's rate. Nil means none. HTTP listeners only, and
+	// not with RoutesFrom (the named listener's rate applies).
+	Rate *Rate `yaml:"rate"`
+
 	// Upstream is the host:port raw TCP connections are proxied to. Required for tcp
 	// listeners, not accepted otherwise.
 	Upstream string `yaml:"upstream"`
@@ -317,6 +341,10 @@ type Listener struct {
 	// http3 listeners only.
 	QUIC QUIC `yaml:"quic"`
 
+	// HandshakeRate limits how many QUIC handshakes one proven client key may make, checked
+	// once its address is proven (a valid token or a completed handshake), so a spoofed
+	// address never spends another client's rate. Nil means no rate. http3 listeners only.
+	HandshakeRate *ConnRate `yaml:"handshake_rate"`
 	// Auth requires HTTP Basic credentials checked against an htpasswd file before any
 	// limit counts a request: on a forward listener proxy authentication (407,
 	// Proxy-Authorization), on a reverse listener server authentication (401,
@@ -445,6 +473,10 @@ type Route struct {
 	// the request was sent; past it the client gets 504. Zero means DefaultUpstreamTimeout
 	// (60s). Negative is invalid. It does not bound a response body, a stream or a tunnel.
 	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`
+
+	// Rate limits how fast each key may make requests on this route, checked before Limit
+	// and ShadowLimit so that a delayed request holds no permit. Nil means no rate.
+	Rate *Rate `yaml:"rate"`
 
 	// Limit caps the exchanges this route runs at once per key. Nil means no limit.
 	Limit *Limit `yaml:"limit"`

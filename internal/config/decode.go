@@ -98,6 +98,10 @@ func (d *decoder) value(written *yaml.Node, v reflect.Value, path string, opts f
 		d.prefix(n, v, path)
 		return
 	}
+	if isTextType(v.Type()) {
+		d.text(n, v, path)
+		return
+	}
 	switch v.Kind() {
 	case reflect.Pointer:
 		elem := reflect.New(v.Type().Elem())

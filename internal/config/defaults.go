@@ -31,6 +31,7 @@ const (
 	DefaultRetryThresholdMin    = 256
 	DefaultRetryThresholdMax    = 4096
 	DefaultMaxInProgress        = 16384
+	DefaultFlushInterval        = 10 * time.Millisecond
 	DefaultHandshakeTimeout     = 5 * time.Second
 )
 
@@ -86,6 +87,7 @@ func (c *Cluster) effective() Cluster {
 	e.Timeout = orDefault(e.Timeout, DefaultRedisTimeout)
 	e.OnError = orDefault(e.OnError, OnErrorOpen)
 	e.NodeShare = orDefault(e.NodeShare, DefaultNodeShare)
+	e.FlushInterval = orDefault(e.FlushInterval, DefaultFlushInterval)
 	return e
 }
 
@@ -101,6 +103,9 @@ func (l *Listener) effective(i int) Listener {
 	e.IPv4Prefix = orDefault(e.IPv4Prefix, DefaultIPv4Prefix)
 	e.PrefixLevels = slices.Clone(l.PrefixLevels)
 	e.ConnOverrides = slices.Clone(l.ConnOverrides)
+	e.ConnRate = cloneConnRate(l.ConnRate)
+	e.HandshakeRate = cloneConnRate(l.HandshakeRate)
+	e.Rate = effectiveRate(l.Rate)
 	e.TrustedProxies = slices.Clone(l.TrustedProxies)
 	if l.Protocol != ProtocolHTTP3 {
 		e.ProxyProtocolTimeout = orDefault(e.ProxyProtocolTimeout, DefaultProxyProtocolTimeout)
@@ -157,6 +162,7 @@ func (r *Route) effective(i int) Route {
 	e.PathPrefix = orDefault(e.PathPrefix, "/")
 	e.Upstreams = slices.Clone(r.Upstreams)
 	e.UpstreamTimeout = orDefault(e.UpstreamTimeout, DefaultUpstreamTimeout)
+	e.Rate = effectiveRate(r.Rate)
 	if r.Limit != nil {
 		l := r.Limit.effective(false)
 		e.Limit = &l

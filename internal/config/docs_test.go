@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/rate"
 )
 
 const reference = "../../docs/config.md"
@@ -28,7 +29,18 @@ type schemaField struct {
 
 // sharedRoots are types documented once under their own name rather than at every place
 // they appear.
-var sharedRoots = map[reflect.Type]string{reflect.TypeFor[config.Limit](): "limit"}
+var sharedRoots = map[reflect.Type]string{
+	reflect.TypeFor[config.Limit]():    "limit",
+	reflect.TypeFor[config.Rate]():     "rate",
+	reflect.TypeFor[config.ConnRate](): "conn_rate",
+}
+
+// textTypes are struct types written in YAML as one string (they read and write their own
+// text form): leaves of the schema, documented as strings.
+var textTypes = map[reflect.Type]bool{
+	reflect.TypeFor[rate.Rate]():  true,
+	reflect.TypeFor[rate.Limit](): true,
+}
 
 // schema walks every field of Config and the types it holds, by reflection.
 func schema(t *testing.T) []schemaField {
@@ -67,7 +79,7 @@ func schema(t *testing.T) []schemaField {
 				walk(ft.Elem(), path+"[]")
 				continue
 			}
-			if ft.Kind() != reflect.Struct || ft == reflect.TypeFor[netip.Prefix]() {
+			if ft.Kind() != reflect.Struct || ft == reflect.TypeFor[netip.Prefix]() || textTypes[ft] {
 				continue
 			}
 			if root, ok := sharedRoots[ft]; ok {
@@ -161,6 +173,9 @@ func docType(typ reflect.Type) string {
 	case reflect.TypeFor[time.Duration]():
 		return "duration"
 	case reflect.TypeFor[netip.Prefix]():
+		return "string"
+	}
+	if textTypes[typ] {
 		return "string"
 	}
 	if typ.Kind() == reflect.Pointer && typ.Elem().Kind() != reflect.Struct {
@@ -317,6 +332,7 @@ var acceptsAnything = map[string]bool{
 	"cluster.prefix":            true,
 	"limit.shadow":              true,
 	"limit.release_tunnels":     true,
+	"rate.dry_run":              true,
 }
 
 var (
@@ -324,6 +340,8 @@ var (
 	mapKeyRE   = regexp.MustCompile(`\["[^"]*"\]`)
 	errorPathR = regexp.MustCompile(`^[^:]+(?::\d+){0,2}: ([^ ]+): `)
 	limitRootR = regexp.MustCompile(`^.*\.(?:client_limit|limit|shadow_limit|limits\[\])\.`)
+	rateRootR  = regexp.MustCompile(`^.*\.rate\.`)
+	connRootR  = regexp.MustCompile(`^.*\.(?:conn_rate|handshake_rate)\.`)
 )
 
 // TestEveryFieldHasABadCase fails when a field that can hold a wrong value has no case in
@@ -337,7 +355,9 @@ func TestEveryFieldHasABadCase(t *testing.T) {
 		}
 		p := mapKeyRE.ReplaceAllString(m[1], "")
 		p = indexRE.ReplaceAllString(p, "[]")
-		for _, q := range []string{p, limitRootR.ReplaceAllString(p, "limit.")} {
+		roots := []string{p, limitRootR.ReplaceAllString(p, "limit."), rateRootR.ReplaceAllString(p, "rate."),
+			connRootR.ReplaceAllString(p, "conn_rate.")}
+		for _, q := range roots {
 			for ; q != ""; q = trimLast(q) {
 				covered[q] = true
 			}

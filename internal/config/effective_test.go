@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/rate"
 )
 
 // TestRoundTrip checks that the effective output of each example parses back to the same
@@ -109,6 +110,7 @@ func TestEffectiveDefaults(t *testing.T) {
       - upstreams: [http://a]
         limit: {}
         shadow_limit: {}
+        rate: {rate: 10r/s}
   - protocol: http3
     listen: :443
     tls: {cert_file: testdata/files/server.crt, key_file: testdata/files/server.key}
@@ -132,6 +134,9 @@ cluster: {redis: {addrs: ["r:6379"]}}
 		{"timeout", e.Cluster.Timeout, 50 * time.Millisecond},
 		{"on_error", e.Cluster.OnError, config.OnErrorOpen},
 		{"node share", e.Cluster.NodeShare, 1.0},
+		{"local share", e.Cluster.LocalShare, 0.0},
+		{"flush interval", e.Cluster.FlushInterval, 10 * time.Millisecond},
+		{"rate", *l0.Routes[0].Rate, config.Rate{Rate: rate.PerSecond(10), Key: config.KeyClientIP, Status: 429, Headers: config.RateHeadersRefusal}},
 		{"listener name", l0.Name, "https-0"},
 		{"http3 name", l1.Name, "http3-1"},
 		{"tcp name", l2.Name, "tcp-2"},

@@ -62,6 +62,9 @@ func encodeValue(v reflect.Value, opts fieldOpts) *yaml.Node {
 		}
 		return scalar("!!str", p.String())
 	}
+	if isTextType(v.Type()) {
+		return encodeText(v)
+	}
 	switch v.Kind() {
 	case reflect.Pointer:
 		if v.IsNil() {

@@ -108,6 +108,7 @@ func (v *validator) cluster(c *Cluster) {
 	if math.IsNaN(c.NodeShare) || c.NodeShare < 0 || c.NodeShare > 1 {
 		v.addf("cluster.node_share", "must be from 0 to 1, 0 meaning 1 (got %g)", c.NodeShare)
 	}
+	v.clusterRates(c)
 }
 
 func (v *validator) redis(r *Redis) {

@@ -36,6 +36,7 @@ func (v *validator) listener(l *Listener, p string) {
 	v.httpServer(l, p)
 	v.tcpProxy(l, p)
 	v.quic(l, p)
+	v.listenerRates(l, p)
 	v.routes(l, p)
 	v.listenerMode(l, p)
 }
@@ -376,6 +377,7 @@ func (v *validator) route(r *Route, p string) {
 	}
 	v.upstreams(r.Upstreams, p+".upstreams")
 	v.nonNegativeDuration(p+".upstream_timeout", r.UpstreamTimeout)
+	v.rate(r.Rate, p+".rate")
 	v.limit(r.Limit, p+".limit", routeLimit)
 	v.limit(r.ShadowLimit, p+".shadow_limit", shadowLimit)
 }

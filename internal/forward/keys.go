@@ -11,11 +11,15 @@ import (
 // ByTargetHost keys a forward-proxy request by its normalised target,
 // "host:port" as [Target.String] writes it ("example.com:443",
 // "[2001:db8::1]:80"), for a target_host limit: CONNECT example.com:443 and
-// CONNECT EXAMPLE.com.:443 count under one key. A request whose target does
-// not parse is not limited; the Proxy answers it 400 without any target
-// work.
+// CONNECT EXAMPLE.com.:443 count under one key. A request served inside an
+// intercepted TLS session is keyed by its session's target (see
+// [WithInterceptedTarget]). A request whose target does not parse is not
+// limited; the Proxy answers it 400 without any target work.
 func ByTargetHost() httplimit.KeyFunc {
 	return func(r *http.Request) string {
+		if t, ok := InterceptedTarget(r.Context()); ok {
+			return t.String()
+		}
 		t, err := TargetOf(r)
 		if err != nil {
 			return ""

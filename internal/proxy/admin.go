@@ -194,6 +194,11 @@ func (m metricsOf) Collect(ch chan<- prometheus.Metric) {
 				c.Collect(ch)
 			}
 		}
+		for _, r := range t.rates() {
+			for _, c := range r.collectors() {
+				c.Collect(ch)
+			}
+		}
 		for _, c := range t.extraCollectors() {
 			c.Collect(ch)
 		}
@@ -218,6 +223,11 @@ type ListenerSnapshot struct {
 	ClientLimit *LimitSnapshot  `json:"client_limit,omitempty"`
 	RoutesFrom  string          `json:"routes_from,omitempty"`
 	Routes      []RouteSnapshot `json:"routes,omitempty"`
+	// Rate is the listener's request rate; ConnRate and HandshakeRate its
+	// accept-time rates, keyed by client.
+	Rate          *RateSnapshot `json:"rate,omitempty"`
+	ConnRate      *RateSnapshot `json:"conn_rate,omitempty"`
+	HandshakeRate *RateSnapshot `json:"handshake_rate,omitempty"`
 	// Auth is the listener's authentication, when it has an auth block.
 	Auth *AuthSnapshot `json:"auth,omitempty"`
 	// Forward is the proxy of a forward listener; nil for a reverse one.
@@ -255,6 +265,7 @@ type AuthSnapshot struct {
 // RouteSnapshot is the state of one route's limits.
 type RouteSnapshot struct {
 	Name        string         `json:"name"`
+	Rate        *RateSnapshot  `json:"rate,omitempty"`
 	Limit       *LimitSnapshot `json:"limit,omitempty"`
 	ShadowLimit *LimitSnapshot `json:"shadow_limit,omitempty"`
 }
@@ -293,13 +304,15 @@ func (s *Server) Snapshot() Snapshot {
 			BusyClients: f.busyClients(snapshotTop),
 			RoutesFrom:  f.cfg.RoutesFrom,
 		}
+		f.rateSnapshots(&ls)
 		if f.table != nil && f.cfg.RoutesFrom == "" {
 			t := f.table.Load()
 			if t.client != nil {
 				ls.ClientLimit = limitSnapshot(t.client)
 			}
+			ls.Rate = rateSnapshotOf(t.rate)
 			for _, r := range t.routes {
-				rs := RouteSnapshot{Name: r.name}
+				rs := RouteSnapshot{Name: r.name, Rate: rateSnapshotOf(r.rate)}
 				if r.limit != nil {
 					rs.Limit = limitSnapshot(r.limit)
 				}

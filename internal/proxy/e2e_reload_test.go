@@ -348,3 +348,100 @@ func retiringGoroutines() []string {
 	}
 	return out
 }
+
+// TestReloadsUnderAConnectionFlood floods one listener from one address
+// with slow requests while reloads keep replacing the listener on its
+// socket: the backend never sees more of the client's requests at once
+// than its connection cap, whichever listener generation admitted them.
+func TestReloadsUnderAConnectionFlood(t *testing.T) {
+	const text = `
+admin: {listen: "127.0.0.1:0"}
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    max_conns_per_client: 4
+    read_header_timeout: RHT
+    routes:
+      - upstreams: ["{{backend}}"]
+`
+	d := startDaemon(t, strings.Replace(text, "RHT", "10s", 1))
+	addr := d.srv.Addr("web").String()
+	done := make(chan struct{})
+	flood := make(chan struct{})
+	go func() {
+		defer close(flood)
+		dialer := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.9")}, Timeout: waitLimit}
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			c, err := dialer.Dial("tcp", addr)
+			if err != nil {
+				continue
+			}
+			fmt.Fprint(c, "GET /?ms=400 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(waitLimit))
+				_, _ = io.Copy(io.Discard, c)
+			}()
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	for i := range 20 {
+		rht := []string{"5s", "6s"}[i%2]
+		if err := d.srv.Reload(d.sameAddr(strings.Replace(text, "RHT", rht, 1))); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(done)
+	<-flood
+	if m := d.backend.maxInFlight.Load(); m > 4 {
+		t.Errorf("the backend saw %d requests of one client at once across reloads, over its connection cap of 4", m)
+	}
+	d.waitFor("the flood's connections to close", func() bool { return d.listener("web").Connections.Open == 0 })
+}
+
+// TestReloadKeepsPortZeroSocketsApart reloads two listeners both written
+// "127.0.0.1:0", both changed: each keeps its own port and never takes over
+// the other's socket.
+func TestReloadKeepsPortZeroSocketsApart(t *testing.T) {
+	text := `
+listeners:
+  - name: a
+    protocol: http
+    listen: "127.0.0.1:0"
+    read_header_timeout: RHT
+    routes:
+      - upstreams: ["{{backend}}"]
+  - name: b
+    protocol: http
+    listen: "127.0.0.1:0"
+    read_header_timeout: RHT
+    routes:
+      - upstreams: ["{{backend}}"]
+`
+	d := startDaemon(t, "admin: {listen: \"127.0.0.1:0\"}\n"+strings.ReplaceAll(text, "RHT", "5s"))
+	a, b := d.srv.Addr("a").String(), d.srv.Addr("b").String()
+	cfg := parseConfig(t, "admin: {listen: \""+d.srv.AdminAddr().String()+"\"}\n"+strings.ReplaceAll(text, "RHT", "6s"), d.backend.URL())
+	// List b first, so that a lookup by written address alone would find it.
+	cfg.Listeners[0], cfg.Listeners[1] = cfg.Listeners[1], cfg.Listeners[0]
+	if err := d.srv.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.srv.Addr("a").String(); got != a {
+		t.Errorf("a moved from %s to %s", a, got)
+	}
+	if got := d.srv.Addr("b").String(); got != b {
+		t.Errorf("b moved from %s to %s", b, got)
+	}
+	for _, name := range []string{"a", "b"} {
+		if st, _, _ := get(t, d.client("127.0.0.2"), d.url(name, "/")); st != http.StatusOK {
+			t.Errorf("%s after the reload: %d", name, st)
+		}
+	}
+}

@@ -49,7 +49,7 @@ func (t *routeTable) forwardProxy() *forward.Proxy {
 }
 
 // buildForward builds the table of a forward listener: authentication,
-// then the client limit, then the forward limits outermost first, then the
+// then the listener's rate, then the client limit, then the forward limits outermost first, then the
 // proxy. A request refused by authentication never reaches a limiter, and a
 // request refused by a limiter holds the permits of the limits before it
 // only until it is answered.
@@ -81,6 +81,14 @@ func (b *tableBuilder) buildForward() (*routeTable, error) {
 		}
 		t.client = l
 		h = l.lim.Wrap(h)
+	}
+	if b.lc.Rate != nil { // before every concurrency limit: a delayed request holds no permit
+		r, err := b.rateLimiter(b.lc.Rate, "")
+		if err != nil {
+			return fail(err)
+		}
+		t.rate = r
+		h = r.wrap(h)
 	}
 	if err := b.authenticate(t, &h); err != nil {
 		return fail(err)

@@ -29,6 +29,7 @@ type front struct {
 	raw   net.Listener         // the bound TCP socket; nil for http3
 	conns *connlimit.Listener  // nil for http3
 	store io.Closer            // the cluster Store of the connection caps; nil without
+	rates io.Closer            // the cluster Store of conn_rate; nil without
 	redis prometheus.Collector // that Store's Redis metrics; nil without
 	h3    *h3Front             // http3 listeners only
 	stats prometheus.Collector
@@ -78,6 +79,7 @@ func (f *front) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 func socketConfig(lc config.Listener) config.Listener {
 	lc.Routes = nil
 	lc.ClientLimit = nil
+	lc.Rate = nil
 	lc.Mode, lc.Auth, lc.Forward = "", nil, nil // the route table's
 	return lc
 }
@@ -133,10 +135,10 @@ func bindFront(lc config.Listener, log *slog.Logger, cl *cluster) (*front, error
 			return nil, err
 		}
 		f := &front{cfg: lc, id: id, log: log.With("listener", lc.Name), served: make(chan struct{})}
-		if err := bindH3(f); err != nil {
+		if err := bindH3(f, cl); err != nil {
 			return nil, err
 		}
-		f.stats = newQUICCollector(f.h3, lc.Name)
+		f.stats = f.h3.rates.withStats(newQUICCollector(f.h3, lc.Name))
 		return f, nil
 	}
 	raw, err := listenTCP(lc)
@@ -180,6 +182,9 @@ func bindFrontOn(raw net.Listener, lc config.Listener, log *slog.Logger, cl *clu
 		cc.Store, f.store, f.redis = cs, cs, cs.metrics
 	}
 	if err == nil {
+		err = f.connRateStore(&cc, cl)
+	}
+	if err == nil {
 		f.conns, err = connlimit.NewListener(raw, cc)
 	}
 	if err != nil {
@@ -188,6 +193,7 @@ func bindFrontOn(raw net.Listener, lc config.Listener, log *slog.Logger, cl *clu
 		return nil, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
 	}
 	f.stats = promlimit.NewConnCollector(f.conns, promlimit.Opts{ConstLabels: prometheus.Labels{"listener": lc.Name}})
+	f.stats = f.withConnRateStats(f.stats, cc.ConnRateStore)
 	if lc.Protocol.IsHTTP() {
 		f.http = newHTTPServers(f)
 	}
@@ -217,6 +223,9 @@ func (f *front) connConfig(log *slog.Logger) connlimit.Config {
 	for _, o := range lc.ConnOverrides {
 		c.Overrides = append(c.Overrides, connlimit.Override{Prefix: o.CIDR, Max: o.Max})
 	}
+	if lc.ConnRate != nil {
+		c.ConnRate = lc.ConnRate.Limit()
+	}
 	return c
 }
 
@@ -234,10 +243,17 @@ func (f *front) serving() bool {
 }
 
 // stopAccepting makes a TCP front accept no more connections, leaving
-// those it has to drain. Its socket stays open if a new front shares it.
+// those it has to drain, and returns once its accept loop has ended: a
+// connection the loop took from the socket as it was closed is then
+// admitted and listed, so that a front adopting f's connections sees it.
+// Its socket stays open if a new front shares it.
 func (f *front) stopAccepting() {
-	if f.conns != nil {
-		_ = f.conns.Close()
+	if f.conns == nil {
+		return
+	}
+	_ = f.conns.Close()
+	if f.serving() {
+		<-f.served
 	}
 }
 
@@ -367,6 +383,9 @@ func (f *front) closeUnserved() {
 func (f *front) closeStore() {
 	if f.store != nil {
 		_ = f.store.Close()
+	}
+	if f.rates != nil {
+		_ = f.rates.Close()
 	}
 }
 

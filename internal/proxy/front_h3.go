@@ -31,13 +31,14 @@ type h3Front struct {
 	tr        *quic.Transport
 	ctrl      *quicadmit.Controller
 	perClient *limit.Limiter[clientkey.Key]
+	rates     h3Rates // handshake_rate
 	ln        *quicadmit.Listener
 	srv       *http3.Server
 }
 
 // bindH3 binds the UDP socket of an http3 listener and sets up its
 // admission; it does not serve yet. On error nothing is left open.
-func bindH3(f *front) error {
+func bindH3(f *front, cl *cluster) error {
 	lc := &f.cfg
 	udp, err := net.ListenPacket("udp", lc.Listen)
 	if err != nil {
@@ -59,12 +60,16 @@ func bindH3(f *front) error {
 	if err != nil {
 		return fail(err)
 	}
+	if err := h.rates.build(f, cl); err != nil {
+		return fail(err)
+	}
 	qc := quicadmit.Config{
 		RetryThresholdMin: lc.QUIC.RetryThresholdMin,
 		RetryThresholdMax: lc.QUIC.RetryThresholdMax,
 		MaxInProgress:     lc.QUIC.MaxInProgress,
 		HandshakeTimeout:  admissionBackstop(lc.QUIC.HandshakeTimeout),
 		PerClient:         h.perClient,
+		PerClientRate:     h.rates.handshake,
 		Keyer:             f.id.keyer,
 		Logger:            f.log,
 	}
@@ -184,6 +189,7 @@ func (h *h3Front) closeAll() {
 	if h.perClient != nil {
 		_ = h.perClient.Close()
 	}
+	h.rates.close()
 }
 
 // stats maps the QUIC admission counts onto connection counts: a completed
@@ -196,7 +202,7 @@ func (h *h3Front) stats() connlimit.Stats {
 		Accepted: s.Completed,
 		Open:     int64(h.perClient.Totals().InUse),
 		Pending:  s.InProgress,
-		Refused:  connlimit.Refused{ClientCap: s.PerClientRefused},
+		Refused:  connlimit.Refused{ClientCap: s.PerClientRefused, ClientRate: s.PerClientRateRefused},
 	}
 }
 
@@ -246,7 +252,7 @@ func (c *quicCollector) Collect(ch chan<- prometheus.Metric) {
 		n       uint64
 	}{
 		{"admitted", s.Admitted}, {"retried", s.Retried}, {"refused", s.Refused},
-		{"per_client_refused", s.PerClientRefused}, {"completed", s.Completed},
+		{"per_client_refused", s.PerClientRefused}, {"per_client_rate_refused", s.PerClientRateRefused}, {"completed", s.Completed},
 		{"failed", s.Failed}, {"timed_out", s.TimedOut}, {"abandoned", s.Abandoned},
 	} {
 		ch <- prometheus.MustNewConstMetric(c.attempts, prometheus.CounterValue, float64(x.n), x.outcome)

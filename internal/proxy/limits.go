@@ -225,42 +225,14 @@ func keyFunc(k config.LimitKey, id identity) (httplimit.KeyFunc, error) {
 
 // cidrPermits turns client_ip overrides, written as addresses or CIDRs, into
 // a permits function over client keys: the longest override prefix holding
-// the whole key wins. Nil when there is no override.
+// the whole key wins (see cidrLookup). Nil when there is no override.
 func cidrPermits(overrides map[string]int) func(string) int {
-	if len(overrides) == 0 {
+	lookup := cidrLookup(overrides)
+	if lookup == nil {
 		return nil
 	}
-	type entry struct {
-		pfx netip.Prefix
-		n   int
-	}
-	var entries []entry
-	for s, n := range overrides {
-		pfx, err := netip.ParsePrefix(s)
-		if err != nil {
-			addr, err := netip.ParseAddr(s)
-			if err != nil {
-				continue // Validate refuses these
-			}
-			pfx = netip.PrefixFrom(addr, addr.BitLen())
-		}
-		if pfx.Addr().Is4In6() {
-			pfx = netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits()-96)
-		}
-		entries = append(entries, entry{pfx.Masked(), n})
-	}
 	return func(key string) int {
-		k, err := clientkey.ParseKey(key)
-		if err != nil {
-			return 0
-		}
-		kp := k.Prefix()
-		best, bestBits := 0, -1
-		for _, e := range entries {
-			if e.pfx.Bits() <= kp.Bits() && e.pfx.Contains(kp.Addr()) && e.pfx.Bits() > bestBits {
-				best, bestBits = e.n, e.pfx.Bits()
-			}
-		}
-		return best
+		n, _ := lookup(key)
+		return n
 	}
 }

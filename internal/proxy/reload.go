@@ -174,10 +174,16 @@ func (s *Server) prepare(cfg *config.Config) (*reloadPlan, error) {
 
 // socketHolder returns the running front, not spoken for, bound to the
 // address lc listens on with the same kind of socket (TCP or UDP), or nil.
+// A port 0 address names the socket its own listener was given, never
+// another listener's: "127.0.0.1:0" written for two listeners means two
+// sockets.
 func socketHolder(running []*front, lc config.Listener, taken map[*front]bool) *front {
 	udp := lc.Protocol == config.ProtocolHTTP3
 	for _, f := range running {
-		if !taken[f] && (f.h3 != nil) == udp && f.sameAddr(lc.Listen) {
+		if taken[f] || (f.h3 != nil) != udp {
+			continue
+		}
+		if sameBoundAddr(f.addr(), lc.Listen) || (f.cfg.Name == lc.Name && f.sameAddr(lc.Listen)) {
 			return f
 		}
 	}

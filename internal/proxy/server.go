@@ -265,6 +265,7 @@ func (s *Server) installTables(built builtTables) {
 			for _, l := range t.retired(old) {
 				s.retire(l)
 			}
+			s.retireRates(t, old)
 			s.retireExtras(old, t)
 		}
 	}
@@ -274,6 +275,7 @@ func (s *Server) installTables(built builtTables) {
 			for _, l := range old.limiters() {
 				s.retire(l)
 			}
+			s.retireRates(nil, old)
 			s.retireExtras(old, nil)
 			delete(s.tables, name)
 		}
@@ -532,6 +534,9 @@ func (s *Server) closeTables() {
 		t := p.Load()
 		for _, l := range t.limiters() {
 			l.close()
+		}
+		for _, r := range t.rates() {
+			r.close()
 		}
 		t.closeExtras()
 	}

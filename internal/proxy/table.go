@@ -14,8 +14,9 @@ import (
 // reload stores a new table, and a request that already loaded the old one
 // finishes on it, with its limiters and upstreams.
 type routeTable struct {
-	handler http.Handler // authentication, the listener's client limit, then the router or the forward proxy
+	handler http.Handler // authentication, the listener's rate, then the router or the forward proxy
 	client  *limiter     // nil without a client limit
+	rate    *rateLimiter // the listener's rate; nil without
 	routes  []*routeState
 	auth    *authState    // nil without authentication
 	forward *forwardState // nil for a reverse listener
@@ -24,8 +25,9 @@ type routeTable struct {
 // routeState is a route's limiters, kept for snapshots, metrics and reuse.
 type routeState struct {
 	name   string
-	limit  *limiter // nil: no limit
-	shadow *limiter // nil: no shadow limit
+	rate   *rateLimiter // nil: no rate
+	limit  *limiter     // nil: no limit
+	shadow *limiter     // nil: no shadow limit
 }
 
 // limiters returns every limiter of t.
@@ -67,15 +69,32 @@ type tableBuilder struct {
 	access    *accessLogger // where access lines go
 }
 
+// build builds the table. A request passes, in order: authentication, the
+// listener's rate, the router, the route's rate, the listener's client
+// limit, the route's shadow limit and limit, the proxy: every rate before
+// every concurrency limit, so that a request a rate delays holds no permit
+// while it waits.
 func (b *tableBuilder) build() (*routeTable, error) {
 	if b.lc.IsForward() {
 		return b.buildForward()
 	}
 	t := &routeTable{}
+	var err error
+	if cl := b.lc.ClientLimit; cl != nil {
+		if t.client, err = b.limiter(cl, "", kindClient); err != nil {
+			return nil, err
+		}
+	}
+	if b.lc.Rate != nil {
+		if t.rate, err = b.rateLimiter(b.lc.Rate, ""); err != nil {
+			t.closeNew(b.old)
+			return nil, err
+		}
+	}
 	var routes []*route
 	for i := range b.lc.Routes {
 		rc := &b.lc.Routes[i]
-		rs, h, err := b.route(rc)
+		rs, h, err := b.route(rc, t.client)
 		if err != nil {
 			t.closeNew(b.old)
 			return nil, err
@@ -91,14 +110,8 @@ func (b *tableBuilder) build() (*routeTable, error) {
 		routes = append(routes, r)
 	}
 	var h http.Handler = &router{routes: routes}
-	if cl := b.lc.ClientLimit; cl != nil {
-		l, err := b.limiter(cl, "", kindClient)
-		if err != nil {
-			t.closeNew(b.old)
-			return nil, err
-		}
-		t.client = l
-		h = l.lim.Wrap(h)
+	if t.rate != nil {
+		h = t.rate.wrap(h)
 	}
 	if err := b.authenticate(t, &h); err != nil {
 		t.closeNew(b.old)
@@ -117,7 +130,9 @@ func (b *tableBuilder) exchangeOpts() exchangeOpts {
 	return o
 }
 
-func (b *tableBuilder) route(rc *config.Route) (*routeState, http.Handler, error) {
+// route builds the chain of one route, client being the listener's client
+// limit (nil: none). On error nothing it built is left open.
+func (b *tableBuilder) route(rc *config.Route, client *limiter) (*routeState, http.Handler, error) {
 	p, err := newPool(rc.Upstreams)
 	if err != nil {
 		return nil, nil, fmt.Errorf("proxy: listener %s route %s: %w", b.lc.Name, rc.Name, err)
@@ -138,12 +153,20 @@ func (b *tableBuilder) route(rc *config.Route) (*routeState, http.Handler, error
 		// Outside the enforcing limit, so it sees every request of the
 		// route, including those the enforcing limit refuses or queues.
 		if rs.shadow, err = b.limiter(rc.ShadowLimit, rc.Name, kindShadow); err != nil {
-			if rs.limit != nil && !b.old.owns(rs.limit) {
-				rs.limit.close()
-			}
+			(&routeTable{routes: []*routeState{rs}}).closeNew(b.old)
 			return nil, nil, err
 		}
 		h = rs.shadow.lim.Wrap(h)
+	}
+	if client != nil {
+		h = client.lim.Wrap(h)
+	}
+	if rc.Rate != nil {
+		if rs.rate, err = b.rateLimiter(rc.Rate, rc.Name); err != nil {
+			(&routeTable{routes: []*routeState{rs}}).closeNew(b.old)
+			return nil, nil, err
+		}
+		h = rs.rate.wrap(h)
 	}
 	return rs, h, nil
 }
@@ -196,14 +219,15 @@ func (t *routeTable) owns(l *limiter) bool {
 	return false
 }
 
-// closeNew closes the limiters, authenticator and forward proxy of a table
-// that failed to build or was discarded and are not borrowed from old.
+// closeNew closes the limiters, rates, authenticator and forward proxy of a
+// table that failed to build or was discarded and are not borrowed from old.
 func (t *routeTable) closeNew(old *routeTable) {
 	for _, l := range t.limiters() {
 		if !old.owns(l) {
 			l.close()
 		}
 	}
+	t.closeNewRates(old)
 	if a := t.authenticator(); a != nil && a != old.authenticator() {
 		_ = a.Close()
 	}

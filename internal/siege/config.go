@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -207,19 +208,30 @@ type Config struct {
 
 	// Logger receives a line when a run starts and ends. Nil means discard.
 	Logger *slog.Logger
+
+	// Progress, when not nil, receives a line every ProgressInterval while
+	// the run lasts: the time elapsed, the phase, the legitimate requests
+	// so far and how many succeeded, and the attack connections held and
+	// refused. Nil means no progress lines.
+	Progress io.Writer
+
+	// ProgressInterval is the time between two Progress lines. Zero means
+	// 1 s; negative is invalid.
+	ProgressInterval time.Duration
 }
 
 // Defaults for [Config].
 const (
-	DefaultDuration       = 10 * time.Second
-	DefaultClients        = 16
-	DefaultThroughputConn = 16
-	DefaultAttackConns    = 3000
-	DefaultTimeout        = 2 * time.Second
-	DefaultSlowPath       = "/slow?ms=5000"
-	DefaultHeaderInterval = 5 * time.Second
-	DefaultGrace          = 500 * time.Millisecond
-	DefaultConnectRate    = 5000
+	DefaultDuration         = 10 * time.Second
+	DefaultClients          = 16
+	DefaultThroughputConn   = 16
+	DefaultAttackConns      = 3000
+	DefaultTimeout          = 2 * time.Second
+	DefaultSlowPath         = "/slow?ms=5000"
+	DefaultHeaderInterval   = 5 * time.Second
+	DefaultGrace            = 500 * time.Millisecond
+	DefaultConnectRate      = 5000
+	DefaultProgressInterval = time.Second
 )
 
 // Default source addresses.
@@ -298,6 +310,7 @@ func (s *settings) checkDurations() error {
 		{"Timeout", &s.Timeout, DefaultTimeout},
 		{"HeaderInterval", &s.HeaderInterval, DefaultHeaderInterval},
 		{"Grace", &s.Grace, DefaultGrace},
+		{"ProgressInterval", &s.ProgressInterval, DefaultProgressInterval},
 	} {
 		if *d.v < 0 {
 			return invalid("%s must be ≥ 0, got %v", d.name, *d.v)

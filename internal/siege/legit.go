@@ -40,6 +40,7 @@ type legitLoop struct {
 	tls    *tls.Config // nil for http
 	req    []byte
 	stats  loopStats
+	live   liveCounts // requests and successes, for the progress line
 
 	conn *countingConn // nil between connections
 	br   *bufio.Reader
@@ -115,11 +116,13 @@ func (l *legitLoop) request(ctx context.Context, end time.Time) {
 		return
 	}
 	l.stats.requests++
+	l.live.requests.Add(1)
 	switch {
 	case err != nil:
 		l.stats.errors.count(classify(err))
 	case status < 400:
 		l.stats.successes++
+		l.live.successes.Add(1)
 		l.stats.latency.record(finished.Sub(begin))
 	case status == 429:
 		l.stats.errors.Status429++

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 )
 
 // Exit codes of [Main].
@@ -37,8 +38,9 @@ Scenarios (-scenario):
 
 With -baseline the none scenario runs first for the same duration and the
 report ends with the goodput ratio (attacked successes/s over baseline) and
-the p99 ratio. Exit status: 0 done, 1 the run failed or missed a -require-*
-bound, 2 bad usage.
+the p99 ratio. A run longer than 2s prints a progress line to stderr every
+second (-progress=false: none). Exit status: 0 done, 1 the run failed or
+missed a -require-* bound, 2 bad usage.
 
 Flags:
 `
@@ -51,7 +53,12 @@ type options struct {
 	baselineTarget string
 	requireGoodput float64
 	requireP99     float64
+	progress       bool
 }
+
+// progressAfter is the run length from which Main prints progress lines:
+// shorter runs end before anyone wonders whether they hang.
+const progressAfter = 2 * time.Second
 
 // Main runs the siege command with args (without the program and command
 // names), writing reports to stdout and diagnostics to stderr, and returns
@@ -62,6 +69,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	opts, code, done := parseArgs(args, stdout, stderr)
 	if done {
 		return code
+	}
+	if opts.progress && opts.cfg.Warmup+opts.cfg.Duration > progressAfter {
+		opts.cfg.Progress = stderr
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -96,6 +106,7 @@ func newFlagSet(o *options, stderr io.Writer) (*flag.FlagSet, func() error) {
 	fs.StringVar(&o.baselineTarget, "baseline-target", "", "URL for the baseline run (default URL; e.g. the backend directly); implies -baseline")
 	fs.Float64Var(&o.requireGoodput, "require-goodput", 0, "with -baseline: fail unless the goodput ratio is at least this (e.g. 0.99)")
 	fs.Float64Var(&o.requireP99, "require-p99", 0, "with -baseline: fail unless the p99 ratio is at most this (e.g. 1.5)")
+	fs.BoolVar(&o.progress, "progress", true, "on runs longer than 2s, print a progress line to stderr every second")
 
 	finish := func() error {
 		var err error

@@ -88,12 +88,19 @@ func (s *settings) preflight(ctx context.Context) error {
 func (s *settings) run(ctx context.Context) *Report {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var attackers sync.WaitGroup
+	var attackers, reporter sync.WaitGroup
 	var att *attacker
+	loops := s.newLoops()
 	attackStart := time.Now()
 	if s.hasAttacker() {
 		att = newAttacker(s)
 		att.start(runCtx, &attackers)
+	}
+	progressCtx, stopProgress := context.WithDeadline(runCtx, attackStart.Add(s.Warmup+s.Duration))
+	defer stopProgress()
+	if s.Progress != nil {
+		p := &progress{s: s, begin: attackStart, loops: loops, att: att, planned: s.Warmup + s.Duration}
+		reporter.Go(func() { p.run(progressCtx) })
 	}
 	warmup := time.NewTimer(time.Until(attackStart.Add(s.Warmup)))
 	select {
@@ -102,7 +109,6 @@ func (s *settings) run(ctx context.Context) *Report {
 		warmup.Stop()
 	}
 
-	loops := s.newLoops()
 	cpu := s.startCPU()
 	start := time.Now()
 	legitCtx, stopLegit := context.WithDeadline(runCtx, start.Add(s.Duration))
@@ -120,6 +126,7 @@ func (s *settings) run(ctx context.Context) *Report {
 	cancel()
 	clients.Wait()
 	attackers.Wait()
+	reporter.Wait() // no goroutine of Run's outlives it
 
 	rep := &Report{
 		Scenario: s.Scenario,

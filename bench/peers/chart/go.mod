@@ -1,0 +1,24 @@
+module github.com/seed-a07d1050/portcullis/bench/peers/chart
+
+go 1.26.0
+
+require (
+	github.com/seed-a07d1050/portcullis v0.0.0-00010101000000-000000000000
+	gonum.org/v1/plot v0.17.0
+)
+
+require (
+	codeberg.org/go-fonts/liberation v0.5.0 // indirect
+	codeberg.org/go-latex/latex v0.2.0 // indirect
+	codeberg.org/go-pdf/fpdf v0.11.1 // indirect
+	git.sr.ht/~sbinet/gg v0.7.0 // indirect
+	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
+	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
+	golang.org/x/image v0.30.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
+)
+
+// The chart reads siege reports with the root module's own types.
+replace github.com/seed-a07d1050/portcullis => ../../..
