@@ -33,6 +33,9 @@ type httpServers struct {
 	tls *tls.Config
 
 	base context.Context // the base of every request's context; set by start
+	// handoffDone is closed when std's Serve of handoff returns; nil until
+	// start, and without a handoff.
+	handoffDone chan struct{}
 }
 
 // newHTTPServers builds the servers of f, an http or https front, without
@@ -90,33 +93,38 @@ func newHTTPServers(f *front) *httpServers {
 }
 
 // start serves the connections of conns on their own goroutines, with
-// base as the base of every request's context, and closes served once
-// every server has stopped. The connection caps run before any TLS
-// handshake: the TLS listener wraps conns.
+// base as the base of every request's context, and closes served once the
+// loop accepting from conns has returned (when conns is closed), as a
+// reload that takes over the socket waits for. The connection caps run
+// before any TLS handshake: the TLS listener wraps conns. With a handoff,
+// std goes on serving the HTTP/2 connections whose handshakes were under
+// way until shutdown or close.
 func (h *httpServers) start(conns net.Listener, base context.Context, served chan<- struct{}, log func(error)) {
 	h.base = base
-	var wg sync.WaitGroup
-	run := func(serve func() error) {
-		wg.Go(func() {
-			if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-				log(err)
-			}
-		})
+	check := func(err error) {
+		if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			log(err)
+		}
 	}
-	switch {
-	case h.fast == nil && h.std.TLSConfig != nil:
-		run(func() error { return h.std.ServeTLS(conns, "", "") })
-	case h.fast == nil:
-		run(func() error { return h.std.Serve(conns) })
-	case h.handoff != nil:
-		run(func() error { return h.std.Serve(h.handoff) })
-		run(func() error { return h.fast.Serve(tls.NewListener(conns, h.tls)) })
-	default:
-		run(func() error { return h.fast.Serve(conns) })
+	if h.handoff != nil {
+		h.handoffDone = make(chan struct{})
+		go func() {
+			defer close(h.handoffDone)
+			check(h.std.Serve(h.handoff))
+		}()
 	}
 	go func() {
-		wg.Wait()
-		close(served)
+		defer close(served)
+		switch {
+		case h.fast == nil && h.std.TLSConfig != nil:
+			check(h.std.ServeTLS(conns, "", ""))
+		case h.fast == nil:
+			check(h.std.Serve(conns))
+		case h.handoff != nil:
+			check(h.fast.Serve(tls.NewListener(conns, h.tls)))
+		default:
+			check(h.fast.Serve(conns))
+		}
 	}()
 }
 
@@ -136,10 +144,19 @@ func (h *httpServers) shutdown(ctx context.Context) error {
 		err = h.fast.Shutdown(ctx)
 	}
 	wg.Wait()
+	h.waitHandoff()
 	if err == nil {
 		err = stdErr
 	}
 	return err
+}
+
+// waitHandoff waits for std's Serve of the handoff to return, which it
+// does as soon as std is shut down or closed.
+func (h *httpServers) waitHandoff() {
+	if h.handoffDone != nil {
+		<-h.handoffDone
+	}
 }
 
 // close closes every listener and connection of the servers at once;
@@ -151,4 +168,5 @@ func (h *httpServers) close() {
 	if h.std != nil {
 		_ = h.std.Close()
 	}
+	h.waitHandoff()
 }
