@@ -65,7 +65,9 @@ listeners:
 // the bearer token; a request without it, or with another, gets 401 and a
 // WWW-Authenticate challenge, and learns nothing (not even which paths
 // exist).
-func TestAdminTokenRequired(t *testing.T) {
+func TestAdminTokenRequired(t *testing.T) { bothServers(t, testAdminTokenRequired) }
+
+func testAdminTokenRequired(t *testing.T) {
 	tokenFile := filepath.Join(t.TempDir(), "admin.token")
 	writeToken(t, tokenFile, adminToken)
 	d := startDaemon(t, adminTokenConfig(tokenFile))
@@ -106,7 +108,9 @@ func TestAdminTokenRequired(t *testing.T) {
 // A reload reads the token file again: a rotated token replaces the old
 // one at once, a configuration without token_file opens the endpoints, and
 // an unusable token file is refused with the old token kept.
-func TestAdminTokenFollowsReload(t *testing.T) {
+func TestAdminTokenFollowsReload(t *testing.T) { bothServers(t, testAdminTokenFollowsReload) }
+
+func testAdminTokenFollowsReload(t *testing.T) {
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "admin.token")
 	writeToken(t, tokenFile, adminToken)
@@ -153,7 +157,9 @@ func TestAdminTokenFollowsReload(t *testing.T) {
 // The daemon warns when its admin listener is reachable beyond loopback
 // without a token: at start, and at a reload that moves it there or takes
 // its token away; not on loopback, and not with a token.
-func TestAdminExposureWarning(t *testing.T) {
+func TestAdminExposureWarning(t *testing.T) { bothServers(t, testAdminExposureWarning) }
+
+func testAdminExposureWarning(t *testing.T) {
 	tokenFile := filepath.Join(t.TempDir(), "admin.token")
 	writeToken(t, tokenFile, adminToken)
 	const warning = "admin listener reachable beyond loopback without admin.token_file"

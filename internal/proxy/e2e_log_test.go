@@ -114,7 +114,9 @@ func parseJSONLines(t *testing.T, text string) []jsonLine {
 // its route limit with JSON logs, and checks the fields of both lines: each
 // key once, reasons spelled as the metrics spell them, the count of lines
 // left out under one name, and addresses as strings.
-func TestRefusalLinesInJSON(t *testing.T) {
+func TestRefusalLinesInJSON(t *testing.T) { bothServers(t, testRefusalLinesInJSON) }
+
+func testRefusalLinesInJSON(t *testing.T) {
 	b := startBackend(t)
 	cfg := parseConfig(t, `
 log: {format: json, level: info}

@@ -26,6 +26,10 @@ import (
 // not rate × duration, so that a machine that stalls under load does not
 // fail the test.
 func TestClusterHoldsOneRateAcrossNodes(t *testing.T) {
+	bothServers(t, testClusterHoldsOneRateAcrossNodes)
+}
+
+func testClusterHoldsOneRateAcrossNodes(t *testing.T) {
 	redis := redistest.Start(t)
 	lim := rate.Limit{Rate: rate.PerSecond(100), Burst: 9, Delay: rate.NoDelay}
 	const d = 3 * time.Second
@@ -161,7 +165,9 @@ func replayGCRA(t *testing.T, lim rate.Limit, offers []time.Duration) int64 {
 // When Redis cannot answer, a rate follows cluster.on_error as a limit
 // does: closed refuses with 503 (not 429: the client is not over its rate),
 // and once Redis is back the rate decides again.
-func TestClusterRateWhenRedisIsDown(t *testing.T) {
+func TestClusterRateWhenRedisIsDown(t *testing.T) { bothServers(t, testClusterRateWhenRedisIsDown) }
+
+func testClusterRateWhenRedisIsDown(t *testing.T) {
 	redis := redistest.Start(t)
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}

@@ -32,6 +32,10 @@ func (d *daemon) rateOf(listener, route string) *proxy.RateSnapshot {
 // lets another client through; the refused request never reaches the
 // route's concurrency limit nor the backend.
 func TestRouteRateRefuses429WithHeadersFromState(t *testing.T) {
+	bothServers(t, testRouteRateRefuses429WithHeadersFromState)
+}
+
+func testRouteRateRefuses429WithHeadersFromState(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -121,6 +125,10 @@ func okWithin(got, want string) bool {
 // a client_limit and a route limit of one permit each and no queue, four
 // requests sent at once all succeed, one after the other.
 func TestRouteRateDelaySpacesRequestsWithoutHoldingPermits(t *testing.T) {
+	bothServers(t, testRouteRateDelaySpacesRequestsWithoutHoldingPermits)
+}
+
+func testRouteRateDelaySpacesRequestsWithoutHoldingPermits(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -180,7 +188,9 @@ listeners:
 // accept: closed without an answer, before the server reads a byte, and
 // counted as client_rate refusals; other clients are not affected, and
 // closing a connection gives nothing back (a rate is not a cap).
-func TestConnRateRefusesAtAccept(t *testing.T) {
+func TestConnRateRefusesAtAccept(t *testing.T) { bothServers(t, testConnRateRefusesAtAccept) }
+
+func testConnRateRefusesAtAccept(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -237,7 +247,9 @@ listeners:
 // state per client whichever listener and protocol they come by; an http3
 // listener's handshake_rate refuses a proven client's QUIC connections
 // past its rate.
-func TestRateCountsHTTP2AndHTTP3Alike(t *testing.T) {
+func TestRateCountsHTTP2AndHTTP3Alike(t *testing.T) { bothServers(t, testRateCountsHTTP2AndHTTP3Alike) }
+
+func testRateCountsHTTP2AndHTTP3Alike(t *testing.T) {
 	certFile, keyFile, pool := selfSigned(t)
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
@@ -323,6 +335,10 @@ listeners:
 // A dry-run rate lets every request through at once and counts what it
 // would have refused and delayed.
 func TestRateDryRunCountsWithoutRefusing(t *testing.T) {
+	bothServers(t, testRateDryRunCountsWithoutRefusing)
+}
+
+func testRateDryRunCountsWithoutRefusing(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -370,6 +386,10 @@ listeners:
 // refused before is still refused after; a reload that changes the rate
 // starts it afresh, and the replaced rate is closed.
 func TestReloadKeepsRateStateWhenUnchanged(t *testing.T) {
+	bothServers(t, testReloadKeepsRateStateWhenUnchanged)
+}
+
+func testReloadKeepsRateStateWhenUnchanged(t *testing.T) {
 	d := startDaemon(t, rateReloadA)
 	c := d.client("127.0.0.2")
 	url := d.url("web", "/")
@@ -437,6 +457,10 @@ func allGoroutines() []string {
 // place back, reaches no upstream and holds nothing; the client's next
 // request takes the place it left.
 func TestDelayedRequestWhoseClientLeavesGivesItsPlaceBack(t *testing.T) {
+	bothServers(t, testDelayedRequestWhoseClientLeavesGivesItsPlaceBack)
+}
+
+func testDelayedRequestWhoseClientLeavesGivesItsPlaceBack(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -504,6 +528,10 @@ listeners:
 // it (a change of its socket settings) starts it afresh, as docs/daemon.md
 // says.
 func TestReloadConnRateFollowsTheListener(t *testing.T) {
+	bothServers(t, testReloadConnRateFollowsTheListener)
+}
+
+func testReloadConnRateFollowsTheListener(t *testing.T) {
 	d := startDaemon(t, connRateReload)
 	addr := d.srv.Addr("web").String()
 	if refusedAtOnce(t, dialFrom(t, "127.0.0.2", addr)) {
@@ -535,7 +563,9 @@ func TestReloadConnRateFollowsTheListener(t *testing.T) {
 // each CONNECT once (not the requests inside its tunnel), whoever sends
 // them; an override exempts one target; authentication comes first, so a
 // request refused 407 is never counted.
-func TestForwardRateByTargetHost(t *testing.T) {
+func TestForwardRateByTargetHost(t *testing.T) { bothServers(t, testForwardRateByTargetHost) }
+
+func testForwardRateByTargetHost(t *testing.T) {
 	limited, tlsTarget, free := newGatedTarget(t, false), newGatedTarget(t, true), newGatedTarget(t, false)
 	d, _ := startForward(t, `
 admin: {listen: "127.0.0.1:0"}
@@ -596,7 +626,9 @@ listeners:
 // A shutdown whose timeout runs out while a request is delayed cuts it
 // off: it ends (503 or a closed connection) without reaching the backend,
 // gives its place back, and leaves nothing held.
-func TestShutdownCutsDelayedRequests(t *testing.T) {
+func TestShutdownCutsDelayedRequests(t *testing.T) { bothServers(t, testShutdownCutsDelayedRequests) }
+
+func testShutdownCutsDelayedRequests(t *testing.T) {
 	d := startDaemon(t, `
 admin: {listen: "127.0.0.1:0"}
 listeners:

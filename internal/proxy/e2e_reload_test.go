@@ -353,7 +353,9 @@ func retiringGoroutines() []string {
 // with slow requests while reloads keep replacing the listener on its
 // socket: the backend never sees more of the client's requests at once
 // than its connection cap, whichever listener generation admitted them.
-func TestReloadsUnderAConnectionFlood(t *testing.T) {
+func TestReloadsUnderAConnectionFlood(t *testing.T) { bothServers(t, testReloadsUnderAConnectionFlood) }
+
+func testReloadsUnderAConnectionFlood(t *testing.T) {
 	const text = `
 admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -410,6 +412,10 @@ listeners:
 // "127.0.0.1:0", both changed: each keeps its own port and never takes over
 // the other's socket.
 func TestReloadKeepsPortZeroSocketsApart(t *testing.T) {
+	bothServers(t, testReloadKeepsPortZeroSocketsApart)
+}
+
+func testReloadKeepsPortZeroSocketsApart(t *testing.T) {
 	text := `
 listeners:
   - name: a
