@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httputil"
+	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
@@ -61,6 +62,7 @@ type tableBuilder struct {
 	transport *uptransport.Transport
 	bufs      httputil.BufferPool
 	accessLog bool
+	drain     time.Duration // the configuration's shutdown_timeout
 }
 
 // build builds the table. A request passes, in order: authentication, the
@@ -225,6 +227,7 @@ func (t *routeTable) closeNew(old *routeTable) {
 	if p := t.forwardProxy(); p != nil && p != old.forwardProxy() {
 		_ = p.Close()
 	}
+	t.closeNewIntercept(old)
 }
 
 // retired returns the limiters of old that t no longer uses.
