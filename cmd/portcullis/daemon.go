@@ -331,7 +331,7 @@ func (e env) serveWith(cfg *config.Config, notes []string, reload func() (*confi
 		}
 		manager.reloading()
 		if reload == nil {
-			log.Warn("SIGHUP ignored: running from flags without --config or --htpasswd, there is no file to read again")
+			log.Warn("SIGHUP ignored: running from flags without --config, --htpasswd or --intercept-ca, there is no file to read again")
 			manager.ready("SIGHUP ignored: running from flags; " + servingStatus(running))
 			continue
 		}
