@@ -46,7 +46,7 @@ type interceptState struct {
 
 // leavesKey is what a Leaves is built from.
 type leavesKey struct {
-	ca  [sha256.Size]byte // of the CA certificate file, then of the key file
+	ca  [sha256.Size]byte // of the CA certificate file's bytes, a zero byte, the key file's
 	cfg config.InterceptLeaves
 }
 

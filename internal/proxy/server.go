@@ -198,8 +198,9 @@ func (s *Server) buildTables(cfg *config.Config) (builtTables, error) {
 		}
 		b := &tableBuilder{
 			lc: lc, id: id, old: s.currentTable(lc.Name), transport: s.transport, bufs: s.bufs,
-			accessLog: cfg.Log.AccessLog, drain: cfg.ShutdownTimeout,
-			deps: limiterDeps{log: s.log, cluster: s.cluster},
+			accessLog: cfg.Log.AccessLog,
+			deps:      limiterDeps{log: s.log, cluster: s.cluster},
+			drain:     cfg.ShutdownTimeout,
 		}
 		t, err := b.build()
 		if err == nil && testHookBuildTable != nil {
