@@ -30,7 +30,8 @@ Usage:
                  [--max-concurrent-per-client N] [--max-rate-per-client "10r/s burst=20"]
                  [--trusted-proxy CIDR ...] [--admin ADDR [--admin-token-file FILE]]
   portcullis run --forward --listen ADDR [--max-concurrent-per-client N]
-                 [--htpasswd FILE] [--forward-allow CIDR ...] [--admin ADDR [--admin-token-file FILE]]
+                 [--htpasswd FILE] [--forward-allow CIDR ...] [--intercept-ca DIR]
+                 [--admin ADDR [--admin-token-file FILE]]
   portcullis check --config FILE
   portcullis ca create --out DIR [--permit-domain NAME ...]
   portcullis demo [--attack]

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/intercept"
 	"github.com/seed-a07d1050/portcullis/internal/proxy"
 	"github.com/seed-a07d1050/portcullis/internal/sdnotify"
 	"github.com/seed-a07d1050/portcullis/rate"
@@ -23,9 +24,9 @@ const runSynopsis = `run --config FILE [--max-concurrent-per-client N]
                       [--max-conn-rate-per-client "20r/s burst=40"] [--trusted-proxy CIDR ...]
                       [--admin ADDR [--admin-token-file FILE]]
        portcullis run --forward --listen ADDR [--max-concurrent-per-client N] [--htpasswd FILE]
-                      [--forward-allow CIDR ...] [--max-conns-per-client N] [--trusted-proxy CIDR ...]
-                      [--max-rate-per-client LIMIT] [--max-conn-rate-per-client LIMIT]
-                      [--admin ADDR [--admin-token-file FILE]]
+                      [--forward-allow CIDR ...] [--intercept-ca DIR] [--max-conns-per-client N]
+                      [--trusted-proxy CIDR ...] [--max-rate-per-client LIMIT]
+                      [--max-conn-rate-per-client LIMIT] [--admin ADDR [--admin-token-file FILE]]
 
 Serves until SIGTERM or SIGINT (then drains in-flight exchanges up to the
 shutdown timeout and exits 0). SIGHUP reloads --config FILE; an invalid file is
@@ -50,6 +51,7 @@ type runFlags struct {
 	forward       bool
 	htpasswd      string
 	forwardAllow  stringList
+	interceptCA   string
 	adminToken    string
 }
 
@@ -69,13 +71,14 @@ func (e env) runCmd(args []string) int {
 	fs.BoolVar(&f.forward, "forward", false, "serve a forward proxy on --listen (clients send absolute-form requests and CONNECT), instead of a reverse proxy to --upstream")
 	fs.StringVar(&f.htpasswd, "htpasswd", "", "with --forward: require proxy authentication (407) against this htpasswd `file` of bcrypt hashes, read again on SIGHUP")
 	fs.Var(&f.forwardAllow, "forward-allow", "with --forward: let this private or loopback `CIDR` through the destination policy; repeatable")
+	fs.StringVar(&f.interceptCA, "intercept-ca", "", "with --forward: intercept the TLS inside every CONNECT with the CA in this `directory` (ca.pem and ca-key.pem, as `portcullis ca create --out DIR` writes them), counting the requests inside one by one; read again on SIGHUP")
 	fs.StringVar(&f.adminToken, "admin-token-file", "", "require the bearer token in this `file` for every admin endpoint but /healthz and /readyz")
 	if code := e.parseFlags(fs, args); code >= 0 {
 		return code
 	}
 	if f.file != "" {
 		if f.listen != "" || len(f.upstreams) > 0 || f.maxConns != 0 || f.synFilter || len(f.trusted) > 0 || f.admin != "" || f.adminToken != "" ||
-			f.forward || f.htpasswd != "" || len(f.forwardAllow) > 0 || f.maxRate != "" || f.maxConnRate != "" {
+			f.forward || f.htpasswd != "" || len(f.forwardAllow) > 0 || f.interceptCA != "" || f.maxRate != "" || f.maxConnRate != "" {
 			fmt.Fprintln(e.stderr, "portcullis run: --config excludes every flag but --max-concurrent-per-client")
 			return exitUsage
 		}
@@ -104,8 +107,8 @@ func (e env) runCmd(args []string) int {
 		return exitUsage
 	}
 	var reload func() (*config.Config, error)
-	if f.htpasswd != "" {
-		reload = f.config // SIGHUP reads the htpasswd file again
+	if f.htpasswd != "" || f.interceptCA != "" {
+		reload = f.config // SIGHUP reads the htpasswd file and the CA again
 	}
 	return e.serve(cfg, reload)
 }
@@ -118,8 +121,8 @@ func (f *runFlags) config() (*config.Config, error) {
 		return nil, errors.New("--forward needs --listen")
 	case f.forward && len(f.upstreams) > 0:
 		return nil, errors.New("--forward excludes --upstream: a forward proxy reaches the target each request names")
-	case !f.forward && (f.htpasswd != "" || len(f.forwardAllow) > 0):
-		return nil, errors.New("--htpasswd and --forward-allow need --forward")
+	case !f.forward && (f.htpasswd != "" || len(f.forwardAllow) > 0 || f.interceptCA != ""):
+		return nil, errors.New("--htpasswd, --forward-allow and --intercept-ca need --forward")
 	case !f.forward && (f.listen == "" || len(f.upstreams) == 0):
 		return nil, errors.New("give --config FILE, or --listen and --upstream, or --forward and --listen")
 	}
@@ -150,6 +153,16 @@ func (f *runFlags) config() (*config.Config, error) {
 				return nil, fmt.Errorf("--htpasswd: %w", err)
 			}
 			ln.Auth = &config.Auth{Htpasswd: abs}
+		}
+		if f.interceptCA != "" {
+			dir, err := filepath.Abs(f.interceptCA)
+			if err != nil {
+				return nil, fmt.Errorf("--intercept-ca: %w", err)
+			}
+			ln.Forward.Intercept = &config.Intercept{
+				CACert: filepath.Join(dir, intercept.CACertFile),
+				CAKey:  filepath.Join(dir, intercept.CAKeyFile),
+			}
 		}
 	}
 	for _, s := range f.trusted {
@@ -318,7 +331,7 @@ func (e env) serveWith(cfg *config.Config, notes []string, reload func() (*confi
 		}
 		manager.reloading()
 		if reload == nil {
-			log.Warn("SIGHUP ignored: running from flags without --config or --htpasswd, there is no file to read again")
+			log.Warn("SIGHUP ignored: running from flags without --config, --htpasswd or --intercept-ca, there is no file to read again")
 			manager.ready("SIGHUP ignored: running from flags; " + servingStatus(running))
 			continue
 		}

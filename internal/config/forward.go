@@ -152,6 +152,11 @@ type Forward struct {
 	// Keys: client_ip, proxy_user, target_host or header:<Name>, each at most once. Nil
 	// means none.
 	Limits []Limit `yaml:"limits"`
+
+	// Intercept turns on TLS interception of the listener's CONNECTs, so that the requests
+	// inside are counted one by one (see [Intercept]). Nil means none: every CONNECT is a
+	// plain tunnel.
+	Intercept *Intercept `yaml:"intercept"`
 }
 
 // Destinations is the destination policy of a forward listener. Rules are checked on the
@@ -241,6 +246,9 @@ func (f *Forward) effective() *Forward {
 			e.Limits[i] = f.Limits[i].effective(false)
 			e.Limits[i].countTunnelsByDefault()
 		}
+	}
+	if f.Intercept != nil {
+		e.Intercept = f.Intercept.effective(&e)
 	}
 	return &e
 }

@@ -151,5 +151,11 @@ func resolveFiles(c *Config, filename string) {
 		if l.Auth != nil {
 			abs(&l.Auth.Htpasswd)
 		}
+		if l.Forward != nil && l.Forward.Intercept != nil {
+			ic := l.Forward.Intercept
+			abs(&ic.CACert)
+			abs(&ic.CAKey)
+			abs(&ic.Upstream.CAFile)
+		}
 	}
 }

@@ -144,6 +144,9 @@ func (v *validator) forward(f *Forward, p string) {
 	if f.Via != "" && (len(f.Via) > 64 || !isHeaderName(f.Via)) {
 		v.addf(p+".via", "must be a token of at most 64 letters, digits and !#$%%&'*+-.^_`|~, such as egress-1 (got %q)", f.Via)
 	}
+	if f.Intercept != nil {
+		v.intercept(f.Intercept, p+".intercept")
+	}
 	keys := make(map[LimitKey]int)
 	for i := range f.Limits {
 		lp := indexPath(p+".limits", i)

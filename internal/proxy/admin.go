@@ -244,6 +244,8 @@ type ForwardSnapshot struct {
 	Denied         uint64          `json:"denied"`
 	Refused        uint64          `json:"refused"`
 	TargetFailures uint64          `json:"target_failures"`
+	// Intercept is the listener's TLS interception; nil without.
+	Intercept *InterceptSnapshot `json:"intercept,omitempty"`
 }
 
 // AuthSnapshot is a listener's authentication counts since its
@@ -340,6 +342,7 @@ func forwardSnapshot(t *routeTable) *ForwardSnapshot {
 		Denied:         st.Denied,
 		Refused:        st.Refused,
 		TargetFailures: st.TargetFailures,
+		Intercept:      interceptSnapshot(t),
 	}
 	for _, l := range t.forward.limits {
 		fs.Limits = append(fs.Limits, *limitSnapshot(l))

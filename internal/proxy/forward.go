@@ -15,10 +15,11 @@ import (
 // forwardState is what a forward listener's table holds besides its
 // client limit and authentication: the proxy and its limits.
 type forwardState struct {
-	cfg    config.Forward // effective, Limits left out: what the proxy was built from
-	proxy  *forward.Proxy
-	limits []*limiter // outermost first
-	stats  prometheus.Collector
+	cfg       config.Forward // effective, Limits and Intercept left out: what the proxy was built from
+	proxy     *forward.Proxy
+	limits    []*limiter // outermost first
+	stats     prometheus.Collector
+	intercept *interceptState // nil without an intercept block
 }
 
 // authState is a listener's authentication: the Authenticator, what it was
@@ -49,10 +50,12 @@ func (t *routeTable) forwardProxy() *forward.Proxy {
 }
 
 // buildForward builds the table of a forward listener: authentication,
-// then the listener's rate, then the client limit, then the forward limits outermost first, then the
+// then the listener's rate, then the client limit, then the forward limits
+// outermost first, then the interceptor (with an intercept block), then the
 // proxy. A request refused by authentication never reaches a limiter, and a
 // request refused by a limiter holds the permits of the limits before it
-// only until it is answered.
+// only until it is answered. The requests inside intercepted sessions pass
+// the same rate and limits again, each with its own permits.
 func (b *tableBuilder) buildForward() (*routeTable, error) {
 	t := &routeTable{forward: &forwardState{}}
 	fail := func(err error) (*routeTable, error) {
@@ -62,34 +65,15 @@ func (b *tableBuilder) buildForward() (*routeTable, error) {
 	if err := b.forwardProxy(t); err != nil {
 		return fail(err)
 	}
+	limits, err := b.forwardLimits(t)
+	if err != nil {
+		return fail(err)
+	}
 	var h http.Handler = t.forward.proxy
-	limits := b.lc.Forward.Limits
-	t.forward.limits = make([]*limiter, len(limits))
-	for i := len(limits) - 1; i >= 0; i-- {
-		l, err := b.limiter(&limits[i], "", forwardKind(limits[i].Key))
-		if err != nil {
-			t.forward.limits = t.forward.limits[i+1:]
-			return fail(err)
-		}
-		t.forward.limits[i] = l
-		h = l.lim.Wrap(h)
+	if err := b.intercept(t, limits, &h); err != nil {
+		return fail(err)
 	}
-	if cl := b.lc.ClientLimit; cl != nil {
-		l, err := b.limiter(cl, "", kindClient)
-		if err != nil {
-			return fail(err)
-		}
-		t.client = l
-		h = l.lim.Wrap(h)
-	}
-	if b.lc.Rate != nil { // before every concurrency limit: a delayed request holds no permit
-		r, err := b.rateLimiter(b.lc.Rate, "")
-		if err != nil {
-			return fail(err)
-		}
-		t.rate = r
-		h = r.wrap(h)
-	}
+	h = limits(h)
 	if err := b.authenticate(t, &h); err != nil {
 		return fail(err)
 	}
@@ -97,12 +81,56 @@ func (b *tableBuilder) buildForward() (*routeTable, error) {
 	return t, nil
 }
 
+// forwardLimits builds the rate, client limit and forward limits of the
+// listener into t, and returns what puts a handler behind them: the rate
+// first, so that a request it delays holds no permit, then the client
+// limit, then the forward limits outermost first. Each call wraps the same
+// limiters, so that every chain it makes counts in them.
+func (b *tableBuilder) forwardLimits(t *routeTable) (func(http.Handler) http.Handler, error) {
+	limits := b.lc.Forward.Limits
+	t.forward.limits = make([]*limiter, len(limits))
+	for i := len(limits) - 1; i >= 0; i-- {
+		l, err := b.limiter(&limits[i], "", forwardKind(limits[i].Key))
+		if err != nil {
+			t.forward.limits = t.forward.limits[i+1:]
+			return nil, err
+		}
+		t.forward.limits[i] = l
+	}
+	if cl := b.lc.ClientLimit; cl != nil {
+		l, err := b.limiter(cl, "", kindClient)
+		if err != nil {
+			return nil, err
+		}
+		t.client = l
+	}
+	if b.lc.Rate != nil {
+		r, err := b.rateLimiter(b.lc.Rate, "")
+		if err != nil {
+			return nil, err
+		}
+		t.rate = r
+	}
+	return func(h http.Handler) http.Handler {
+		for i := len(t.forward.limits) - 1; i >= 0; i-- {
+			h = t.forward.limits[i].lim.Wrap(h)
+		}
+		if t.client != nil {
+			h = t.client.lim.Wrap(h)
+		}
+		if t.rate != nil {
+			h = t.rate.wrap(h)
+		}
+		return h
+	}, nil
+}
+
 // forwardProxy puts in t the proxy of the listener: the old table's when
 // its settings did not change (with its idle target connections and open
 // tunnels), otherwise a new one.
 func (b *tableBuilder) forwardProxy(t *routeTable) error {
 	cfg := *b.lc.Forward
-	cfg.Limits = nil
+	cfg.Limits, cfg.Intercept = nil, nil // the limits and the interceptor are kept on their own
 	if old := b.old; old != nil && old.forward != nil && reflect.DeepEqual(old.forward.cfg, cfg) {
 		t.forward.cfg, t.forward.proxy, t.forward.stats = cfg, old.forward.proxy, old.forward.stats
 		return nil
@@ -218,6 +246,7 @@ func (s *Server) retireExtras(old, t *routeTable) {
 			_ = p.Shutdown(s.base)
 		}()
 	}
+	s.retireIntercept(old, t)
 }
 
 // closeExtras closes t's Authenticator and forward proxy, cutting its
@@ -229,6 +258,7 @@ func (t *routeTable) closeExtras() {
 	if p := t.forwardProxy(); p != nil {
 		_ = p.Close()
 	}
+	t.closeIntercept()
 }
 
 // extraCollectors returns the metrics of t's authentication and forward
@@ -240,6 +270,9 @@ func (t *routeTable) extraCollectors() []prometheus.Collector {
 	}
 	if t.forward != nil {
 		out = append(out, t.forward.stats)
+	}
+	if st := t.interceptState(); st != nil {
+		out = append(out, st.stats)
 	}
 	return out
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
-	"github.com/seed-a07d1050/portcullis/internal/forward"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
@@ -217,7 +216,8 @@ func (s *Server) buildTables(cfg *config.Config) (builtTables, error) {
 		b := &tableBuilder{
 			lc: lc, id: id, old: s.currentTable(lc.Name), transport: s.transport, bufs: s.bufs,
 			accessLog: cfg.Log.AccessLog, access: s.access,
-			deps: limiterDeps{log: s.log, cluster: s.cluster},
+			deps:  limiterDeps{log: s.log, cluster: s.cluster},
+			drain: cfg.ShutdownTimeout,
 		}
 		t, err := b.build()
 		if err == nil && testHookBuildTable != nil {
@@ -256,6 +256,7 @@ func (s *Server) discard(built builtTables) {
 func (s *Server) installTables(built builtTables) {
 	for name, t := range built {
 		t.commitAuth()
+		t.commitIntercept()
 		p := s.tables[name]
 		if p == nil {
 			p = new(atomic.Pointer[routeTable])
@@ -453,14 +454,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
 	s.log.Info("shutting down: draining exchanges")
 	fronts := s.frontList()
-	proxies := s.forwardProxies()
+	proxies := s.hijackers()
 	errs := make(chan error, len(fronts)+len(proxies))
 	for _, f := range fronts {
 		go func() { errs <- f.shutdown(ctx) }()
 	}
 	for _, p := range proxies {
-		// Refuses new CONNECTs, and cuts the tunnels still open when ctx
-		// ends: http.Server.Shutdown does not see hijacked connections.
+		// Refuses new CONNECTs, and cuts the tunnels and intercepted
+		// sessions still open when ctx ends: http.Server.Shutdown does not
+		// see hijacked connections.
 		go func() { errs <- p.Shutdown(ctx) }()
 	}
 	var cut error
@@ -487,19 +489,32 @@ func (s *Server) Close() error {
 	for _, f := range s.frontList() {
 		f.close()
 	}
-	for _, p := range s.forwardProxies() {
-		_ = p.Close() // cuts the tunnels, which http.Server.Close leaves open
+	for _, p := range s.hijackers() {
+		_ = p.Close() // cuts the tunnels and sessions, which http.Server.Close leaves open
 	}
 	s.finish(true)
 	return nil
 }
 
-// forwardProxies returns the forward proxies of the running tables.
-func (s *Server) forwardProxies() []*forward.Proxy {
-	var out []*forward.Proxy
+// hijacker is what serves connections taken over from the listeners'
+// http.Servers: a forward proxy (its tunnels) or an interceptor (its
+// sessions).
+type hijacker interface {
+	Shutdown(context.Context) error
+	Close() error
+}
+
+// hijackers returns the forward proxies and interceptors of the running
+// tables.
+func (s *Server) hijackers() []hijacker {
+	var out []hijacker
 	for _, p := range s.tables {
-		if fp := p.Load().forwardProxy(); fp != nil {
+		t := p.Load()
+		if fp := t.forwardProxy(); fp != nil {
 			out = append(out, fp)
+		}
+		if st := t.interceptState(); st != nil {
+			out = append(out, stoppingInterceptor{st})
 		}
 	}
 	return out

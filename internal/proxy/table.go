@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httputil"
+	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
@@ -67,6 +68,7 @@ type tableBuilder struct {
 	bufs      httputil.BufferPool
 	accessLog bool
 	access    *accessLogger // where access lines go
+	drain     time.Duration // the configuration's shutdown_timeout
 }
 
 // build builds the table. A request passes, in order: authentication, the
@@ -234,6 +236,7 @@ func (t *routeTable) closeNew(old *routeTable) {
 	if p := t.forwardProxy(); p != nil && p != old.forwardProxy() {
 		_ = p.Close()
 	}
+	t.closeNewIntercept(old)
 }
 
 // retired returns the limiters of old that t no longer uses.

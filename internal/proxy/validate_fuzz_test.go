@@ -38,6 +38,8 @@ func FuzzStartAcceptsValidConfigs(f *testing.F) {
 		"listeners:\n  - protocol: http3\n    listen: :443\n    tls: {cert_file: files/server.crt, key_file: files/server.key}\n    quic: {retry: always, max_in_progress: 1, handshake_timeout: 1m}\n    routes: [{upstreams: [http://a]}]\n",
 		"listeners:\n  - protocol: http3\n    listen: :443\n    tls: {cert_file: files/server.crt, key_file: files/server.key}\n    quic: {retry_threshold_min: 2147483646, retry_threshold_max: 1, max_in_progress: 3}\n    routes: [{upstreams: [http://a]}]\n",
 		"admin: {listen: :9901, token_file: files/admin.token}\nlisteners:\n  - protocol: tcp\n    listen: :5432\n    upstream: db:5432\n    tcp_idle_timeout: 2562047h\n",
+		"listeners:\n  - protocol: https\n    listen: :3128\n    mode: forward\n    tls: {cert_file: files/server.crt, key_file: files/server.key}\n    read_timeout: 1ns\n    rate: {rate: 1r/h, key: proxy_user}\n    auth: {htpasswd: files/users.htpasswd}\n    forward:\n      limits: [{key: proxy_user, permits: 1}]\n      intercept: {ca_cert: files/intercept-ca.pem, ca_key: files/intercept-ca-key.pem, intercept: [\"*.example.com\", 10.0.0.0/8, \"[::1]\"], bypass: [\"B\u00fccher.example.\"], handshake_timeout: 2562047h, idle_timeout: 1ns, http2: false, leaves: {validity: 19800h, renew_before: 1ns, cache_size: 2147483646}, upstream: {ca_file: files/server.crt, timeout: 1ns}}\n",
+		"listeners:\n  - protocol: http\n    listen: :3128\n    mode: forward\n    forward: {intercept: {ca_cert: files/intercept-ca.pem, ca_key: files/intercept-ca-key.pem, upstream: {insecure_skip_verify_upstream: true}}}\n",
 	} {
 		f.Add([]byte(s))
 	}
