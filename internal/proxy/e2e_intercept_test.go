@@ -22,7 +22,9 @@ import (
 // target's answer arrives, the session was intercepted (Go sees a leaf of
 // the CA), and the proxy_user limit counted the CONNECT and the request
 // inside one by one.
-func TestInterceptRealClients(t *testing.T) {
+func TestInterceptRealClients(t *testing.T) { bothServers(t, testInterceptRealClients) }
+
+func testInterceptRealClients(t *testing.T) {
 	d := startIntercept(t, interceptAuthed, "")
 	proxyURL := "http://alice:alice-pw@" + d.srv.Addr("egress").String()
 	clients := []struct {
@@ -114,6 +116,10 @@ func goGet(t *testing.T, c *http.Client, url string) answer {
 // and refuses the third with 429; /debug/limits shows the user's two
 // requests, not its tunnel.
 func TestInterceptUserLimitCountsRequestsInsideOneSession(t *testing.T) {
+	bothServers(t, testInterceptUserLimitCountsRequestsInsideOneSession)
+}
+
+func testInterceptUserLimitCountsRequestsInsideOneSession(t *testing.T) {
 	d := startIntercept(t, interceptAuthed, "")
 	c := d.icClient("alice", "alice-pw", "127.0.0.2", d.ca.pool, true)
 	if a := goGet(t, c, d.targetURL("/echo")); a.status != "200" || a.proto != "2" {
@@ -158,6 +164,10 @@ func TestInterceptUserLimitCountsRequestsInsideOneSession(t *testing.T) {
 // the client sees the target's own certificate; another target of the same
 // listener is intercepted.
 func TestInterceptBypassStaysPlainTunnel(t *testing.T) {
+	bothServers(t, testInterceptBypassStaysPlainTunnel)
+}
+
+func testInterceptBypassStaysPlainTunnel(t *testing.T) {
 	d := startIntercept(t, interceptAuthed, `"localhost"`)
 	origin := sharedCert(t).Pool
 	resp, err := d.icClient("alice", "alice-pw", "127.0.0.2", origin, false).Get(d.targetURL("/echo"))
@@ -188,6 +198,10 @@ func TestInterceptBypassStaysPlainTunnel(t *testing.T) {
 // permit goes back; so does that of a client that never starts its
 // handshake (handshake_timeout) and of one that resets during it.
 func TestInterceptUntrustingClientLeavesNoPermit(t *testing.T) {
+	bothServers(t, testInterceptUntrustingClientLeavesNoPermit)
+}
+
+func testInterceptUntrustingClientLeavesNoPermit(t *testing.T) {
 	text := strings.Replace(interceptAuthed, "        bypass:", "        handshake_timeout: 500ms\n        bypass:", 1)
 	d := startIntercept(t, text, "")
 	_, err := d.icClient("alice", "alice-pw", "127.0.0.2", sharedCert(t).Pool, false).Get(d.targetURL("/echo"))
@@ -247,6 +261,10 @@ listeners:
 // minted, the other 150 handshakes served from the cache or by the minting
 // already under way.
 func TestInterceptConcurrentHandshakesMintOncePerName(t *testing.T) {
+	bothServers(t, testInterceptConcurrentHandshakesMintOncePerName)
+}
+
+func testInterceptConcurrentHandshakesMintOncePerName(t *testing.T) {
 	d := startIntercept(t, interceptOpen, "")
 	const names, each = 50, 4
 	addr := d.srv.Addr("egress").String()
@@ -332,6 +350,10 @@ func handshakeThrough(addr, name string, ca *testCA, connected func(), start <-c
 // same session gets 429; another user from the same address passes, the
 // key being the user the CONNECT authenticated as.
 func TestInterceptRateCountsRequestsInside(t *testing.T) {
+	bothServers(t, testInterceptRateCountsRequestsInside)
+}
+
+func testInterceptRateCountsRequestsInside(t *testing.T) {
 	text := strings.Replace(interceptAuthed, "    auth:", "    rate: {rate: 1r/m, burst: 2, nodelay: true, key: proxy_user}\n    auth:", 1)
 	d := startIntercept(t, text, "")
 	c := d.icClient("alice", "alice-pw", "127.0.0.2", d.ca.pool, false)
