@@ -1,6 +1,7 @@
 package intercept_test
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -13,7 +14,7 @@ import (
 // parsing is per entry (an entry accepted in a list is accepted alone).
 func FuzzParseRules(f *testing.F) {
 	for _, s := range []string{"example.com", "*.example.com", "10.0.0.0/8", "[2001:db8::1]", "2001:db8::/32",
-		"Bücher.example.", "*.", "a.*.b", "10.1.2.3/8", "fe80::1%eth0", "::ffff:10.0.0.0/104", "host:443", "", "*"} {
+		"Bücher.example.", "*.", "a.*.b", "10.1.2.3/8", "fe80::1%eth0", "::ffff:10.0.0.0/104", "host:443", "", "*", "::", "2001:db8::1"} {
 		f.Add(s, "other.example")
 	}
 	f.Fuzz(func(t *testing.T, a, b string) {
@@ -31,6 +32,11 @@ func FuzzParseRules(f *testing.F) {
 			name := strings.TrimSpace(e)
 			if strings.Contains(name, "/") || strings.HasPrefix(name, "*.") || strings.HasPrefix(name, "[") {
 				continue
+			}
+			if a, err := netip.ParseAddr(name); err == nil && a.Is6() {
+				// A rule may write an IPv6 address bare; a request
+				// target brackets it.
+				name = "[" + name + "]"
 			}
 			tg, err := forward.ParseTarget(name, 443)
 			if err != nil {
