@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/seed-a07d1050/portcullis/internal/livepage"
+	"github.com/seed-a07d1050/portcullis/internal/redistest"
 )
 
 // liveConfig is a daemon whose route "one" lets each client run one
@@ -314,5 +315,95 @@ func TestLivePageTokenForm(t *testing.T) {
 	}
 	if resp, _ := do("GET", livepage.PagePath, nil, withCookie); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("the old cookie after the token rotated: %d, want 401", resp.StatusCode)
+	}
+}
+
+// With a cluster, the page shows whether Redis answers a PING and, once
+// requests have found it gone, the circuit breakers open.
+func TestLivePageRedisHealth(t *testing.T) {
+	redis := redistest.Start(t)
+	d := startDaemon(t, `admin: {listen: "127.0.0.1:0"}
+cluster:
+  redis: {addrs: ["`+redis.Addr()+`"]}
+  timeout: 2s
+  on_error: closed
+  local_connection_caps: true # connections are admitted with Redis down
+  prefix: "test:`+t.Name()+`:"
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    routes:
+      - name: one
+        upstreams: ["{{backend}}"]
+        limit: {permits: 1}
+`)
+	_, r := events(t, d, nil)
+	if f := listenersFrame(t, r); f.Redis == nil || !f.Redis.Reachable || f.Redis.OpenBreakers != 0 ||
+		!slices.Equal(f.Redis.Addrs, []string{redis.Addr()}) || f.Redis.OnError != "closed" {
+		t.Fatalf("Redis up: %+v", f.Redis)
+	}
+	redis.Stop()
+	c := d.client("127.0.0.2")
+	for i := 0; ; i++ {
+		// Each request fails in Redis and is refused (on_error: closed);
+		// five in a row open the breaker (redisstore's default).
+		for range 5 {
+			if status, _, _ := get(t, c, d.url("web", "/")); status == http.StatusOK {
+				t.Fatal("a request was served with Redis down and on_error: closed")
+			}
+		}
+		f := nextFrame(t, r)
+		if f.Redis != nil && !f.Redis.Reachable && f.Redis.Error != "" && f.Redis.OpenBreakers == 1 && !f.Redis.OutageSince.IsZero() {
+			break
+		}
+		if i == 5 {
+			t.Fatalf("5 frames with Redis down, none shows it: %+v", f.Redis)
+		}
+	}
+}
+
+// An http3 listener shows its QUIC admission, and its clients' connections
+// like a TCP listener's.
+func TestLivePageQUIC(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t)
+	d := startDaemon(t, `
+admin: {listen: "127.0.0.1:0"}
+listeners:
+  - name: tls
+    protocol: https
+    listen: "127.0.0.1:0"
+    tls: {cert_file: "`+certFile+`", key_file: "`+keyFile+`"}
+    routes:
+      - upstreams: ["{{backend}}"]
+  - name: quic
+    protocol: http3
+    listen: "127.0.0.1:0"
+    max_conns_per_client: 1
+    tls: {cert_file: "`+certFile+`", key_file: "`+keyFile+`"}
+    routes_from: tls
+`)
+	c, _ := h3Client(t, "127.0.0.2", pool)
+	if status, _, _ := get(t, c, "https://"+d.srv.Addr("quic").String()+"/"); status != http.StatusOK {
+		t.Fatalf("HTTP/3 request: %d", status)
+	}
+	_, r := events(t, d, nil)
+	for i := 0; ; i++ {
+		f := listenersFrame(t, r)
+		quic, _ := row(f, "quic")
+		want := livepage.Key{Where: "quic connections", Key: "127.0.0.2", InUse: 1}
+		if len(f.QUIC) == 1 && quic.InUse == 1 && slices.Contains(f.Keys, want) {
+			q := f.QUIC[0]
+			if q.Listener != "quic" || q.Threshold <= 0 || q.MaxInProgress <= q.Threshold || q.InProgress != 0 {
+				t.Errorf("QUIC admission: %+v", q)
+			}
+			if quic.Limit != "1 connection per client, routes of tls" {
+				t.Errorf("the http3 listener's bound: %q", quic.Limit)
+			}
+			break
+		}
+		if i == 5 {
+			t.Fatalf("5 frames without the QUIC connection: %+v", f)
+		}
 	}
 }

@@ -130,6 +130,8 @@ func connBound(lc *config.Listener) string {
 	switch n := lc.MaxConnsPerClient; n {
 	case config.Unlimited:
 		parts = append(parts, "no per-client cap")
+	case 1:
+		parts = append(parts, "1 connection per client")
 	default:
 		parts = append(parts, fmt.Sprintf("%d connections per client", n))
 	}
