@@ -163,9 +163,12 @@ func refusedNow(h History) float64 {
 	return round1(h.Accept[n-1] + h.Requests[n-1])
 }
 
+// chartSteps are the tops of the chart's scale, times a power of ten.
+var chartSteps = []float64{1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10}
+
 // chartMax is the top of the chart's scale: the highest sample rounded up
-// to 1, 2 or 5 times a power of ten, and at least 1. live.js computes the
-// same.
+// to one of chartSteps times a power of ten, and at least 1. live.js
+// computes the same.
 func chartMax(h History) float64 {
 	top := 1.0
 	for _, s := range [][]float64{h.Accept, h.Requests} {
@@ -174,7 +177,7 @@ func chartMax(h History) float64 {
 		}
 	}
 	p := math.Pow(10, math.Floor(math.Log10(top)))
-	for _, m := range []float64{1, 2, 5, 10} {
+	for _, m := range chartSteps {
 		if top <= m*p {
 			return m * p
 		}

@@ -24,7 +24,11 @@ type keySource struct{ fakeSource }
 
 func (k *keySource) LiveState(ctx context.Context) State {
 	st := k.fakeSource.LiveState(ctx)
+	l := &st.Listeners[0]
+	l.Protocol, l.Addr, l.Limit, l.InUse, l.Waiting = "http", "127.0.0.1:8080", "16 connections per client", 5, 1
+	l.Limits[0].Limit = "4 per client_ip, queue 4 for 2s"
 	st.Keys = []Key{{Where: "web connections", Key: `<script>alert(1)</script>`, InUse: 3}}
+	st.QUIC = []QUIC{{Listener: "quic", InProgress: 7, Threshold: 256, MaxInProgress: 16384, RetryOn: true}}
 	st.Redis = &Redis{Addrs: []string{"10.0.0.1:6379"}, OnError: "open", Reachable: true, PingMillis: 0.4}
 	return st
 }
@@ -81,7 +85,7 @@ func TestPageIsRenderedOnTheServer(t *testing.T) {
 		`<td class="n refused">34</td>`,
 		`&lt;script&gt;alert(1)&lt;/script&gt;`,
 		`reachable</span>, PING 0.4 ms`,
-		`no http3 listener`,
+		`<td>quic</td><td class="n">7</td><td class="n">256</td><td class="n">16384</td><td>on</td>`,
 		`/live/assets/live.js`,
 	} {
 		if !strings.Contains(body, want) {
@@ -208,13 +212,13 @@ func TestWriteLogin(t *testing.T) {
 	}
 }
 
-// chartMax rounds up to 1, 2 or 5 times a power of ten; chartPoints puts
+// chartMax rounds up to a step of the scale times a power of ten; chartPoints puts
 // the newest sample on the right edge and clamps to the scale.
 func TestChart(t *testing.T) {
 	for _, tc := range []struct {
 		vals []float64
 		want float64
-	}{{nil, 1}, {[]float64{0.3}, 1}, {[]float64{1.5}, 2}, {[]float64{3}, 5}, {[]float64{7, 20}, 20}, {[]float64{2001}, 5000}} {
+	}{{nil, 1}, {[]float64{0.3}, 1}, {[]float64{1.6}, 2}, {[]float64{3.5}, 4}, {[]float64{7, 20}, 20}, {[]float64{2001}, 2500}, {[]float64{8001}, 10000}} {
 		if got := chartMax(History{Accept: tc.vals}); got != tc.want {
 			t.Errorf("chartMax(%v) = %v, want %v", tc.vals, got, tc.want)
 		}

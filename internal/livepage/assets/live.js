@@ -120,7 +120,7 @@ function chartMax(series) {
   let top = 1;
   for (const s of series) for (const v of s) top = Math.max(top, v);
   const p = Math.pow(10, Math.floor(Math.log10(top)));
-  for (const m of [1, 2, 5, 10]) if (top <= m * p) return m * p;
+  for (const m of [1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10]) if (top <= m * p) return m * p;
   return 10 * p;
 }
 
@@ -158,6 +158,7 @@ function draw(f) {
   const t = $("updated");
   t.dateTime = f.time;
   t.textContent = clock(f.time);
+  document.body.dataset.drawn = f.time; // for the tests: the script has drawn this frame
 }
 
 function follow() {
