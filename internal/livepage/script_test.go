@@ -76,7 +76,7 @@ func TestScriptTablesMatchTheServer(t *testing.T) {
 			...[...(r.cells || [])].map((c) => c.className + "=" + c.textContent.replace(/\s+/g, " ").trim()),
 			r.cells ? "" : r.textContent.replace(/\s+/g, " ").trim()].join("|")).join(" / ");
 	})`
-	drawn, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`(` + describe + `)(document)`))
+	drawn, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`(`+describe+`)(document)`))
 	if err != nil {
 		t.Fatal(err)
 	}
