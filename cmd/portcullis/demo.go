@@ -175,6 +175,7 @@ Things to try:
   curl '%[1]s/slow?ms=2000'            # a slow request
   %[3]s
                                         # %[4]s
+  open %[2]s/ in a browser    # the live page: limits, refusals per second, busiest keys
   curl %[2]s/debug/limits              # who holds which connections and permits
   curl -s %[2]s/metrics | grep '^portcullis_'
   portcullis siege --scenario flood %[1]s/   # a flood from 127.0.0.2
@@ -253,7 +254,8 @@ func (e env) demoAttack(f *demoFlags) int {
 	defer stop()
 
 	fmt.Fprintf(e.stdout, "Flooding from 127.0.0.2 (%d connections: half slowloris, half slow requests) while 8 clients on 127.0.0.3-10 use the site.\n", f.attackConns)
-	fmt.Fprintf(e.stdout, "The backend serves %d connections at once, like a server with a fixed worker pool.\n\n", f.backendConns)
+	fmt.Fprintf(e.stdout, "The backend serves %d connections at once, like a server with a fixed worker pool.\n", f.backendConns)
+	fmt.Fprintf(e.stdout, "Live page: http://%s/ (open it to watch the refusals while the flood runs).\n\n", srv.AdminAddr())
 	var runs []attackRun
 	for _, target := range []struct{ label, url string }{
 		{"without portcullis", b.URL() + "/"},

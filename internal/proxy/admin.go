@@ -17,16 +17,19 @@ import (
 
 	"github.com/seed-a07d1050/portcullis/connlimit"
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/livepage"
 	"github.com/seed-a07d1050/portcullis/limit"
 )
 
 // snapshotTop is how many busy keys /debug/limits lists per limiter.
 const snapshotTop = 100
 
-// adminServer serves /metrics, /debug/limits, /healthz and /readyz.
+// adminServer serves /metrics, /debug/limits, /healthz, /readyz and the
+// live page.
 type adminServer struct {
 	ln     net.Listener
 	srv    *http.Server
+	live   *livepage.Sampler // sampled while the admin listener serves
 	served chan struct{}
 }
 
@@ -35,6 +38,7 @@ func startAdmin(addr string, s *Server) (*adminServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: admin listener: %w", err)
 	}
+	live := livepage.NewSampler(liveSource{s}, 0)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metricsOf{s}, upstreamCollector{s.transport})
 	// Everything but the health checks is behind the admin token, when
@@ -47,8 +51,15 @@ func startAdmin(addr string, s *Server) (*adminServer, error) {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(s.Snapshot())
 	})
+	private.Handle("GET "+livepage.PagePath+"{$}", livepage.Page(live, s.log))
+	private.Handle("GET "+livepage.EventsPath, livepage.Events(live))
 	mux := http.NewServeMux()
 	mux.Handle("/", s.requireAdminToken(private))
+	// The live page's way in: a redirect, its token form and its assets
+	// hold no data.
+	mux.Handle("GET /{$}", http.RedirectHandler(livepage.PagePath, http.StatusSeeOther))
+	mux.HandleFunc("POST "+livepage.LoginPath, s.adminLogin)
+	mux.Handle("GET "+livepage.AssetsPath, livepage.Assets())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeShort(w, http.StatusOK, "ok\n")
 	})
@@ -67,6 +78,7 @@ func startAdmin(addr string, s *Server) (*adminServer, error) {
 			IdleTimeout:       60 * time.Second,
 			ErrorLog:          newServerErrorLog(s.log),
 		},
+		live:   live,
 		served: make(chan struct{}),
 	}
 	go func() {
@@ -80,8 +92,11 @@ func startAdmin(addr string, s *Server) (*adminServer, error) {
 
 // adminAuth is the admin listener's bearer token, as its SHA-256 so that
 // comparing it takes the same time whatever the length of what a client
-// sends.
-type adminAuth struct{ sum [sha256.Size]byte }
+// sends, and the live page's cookie derived from it.
+type adminAuth struct {
+	sum    [sha256.Size]byte
+	cookie liveCookie
+}
 
 // loadAdminAuth reads the admin token of cfg; nil without one. It is the
 // part of a reload that may fail, done before anything changes.
@@ -93,7 +108,7 @@ func loadAdminAuth(cfg config.Admin) (*adminAuth, error) {
 	if tok == "" {
 		return nil, nil
 	}
-	return &adminAuth{sum: sha256.Sum256([]byte(tok))}, nil
+	return &adminAuth{sum: sha256.Sum256([]byte(tok)), cookie: newLiveCookie(tok)}, nil
 }
 
 // allows reports whether r carries the token: "Authorization: Bearer
@@ -103,6 +118,11 @@ func (a *adminAuth) allows(r *http.Request) bool {
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
+	return a.matches(tok)
+}
+
+// matches reports whether tok, spaces around it ignored, is the token.
+func (a *adminAuth) matches(tok string) bool {
 	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
 	return subtle.ConstantTimeCompare(sum[:], a.sum[:]) == 1
 }
@@ -115,12 +135,18 @@ func (a *adminAuth) same(b *adminAuth) bool {
 }
 
 // requireAdminToken answers 401 to a request without the admin token, when
-// one is configured; the token in force is read per request, so a reload
-// changes it at once on every admin listener.
+// one is configured: neither the bearer token nor, for the live page, the
+// cookie its token form sets. A browser asking for the live page gets the
+// form. The token in force is read per request, so a reload changes it at
+// once on every admin listener.
 func (s *Server) requireAdminToken(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if a := s.adminAuth.Load(); a != nil && !a.allows(r) {
+		if a := s.adminAuth.Load(); a != nil && !a.allows(r) && !a.allowsCookie(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="portcullis admin"`)
+			if wantsLivePage(r) {
+				livepage.WriteLogin(w, http.StatusUnauthorized, false, s.log)
+				return
+			}
 			writeShort(w, http.StatusUnauthorized, "unauthorized: this endpoint needs the admin token (Authorization: Bearer)\n")
 			return
 		}
@@ -158,7 +184,10 @@ func isLoopback(a net.Addr) bool {
 	return ok && ta.IP.IsLoopback()
 }
 
+// close stops the live page's sampling first, which ends its event
+// streams, so that Shutdown does not wait on them.
 func (a *adminServer) close() {
+	a.live.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if a.srv.Shutdown(ctx) != nil {

@@ -22,7 +22,9 @@
 // limits count in Redis (limit/redisstore).
 //
 // The admin listener serves /metrics (Prometheus, see promlimit), /debug/limits
-// (a JSON [Snapshot]), /healthz and /readyz.
+// (a JSON [Snapshot]), /healthz, /readyz, and the live page (/live/, see
+// internal/livepage) with its event stream, sampled once a second while the
+// admin listener runs.
 //
 // Lifecycle: [Start] binds everything and serves; [Server.Reload] applies a
 // new configuration; [Server.Shutdown] drains and [Server.Close] stops at

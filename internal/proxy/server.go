@@ -160,6 +160,9 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	s.cfg = eff
 	s.fronts.Store(&fronts)
+	if a := s.admin.Load(); a != nil {
+		a.live.Sample() // the live page shows the listeners before its first tick
+	}
 	s.logAdminChange(nil, nil, true)
 	s.log.Info("portcullis started", "listeners", len(fronts), "admin", addrString(s.AdminAddr()))
 	return s, nil

@@ -84,6 +84,15 @@ func (o *OutageLog) changed(id uint64, name string, state func() (BreakerState, 
 	}
 }
 
+// Current reports the outage in progress: how many of the Stores sharing o
+// have their circuit breaker open (or half-open) now, and since when the
+// first of them opened; 0 and the zero Time when Redis answers them all.
+func (o *OutageLog) Current() (open int, since time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.open), o.began
+}
+
 // forget takes a closed Store out of the outage.
 func (o *OutageLog) forget(id uint64) {
 	o.mu.Lock()

@@ -75,3 +75,32 @@ func TestOutageLogOncePerOutage(t *testing.T) {
 		t.Fatalf("recovery of the second outage:\n%s", buf.String())
 	}
 }
+
+// Current follows the breakers: the count of those open and when the
+// outage began, back to zero once the last one closes.
+func TestOutageLogCurrent(t *testing.T) {
+	o := NewOutageLog(slog.New(slog.DiscardHandler))
+	stores := []*fakeBreaker{{}, {}}
+	set := func(i int, st BreakerState) {
+		stores[i].state = st
+		o.changed(uint64(i), "store", stores[i].get, Closed, time.Second, errors.New("down"))
+	}
+	if n, since := o.Current(); n != 0 || !since.IsZero() {
+		t.Fatalf("before any outage: %d open since %v", n, since)
+	}
+	before := time.Now()
+	set(0, BreakerOpen)
+	set(1, BreakerHalfOpen)
+	n, since := o.Current()
+	if n != 2 || since.Before(before) || since.After(time.Now()) {
+		t.Fatalf("two breakers open: Current() = %d, %v (outage began after %v)", n, since, before)
+	}
+	set(0, BreakerClosed)
+	if n, again := o.Current(); n != 1 || !again.Equal(since) {
+		t.Fatalf("one still open: Current() = %d, %v, want 1, %v", n, again, since)
+	}
+	set(1, BreakerClosed)
+	if n, since := o.Current(); n != 0 || !since.IsZero() {
+		t.Fatalf("after the outage: %d open since %v", n, since)
+	}
+}

@@ -1,0 +1,100 @@
+// Package livepage is the admin listener's live page: a server-rendered
+// HTML page of the daemon's listeners, routes, busiest keys, QUIC admission
+// and Redis health, with a chart of the refusals per second over the last
+// 15 minutes, kept up to date by a server-sent event stream.
+//
+// A [Sampler] asks a [Source] (the daemon) for its [State] once a second,
+// turns the refusal counters into rates and keeps the last 900 seconds of
+// them; [Handler] serves the page, the event stream and the embedded
+// assets from it. The package knows nothing of the daemon: it imports no
+// package of Portcullis.
+package livepage
+
+import "time"
+
+// State is what the page shows at one moment. A [Source] fills every field
+// but the rates (RefusedPerSec), which the [Sampler] computes from the
+// refusal counters of two successive States.
+type State struct {
+	Time      time.Time  `json:"time"`
+	Listeners []Listener `json:"listeners"`
+	// Keys are the busiest client keys of every listener and limit,
+	// busiest first: by permits or connections in use, then waiting, then
+	// refusals.
+	Keys []Key `json:"keys"`
+	// QUIC is the handshake admission of every http3 listener.
+	QUIC []QUIC `json:"quic"`
+	// Redis is the cluster's Redis; nil without a cluster section.
+	Redis *Redis `json:"redis"`
+}
+
+// Row is one line of the listeners table: a listener's connections (its
+// refusals happen at accept) or one of its limits (refusals of requests).
+type Row struct {
+	// ID names the row across States ("web", "web/route/slow"); the rate
+	// of a row is computed from the Refused of the same ID a second ago.
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Limit says what bounds the row, as the configuration says it
+	// ("16 connections per client", "4 per client_ip, queue 4").
+	Limit   string `json:"limit"`
+	InUse   int    `json:"in_use"`
+	Waiting int    `json:"waiting"`
+	// Refused counts refusals since the row's limiter was built (a reload
+	// that replaces it starts again from zero).
+	Refused uint64 `json:"refused"`
+	// RefusedPerSec is the rate of Refused over the last sample; the
+	// Sampler fills it.
+	RefusedPerSec float64 `json:"refused_per_sec"`
+}
+
+// Listener is one listener with its connections and its limits.
+type Listener struct {
+	// Row is the listener's connections: open, being admitted, refused at
+	// accept.
+	Row
+	Protocol string `json:"protocol"`
+	Addr     string `json:"addr"`
+	// Limits are the listener's request limits: its per-client limit, its
+	// routes' limits and rates, its forward limits.
+	Limits []Row `json:"limits"`
+}
+
+// Key is one busy client key.
+type Key struct {
+	// Where names the listener and limit that counts the key
+	// ("web connections", "web/slow").
+	Where   string `json:"where"`
+	Key     string `json:"key"`
+	InUse   int    `json:"in_use"`
+	Waiting int    `json:"waiting"`
+	Refused uint64 `json:"refused"`
+}
+
+// QUIC is the handshake admission of one http3 listener.
+type QUIC struct {
+	Listener string `json:"listener"`
+	// InProgress is the handshakes in progress now; above Threshold,
+	// clients without an address token are sent a Retry (RetryOn).
+	InProgress    int64 `json:"in_progress"`
+	Threshold     int64 `json:"threshold"`
+	MaxInProgress int64 `json:"max_in_progress"`
+	RetryOn       bool  `json:"retry_on"`
+	// CompletionRate is the smoothed handshakes completed per second.
+	CompletionRate int64 `json:"completion_rate"`
+}
+
+// Redis is the health of the cluster's Redis as the daemon sees it.
+type Redis struct {
+	Addrs   []string `json:"addrs"`
+	OnError string   `json:"on_error"`
+	// Reachable reports whether a PING was answered within the timeout;
+	// PingMillis is how long it took, Error why it failed.
+	Reachable  bool    `json:"reachable"`
+	PingMillis float64 `json:"ping_ms"`
+	Error      string  `json:"error,omitempty"`
+	// OpenBreakers is how many of the daemon's Redis stores have their
+	// circuit breaker open, since OutageSince (zero when none).
+	OpenBreakers int       `json:"open_breakers"`
+	OutageSince  time.Time `json:"outage_since"`
+}
