@@ -354,3 +354,105 @@ listeners:
 		t.Errorf("the backend saw %d requests, want 1", n)
 	}
 }
+
+// Naming another file is no socket change: the listener is kept, with its
+// counts, and checks against the new file. A reload that does rebuild the
+// listener (a new cap) gives the new one the lists and the refusal counts
+// of the old.
+func TestDenyListFileChangeKeepsListener(t *testing.T) {
+	bothServers(t, testDenyListFileChangeKeepsListener)
+}
+
+func testDenyListFileChangeKeepsListener(t *testing.T) {
+	dir := t.TempDir()
+	first, second := writeList(t, dir, "first", "127.0.0.2\n"), writeList(t, dir, "second", "127.0.0.3\n")
+	text := func(deny string, cap int) string {
+		return `
+admin: {listen: "127.0.0.1:0"}
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    max_conns_per_client: ` + strconv.Itoa(cap) + `
+    deny_file: ` + deny + `
+    routes:
+      - upstreams: ["{{backend}}"]
+`
+	}
+	d := startDaemon(t, text(first, 8))
+	addr := d.srv.Addr("web").String()
+	if !closedUntouched(t, "127.0.0.2", addr) {
+		t.Fatal("127.0.0.2 not refused")
+	}
+	if st, _, _ := get(t, d.client("127.0.0.3"), d.url("web", "/")); st != http.StatusOK {
+		t.Fatalf("127.0.0.3: %d", st)
+	}
+
+	if err := d.srv.Reload(d.sameAddr(text(second, 8))); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if got := d.listener("web").Connections.Accepted; got != 1 {
+		t.Fatalf("accepted %d after naming another file, want the kept listener's 1", got)
+	}
+	if !closedUntouched(t, "127.0.0.3", addr) {
+		t.Fatal("127.0.0.3, in the new file, not refused")
+	}
+	if st, _, _ := get(t, d.client("127.0.0.2"), d.url("web", "/")); st != http.StatusOK {
+		t.Fatalf("127.0.0.2, only in the old file: %d", st)
+	}
+
+	if err := d.srv.Reload(d.sameAddr(text(second, 9))); err != nil {
+		t.Fatalf("reload with a new cap: %v", err)
+	}
+	if got := d.listener("web").Connections.Accepted; got != 0 {
+		t.Fatalf("accepted %d after a new cap, want a rebuilt listener's 0", got)
+	}
+	if !closedUntouched(t, "127.0.0.3", addr) {
+		t.Fatal("127.0.0.3 not refused by the rebuilt listener")
+	}
+	if got := deniedMetric(t, d, "web", "deny_list"); got != 3 {
+		t.Errorf("deny_list refusals %v, want 3 across both reloads", got)
+	}
+}
+
+// An http3 listener whose QUIC settings change is bound again at its
+// address by a reload: the new socket refuses by the lists read for the
+// reload, and keeps counting where the old one stopped.
+func TestDenyListHTTP3Rebind(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t)
+	deny := writeList(t, t.TempDir(), "deny", "127.0.0.2\n")
+	text := func(listen, retry string) string {
+		return `
+admin: {listen: "127.0.0.1:0"}
+listeners:
+  - name: quic
+    protocol: http3
+    listen: "` + listen + `"
+    tls: {cert_file: "` + certFile + `", key_file: "` + keyFile + `"}
+    quic: {retry: ` + retry + `}
+    deny_file: ` + deny + `
+    routes:
+      - upstreams: ["{{backend}}"]
+`
+	}
+	d := startDaemon(t, text("127.0.0.1:0", "always"))
+	listen := d.srv.Addr("quic").String()
+	url := "https://" + listen
+	if err := h3Get(t, "127.0.0.2", url, pool); err == nil {
+		t.Fatal("127.0.0.2 served before the reload")
+	}
+	before := deniedMetric(t, d, "quic", "deny_list")
+	writeList(t, filepath.Dir(deny), "deny", "127.0.0.3\n")
+	if err := d.srv.Reload(parseConfig(t, text(listen, "adaptive"), d.backend.URL())); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if err := h3Get(t, "127.0.0.3", url, pool); err == nil {
+		t.Fatal("127.0.0.3, added to the file, served after the reload")
+	}
+	if err := h3Get(t, "127.0.0.2", url, pool); err != nil {
+		t.Fatalf("127.0.0.2, no longer in the file: %v", err)
+	}
+	if got := deniedMetric(t, d, "quic", "deny_list"); got <= before {
+		t.Errorf("deny_list refusals %v after the rebind, want more than the %v before it", got, before)
+	}
+}
