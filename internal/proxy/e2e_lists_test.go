@@ -350,6 +350,9 @@ listeners:
 	if got := deniedMetric(t, d, "quic", "deny_list"); got < 1 {
 		t.Errorf("deny_list refusals %v, want at least 1", got)
 	}
+	if got := d.listener("quic").Connections.Refused.Filtered; got < 1 {
+		t.Errorf("/debug/limits shows %d filtered QUIC attempts, want at least 1", got)
+	}
 	if n := d.backend.requests.Load(); n != 1 {
 		t.Errorf("the backend saw %d requests, want 1", n)
 	}

@@ -274,7 +274,10 @@ func (f *front) stopAccepting() {
 // connStats returns the listener's connection counts.
 func (f *front) connStats() connlimit.Stats {
 	if f.h3 != nil {
-		return f.h3.stats()
+		s := f.h3.stats()
+		// quicadmit never sees the attempts the lists refuse.
+		s.Refused.Filtered = f.denied.denyList.Load() + f.denied.notAllowed.Load()
+		return s
 	}
 	return f.conns.Stats()
 }
