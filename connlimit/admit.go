@@ -61,6 +61,11 @@ func (l *Listener) claim(ctx context.Context, wait bool, client netip.Addr, exem
 		l.stats.exempt.Add(1)
 		return cl, admitted, nil
 	}
+	if l.s.Filter != nil {
+		if err := l.s.Filter(client); err != nil {
+			return claim{}, reasonFiltered, err
+		}
+	}
 	why, err := l.acquire(ctx, wait, client, &cl.ps)
 	if why == admitted && l.rate != nil {
 		if why, err = l.checkRate(ctx, wait, cl.key); why != admitted {

@@ -104,6 +104,24 @@ type Config struct {
 	// state only. It needs ConnRate.
 	ConnRateStore rate.Store[clientkey.Key]
 
+	// Filter, when set, is asked about each connection's client before any
+	// cap or rate, as HAProxy's "tcp-request connection reject" is: a
+	// non-nil error refuses the connection, which is closed at once (with a
+	// reset under ResetOnRefuse) before any byte is read or written, takes
+	// no slot, does not count towards ConnRate, is counted in
+	// Stats.Refused.Filtered and logged with the error. The client is the
+	// peer's address, or, for a Trusted peer with ProxyProtocol, the address
+	// its PROXY header names once the header is read; a connection that
+	// takes no slot anyway (from a Trusted peer without ProxyProtocol, one
+	// whose header names no client, or one with no IP address) is not
+	// asked about. Filter is called on the goroutine admitting the
+	// connection, Accept's or the connection's own, for several connections
+	// at once: it must be safe for concurrent use, must not block, and
+	// should not allocate, since a flood of refused connections calls it for
+	// every one. The error should be a fixed value for the same reason. Nil
+	// filters nothing.
+	Filter func(client netip.Addr) error
+
 	// EnforceAbove makes the per-client caps (levels and overrides
 	// included) apply only while the listener holds more than this many
 	// open connections, counted before the new one, as mod_qos's

@@ -50,11 +50,13 @@ type Refused struct {
 	// Shutdown: the listener was closed while the connection was being
 	// admitted or waited to be returned by Accept.
 	Shutdown uint64 `json:"shutdown"`
+	// Filtered: Config.Filter refused the client.
+	Filtered uint64 `json:"filtered"`
 }
 
 // Total returns the sum of all refusals.
 func (r Refused) Total() uint64 {
-	return r.ClientCap + r.Level + r.ClientRate + r.ProxyHeaderBad + r.ProxyHeaderSlow + r.ProxyHeaderMissing + r.Store + r.Shutdown
+	return r.ClientCap + r.Level + r.ClientRate + r.ProxyHeaderBad + r.ProxyHeaderSlow + r.ProxyHeaderMissing + r.Store + r.Shutdown + r.Filtered
 }
 
 // reason is why a connection was refused; it indexes counters.refused.
@@ -70,6 +72,7 @@ const (
 	reasonProxyMissing
 	reasonStore
 	reasonShutdown
+	reasonFiltered
 	numReasons
 )
 
@@ -86,6 +89,7 @@ var reasonNames = [numReasons]string{
 	reasonProxyMissing: "proxy_header_missing",
 	reasonStore:        "store",
 	reasonShutdown:     "shutdown",
+	reasonFiltered:     "filtered",
 }
 
 func (r reason) String() string { return reasonNames[r] }
@@ -118,6 +122,7 @@ func (c *counters) stats() Stats {
 			ProxyHeaderMissing: r(reasonProxyMissing),
 			Store:              r(reasonStore),
 			Shutdown:           r(reasonShutdown),
+			Filtered:           r(reasonFiltered),
 		},
 	}
 }

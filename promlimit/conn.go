@@ -32,8 +32,8 @@ var _ prometheus.Collector = (*ConnCollector)(nil)
 // empty the names start with "portcullis_connections_": accepted_total,
 // exempt_total, refused_total (with a "reason" label: client_cap, level,
 // client_rate, proxy_header_bad, proxy_header_slow, proxy_header_missing,
-// store, shutdown), accept_errors_total as counters; open, pending and
-// syn_filtered_keys as gauges.
+// store, shutdown, filtered), accept_errors_total as counters; open,
+// pending and syn_filtered_keys as gauges.
 // It panics if src is nil.
 func NewConnCollector(src ConnStatsSource, opts Opts) *ConnCollector {
 	if src == nil {
@@ -81,7 +81,7 @@ func (c *ConnCollector) Collect(ch chan<- prometheus.Metric) {
 	}{
 		{"client_cap", r.ClientCap}, {"level", r.Level}, {"client_rate", r.ClientRate},
 		{"proxy_header_bad", r.ProxyHeaderBad}, {"proxy_header_slow", r.ProxyHeaderSlow},
-		{"proxy_header_missing", r.ProxyHeaderMissing}, {"store", r.Store}, {"shutdown", r.Shutdown},
+		{"proxy_header_missing", r.ProxyHeaderMissing}, {"store", r.Store}, {"shutdown", r.Shutdown}, {"filtered", r.Filtered},
 	} {
 		counter(c.refused, x.n, x.reason)
 	}

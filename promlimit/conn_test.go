@@ -35,7 +35,7 @@ func TestConnCollector(t *testing.T) {
 		}
 	}
 	want := map[string]float64{"client_cap": 4, "level": 0, "client_rate": 2, "proxy_header_bad": 0, "proxy_header_slow": 5,
-		"proxy_header_missing": 0, "store": 0, "shutdown": 0}
+		"proxy_header_missing": 0, "store": 0, "shutdown": 0, "filtered": 0}
 	if len(refused) != len(want) {
 		t.Fatalf("refused reasons %v, want %v", refused, want)
 	}

@@ -22,11 +22,13 @@ const runSynopsis = `run --config FILE [--max-concurrent-per-client N]
        portcullis run --listen ADDR --upstream URL [--max-conns-per-client N] [--syn-filter]
                       [--max-concurrent-per-client N] [--max-rate-per-client "10r/s burst=20"]
                       [--max-conn-rate-per-client "20r/s burst=40"] [--trusted-proxy CIDR ...]
+                      [--deny-file FILE] [--allow-file FILE]
                       [--admin ADDR [--admin-token-file FILE]]
        portcullis run --forward --listen ADDR [--max-concurrent-per-client N] [--htpasswd FILE]
                       [--forward-allow CIDR ...] [--intercept-ca DIR] [--max-conns-per-client N]
                       [--trusted-proxy CIDR ...] [--max-rate-per-client LIMIT]
-                      [--max-conn-rate-per-client LIMIT] [--admin ADDR [--admin-token-file FILE]]
+                      [--max-conn-rate-per-client LIMIT] [--deny-file FILE] [--allow-file FILE]
+                      [--admin ADDR [--admin-token-file FILE]]
 
 Serves until SIGTERM or SIGINT (then drains in-flight exchanges up to the
 shutdown timeout and exits 0). SIGHUP reloads --config FILE; an invalid file is
@@ -53,6 +55,8 @@ type runFlags struct {
 	forwardAllow  stringList
 	interceptCA   string
 	adminToken    string
+	denyFile      string
+	allowFile     string
 }
 
 func (e env) runCmd(args []string) int {
@@ -67,6 +71,8 @@ func (e env) runCmd(args []string) int {
 	fs.StringVar(&f.maxRate, "max-rate-per-client", "", "requests one client may make, as nginx's limit_req: \"10r/s burst=20\", \"10r/s burst=20 nodelay\" or \"10r/s burst=20 delay=5\"; more wait or get 429")
 	fs.StringVar(&f.maxConnRate, "max-conn-rate-per-client", "", "connections one client may open, checked at accept: \"20r/s burst=40\"; more are refused")
 	fs.Var(&f.trusted, "trusted-proxy", "a proxy `CIDR` whose X-Forwarded-For is believed and whose connections are not capped; repeatable")
+	fs.StringVar(&f.denyFile, "deny-file", "", "refuse at accept, before any byte, the clients in this `file` of addresses and CIDRs (one a line, # comments); read again on SIGHUP")
+	fs.StringVar(&f.allowFile, "allow-file", "", "refuse at accept every client outside this `file` of addresses and CIDRs (a more specific --deny-file entry still refuses); read again on SIGHUP")
 	fs.StringVar(&f.admin, "admin", "", "serve /metrics, /debug/limits, /healthz and /readyz on this host:port")
 	fs.BoolVar(&f.forward, "forward", false, "serve a forward proxy on --listen (clients send absolute-form requests and CONNECT), instead of a reverse proxy to --upstream")
 	fs.StringVar(&f.htpasswd, "htpasswd", "", "with --forward: require proxy authentication (407) against this htpasswd `file` of bcrypt hashes, read again on SIGHUP")
@@ -78,7 +84,8 @@ func (e env) runCmd(args []string) int {
 	}
 	if f.file != "" {
 		if f.listen != "" || len(f.upstreams) > 0 || f.maxConns != 0 || f.synFilter || len(f.trusted) > 0 || f.admin != "" || f.adminToken != "" ||
-			f.forward || f.htpasswd != "" || len(f.forwardAllow) > 0 || f.interceptCA != "" || f.maxRate != "" || f.maxConnRate != "" {
+			f.forward || f.htpasswd != "" || len(f.forwardAllow) > 0 || f.interceptCA != "" || f.maxRate != "" || f.maxConnRate != "" ||
+			f.denyFile != "" || f.allowFile != "" {
 			fmt.Fprintln(e.stderr, "portcullis run: --config excludes every flag but --max-concurrent-per-client")
 			return exitUsage
 		}
@@ -107,8 +114,8 @@ func (e env) runCmd(args []string) int {
 		return exitUsage
 	}
 	var reload func() (*config.Config, error)
-	if f.htpasswd != "" || f.interceptCA != "" {
-		reload = f.config // SIGHUP reads the htpasswd file and the CA again
+	if f.htpasswd != "" || f.interceptCA != "" || f.denyFile != "" || f.allowFile != "" {
+		reload = f.config // SIGHUP reads the htpasswd file, the CA and the lists again
 	}
 	return e.serve(cfg, reload)
 }
@@ -165,6 +172,9 @@ func (f *runFlags) config() (*config.Config, error) {
 			}
 		}
 	}
+	if err := f.lists(&ln); err != nil {
+		return nil, err
+	}
 	for _, s := range f.trusted {
 		p, err := parseCIDR("--trusted-proxy", s)
 		if err != nil {
@@ -183,6 +193,25 @@ func (f *runFlags) config() (*config.Config, error) {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// lists sets the listener's deny_file and allow_file from --deny-file and
+// --allow-file, made absolute so that a reload reads the same files.
+func (f *runFlags) lists(ln *config.Listener) error {
+	for _, x := range []struct {
+		flag, file string
+		to         *string
+	}{{"--deny-file", f.denyFile, &ln.DenyFile}, {"--allow-file", f.allowFile, &ln.AllowFile}} {
+		if x.file == "" {
+			continue
+		}
+		abs, err := filepath.Abs(x.file)
+		if err != nil {
+			return fmt.Errorf("%s: %w", x.flag, err)
+		}
+		*x.to = abs
+	}
+	return nil
 }
 
 // rates sets the listener's request rate and connection rate from

@@ -61,6 +61,8 @@ func TestUsageAndExitCodes(t *testing.T) {
 		{"run delayed connection rate", []string{"run", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--max-conn-rate-per-client", "10r/s burst=5 delay=2"}, exitUsage, "", "a connection is never delayed"},
 		{"run config and rate flag", []string{"run", "--config", "x.yaml", "--max-rate-per-client", "1r/s"}, exitUsage, "", "--config excludes every flag but"},
 		{"run forward without listen", []string{"run", "--forward"}, exitUsage, "", "--forward needs --listen"},
+		{"run missing deny file", []string{"run", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--deny-file", "/nonexistent/deny"}, exitUsage, "", `listeners[0].deny_file: cannot read: no such file or directory (got "/nonexistent/deny")`},
+		{"run config and deny file", []string{"run", "--config", "x.yaml", "--deny-file", "d"}, exitUsage, "", "--config excludes every flag but"},
 		{"run forward with upstream", []string{"run", "--forward", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1"}, exitUsage, "", "--forward excludes --upstream"},
 		{"run htpasswd without forward", []string{"run", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--htpasswd", "u"}, exitUsage, "", "--htpasswd, --forward-allow and --intercept-ca need --forward"},
 		{"run intercept-ca without forward", []string{"run", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--intercept-ca", "ca"}, exitUsage, "", "--htpasswd, --forward-allow and --intercept-ca need --forward"},

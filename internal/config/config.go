@@ -243,6 +243,25 @@ type Listener struct {
 	// enforce_above, proxy_protocol, or cluster-wide connection caps.
 	SYNFilter bool `yaml:"syn_filter"`
 
+	// DenyFile is a file of client addresses and CIDRs to refuse at accept, one a line ('#'
+	// comments and blank lines allowed; see docs/daemon.md), as HAProxy's
+	// `tcp-request connection reject if { src -f FILE }`: a refused connection is closed
+	// before any byte is read or written and before any TLS handshake (for http3, its QUIC
+	// handshake is refused), and takes no connection slot. The client is the peer, or the
+	// client a trusted proxy's PROXY header names; other connections of trusted proxies are
+	// not checked. Between DenyFile and AllowFile the longest prefix holding the client
+	// decides, a deny entry winning a tie. Read again on every reload; a bad line fails the
+	// reload. Empty means none.
+	DenyFile string `yaml:"deny_file"`
+
+	// AllowFile is a file of client addresses and CIDRs, in DenyFile's format, that makes the
+	// listener an allow list: a client that no entry of either file holds is refused, as a
+	// denied one is. A more specific DenyFile entry still refuses a client inside an allowed
+	// network, and a more specific AllowFile entry admits one inside a denied network. The
+	// file must hold at least one entry. Empty means none: clients outside DenyFile are
+	// accepted.
+	AllowFile string `yaml:"allow_file"`
+
 	// TrustedProxies are the CIDRs (or single addresses) of proxies in front of this
 	// listener. Their connections are exempt from the connection caps, and only their
 	// forwarded headers and PROXY protocol headers are believed. Nil trusts nobody.

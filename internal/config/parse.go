@@ -148,6 +148,8 @@ func resolveFiles(c *Config, filename string) {
 		abs(&l.TLS.CertFile)
 		abs(&l.TLS.KeyFile)
 		abs(&l.QUIC.TokenKeyFile)
+		abs(&l.DenyFile)
+		abs(&l.AllowFile)
 		if l.Auth != nil {
 			abs(&l.Auth.Htpasswd)
 		}

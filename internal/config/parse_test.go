@@ -53,6 +53,7 @@ func TestFullExampleValues(t *testing.T) {
 		{"node share", c.Cluster.NodeShare, 0.5},
 		{"protocol", web.Protocol, config.ProtocolHTTPS},
 		{"cert made absolute", web.TLS.CertFile, filepath.Join(dir, "server.crt")},
+		{"deny file made absolute", web.DenyFile, filepath.Join(dir, "deny.list")},
 		{"level", web.PrefixLevels[1], config.PrefixLevel{IPv6Prefix: 48, Max: 256}},
 		{"single address override", web.ConnOverrides[1].CIDR.String(), "192.0.2.9/32"},
 		{"override unlimited", web.ConnOverrides[1].Max, config.Unlimited},

@@ -33,6 +33,7 @@ func (v *validator) listener(l *Listener, p string) {
 	v.serverTLS(l, p)
 	v.connCaps(l, p)
 	v.clientIdentity(l, p)
+	v.accessLists(l, p)
 	v.httpServer(l, p)
 	v.tcpProxy(l, p)
 	v.quic(l, p)

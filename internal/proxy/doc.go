@@ -5,12 +5,14 @@
 // its admission layer:
 //
 //   - http and https: a TCP socket wrapped in a connlimit.Listener (the
-//     per-client cap at accept, before a byte is read or a TLS handshake
-//     runs), served by an http.Server; https negotiates HTTP/2 by ALPN.
+//     deny and allow lists, then the per-client cap, at accept, before a
+//     byte is read or a TLS handshake runs), served by an http.Server;
+//     https negotiates HTTP/2 by ALPN.
 //   - tcp: the same socket and cap, each admitted connection copied to the
 //     listener's upstream.
-//   - http3: a UDP socket with QUIC handshake admission (quicadmit) and a
-//     per-client cap on proven clients, served by an http3.Server.
+//   - http3: a UDP socket with QUIC handshake admission (the deny and
+//     allow lists, then quicadmit) and a per-client cap on proven clients,
+//     served by an http3.Server.
 //
 // Every HTTP listener routes requests by host and longest path prefix to
 // routes, each with its upstreams (round robin, an upstream that refuses

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/connlimit"
+	"github.com/seed-a07d1050/portcullis/internal/cidrlist"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/promlimit"
 
@@ -54,6 +55,14 @@ type front struct {
 	// cert when it commits; under Server.mu.
 	nextCert *tls.Certificate
 
+	// lists are the deny_file and allow_file in force, nil without; read
+	// at every accept (checkClient), swapped by a reload. nextLists is what
+	// a reload in progress read for a front it keeps, stored in lists when
+	// it commits; under Server.mu. denied counts their refusals.
+	lists     atomic.Pointer[cidrlist.Matcher]
+	nextLists *cidrlist.Matcher
+	denied    *deniedCounts
+
 	served chan struct{} // closed when the serving goroutines return
 }
 
@@ -81,6 +90,7 @@ func socketConfig(lc config.Listener) config.Listener {
 	lc.ClientLimit = nil
 	lc.Rate = nil
 	lc.Mode, lc.Auth, lc.Forward = "", nil, nil // the route table's
+	lc.DenyFile, lc.AllowFile = "", ""          // read at every reload, swapped in place
 	return lc
 }
 
@@ -121,9 +131,10 @@ func listenTCP(lc config.Listener) (net.Listener, error) {
 	return lcfg.Listen(context.Background(), "tcp", lc.Listen)
 }
 
-// bindFront binds the socket of lc and wraps it in its connection caps; it
-// does not serve yet. On error nothing is left open.
-func bindFront(lc config.Listener, log *slog.Logger, cl *cluster) (*front, error) {
+// bindFront binds the socket of lc and wraps it in its connection caps and
+// its deny and allow lists; it does not serve yet. On error nothing is left
+// open.
+func bindFront(lc config.Listener, log *slog.Logger, cl *cluster, lists frontLists) (*front, error) {
 	if testHookBind != nil {
 		if err := testHookBind(lc); err != nil {
 			return nil, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
@@ -135,41 +146,43 @@ func bindFront(lc config.Listener, log *slog.Logger, cl *cluster) (*front, error
 			return nil, err
 		}
 		f := &front{cfg: lc, id: id, log: log.With("listener", lc.Name), served: make(chan struct{})}
+		lists.install(f) // before the QUIC transport sees a packet
 		if err := bindH3(f, cl); err != nil {
 			return nil, err
 		}
-		f.stats = f.h3.rates.withStats(newQUICCollector(f.h3, lc.Name))
+		f.stats = collectorList{f.h3.rates.withStats(newQUICCollector(f.h3, lc.Name)), newDeniedCollector(f)}
 		return f, nil
 	}
 	raw, err := listenTCP(lc)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
 	}
-	return bindFrontOn(raw, lc, log, cl)
+	return bindFrontOn(raw, lc, log, cl, lists)
 }
 
 // bindShared opens a second descriptor on the socket of holder, a running
 // TCP front at the address of lc, and builds lc's front on it, so that the
 // new front can take over the socket without refusing a connection. On
 // error nothing is left open and holder is untouched.
-func bindShared(holder *front, lc config.Listener, log *slog.Logger, cl *cluster) (*front, error) {
+func bindShared(holder *front, lc config.Listener, log *slog.Logger, cl *cluster, lists frontLists) (*front, error) {
 	raw, err := dupListener(holder.raw)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: listener %s: share the socket of %s: %w", lc.Name, holder.cfg.Name, err)
 	}
-	return bindFrontOn(raw, lc, log, cl)
+	return bindFrontOn(raw, lc, log, cl, lists)
 }
 
 // bindFrontOn builds the front of lc, a TCP listener, on the bound socket
 // raw: its connection caps, its certificate. On error raw and everything
 // else is closed.
-func bindFrontOn(raw net.Listener, lc config.Listener, log *slog.Logger, cl *cluster) (*front, error) {
+func bindFrontOn(raw net.Listener, lc config.Listener, log *slog.Logger, cl *cluster, lists frontLists) (*front, error) {
 	id, err := newIdentity(&lc)
 	if err != nil {
 		_ = raw.Close()
 		return nil, err
 	}
 	f := &front{cfg: lc, id: id, log: log.With("listener", lc.Name), raw: raw, served: make(chan struct{})}
+	lists.install(f)
 	if lc.Protocol == config.ProtocolHTTPS {
 		if err := f.loadCert(); err != nil {
 			_ = raw.Close()
@@ -193,7 +206,7 @@ func bindFrontOn(raw net.Listener, lc config.Listener, log *slog.Logger, cl *clu
 		return nil, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
 	}
 	f.stats = promlimit.NewConnCollector(f.conns, promlimit.Opts{ConstLabels: prometheus.Labels{"listener": lc.Name}})
-	f.stats = f.withConnRateStats(f.stats, cc.ConnRateStore)
+	f.stats = collectorList{f.withConnRateStats(f.stats, cc.ConnRateStore), newDeniedCollector(f)}
 	if lc.Protocol.IsHTTP() {
 		f.http = newHTTPServers(f)
 	}
@@ -214,6 +227,7 @@ func (f *front) connConfig(log *slog.Logger) connlimit.Config {
 		ProxyHeaderTimeout: lc.ProxyProtocolTimeout,
 		ResetOnRefuse:      lc.ResetOnRefuse,
 		SYNFilter:          lc.SYNFilter,
+		Filter:             f.checkClient,
 		Logger:             log,
 		Name:               lc.Name,
 	}
@@ -260,7 +274,10 @@ func (f *front) stopAccepting() {
 // connStats returns the listener's connection counts.
 func (f *front) connStats() connlimit.Stats {
 	if f.h3 != nil {
-		return f.h3.stats()
+		s := f.h3.stats()
+		// quicadmit never sees the attempts the lists refuse.
+		s.Refused.Filtered = f.denied.denyList.Load() + f.denied.notAllowed.Load()
+		return s
 	}
 	return f.conns.Stats()
 }

@@ -88,6 +88,12 @@ func bindH3(f *front, cl *cluster) error {
 	if h.ctrl, err = quicadmit.New(qc); err != nil {
 		return fail(err)
 	}
+	// The lists refuse before quicadmit admits: its hooks go on the
+	// transport first, and filterQUIC wraps them.
+	if err := h.ctrl.Attach(h.tr); err != nil {
+		return fail(err)
+	}
+	f.filterQUIC(h.tr)
 	if err := f.loadCert(); err != nil {
 		h.closeAll()
 		return err

@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 
+	"github.com/seed-a07d1050/portcullis/internal/cidrlist"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 )
 
@@ -19,7 +20,8 @@ import (
 // second descriptor on each socket a changed TCP listener keeps (same
 // address), builds the route tables and their limiters, and reads the
 // certificates. Any failure there (a port taken, a limiter refusing a
-// value, an unreadable certificate) undoes what was built and returns.
+// value, an unreadable certificate, a bad deny or allow list) undoes what was
+// built and returns.
 // The second phase switches over and cannot fail, except for an http3
 // listener whose settings changed at the same address: a UDP socket cannot
 // be shared, so the old one is closed and the new one bound, first, and if
@@ -29,11 +31,14 @@ import (
 //
 // Listeners whose socket settings (address, protocol, TLS files, caps,
 // trusted proxies, timeouts) did not change keep everything but their
-// routes. A route limit whose settings did not change keeps its counts and
-// waiters. A changed TCP listener at the same address takes over the
-// socket, so no connection attempt is refused; its connections, and those
-// of a listener that moved to a new address, are counted by the new
-// listener's caps until they close (connlimit's Adopt), and drain for up
+// routes; their deny and allow lists are read again and swapped in at the
+// switch, so that the next connection is checked against the new lists while
+// open ones are left alone. A route limit whose settings did not change
+// keeps its counts and waiters. A changed TCP listener at the same address
+// takes over the socket, so no connection attempt is refused; its
+// connections, and those of a listener that moved to a new address, are
+// counted by the new listener's caps until they close (connlimit's Adopt),
+// and drain for up
 // to the shutdown timeout. Exchanges in progress finish on the routes and
 // limits they started with. The admin listener is rebound if its address
 // changed (if that fails the old one stays, and it is logged); its token
@@ -102,9 +107,10 @@ type reloadPlan struct {
 // rebind is an http3 listener to bind again at the address a running one
 // holds, at commit.
 type rebind struct {
-	old *front
-	lc  config.Listener
-	at  int // its index in reloadPlan.fronts
+	old   *front
+	lc    config.Listener
+	at    int               // its index in reloadPlan.fronts
+	lists *cidrlist.Matcher // its deny and allow lists, read by prepare
 }
 
 // prepare builds the new state of cfg beside the running one, as Reload
@@ -118,6 +124,10 @@ func (s *Server) prepare(cfg *config.Config) (*reloadPlan, error) {
 			p.abort(s)
 		}
 	}()
+	lists, err := readLists(cfg)
+	if err != nil {
+		return nil, err
+	}
 	byName := make(map[string]*front, len(running))
 	for _, f := range running {
 		byName[f.cfg.Name] = f
@@ -127,6 +137,7 @@ func (s *Server) prepare(cfg *config.Config) (*reloadPlan, error) {
 		if f := byName[lc.Name]; f != nil && f.sameSocket(lc) {
 			p.kept[f], taken[f] = true, true
 			p.fronts = append(p.fronts, f)
+			f.nextLists = lists[lc.Name]
 		}
 	}
 	for _, lc := range cfg.Listeners {
@@ -136,7 +147,7 @@ func (s *Server) prepare(cfg *config.Config) (*reloadPlan, error) {
 		holder := socketHolder(running, lc, taken)
 		if holder != nil && holder.h3 != nil {
 			taken[holder] = true
-			p.rebind = append(p.rebind, rebind{old: holder, lc: lc, at: len(p.fronts)})
+			p.rebind = append(p.rebind, rebind{old: holder, lc: lc, at: len(p.fronts), lists: lists[lc.Name]})
 			p.fronts = append(p.fronts, nil)
 			continue
 		}
@@ -144,10 +155,10 @@ func (s *Server) prepare(cfg *config.Config) (*reloadPlan, error) {
 		var err error
 		if holder != nil {
 			taken[holder] = true
-			nf, err = bindShared(holder, lc, s.log, s.cluster)
+			nf, err = bindShared(holder, lc, s.log, s.cluster, listsOf(lists[lc.Name], byName[lc.Name]))
 			p.shares[nf] = holder
 		} else {
-			nf, err = bindFront(lc, s.log, s.cluster)
+			nf, err = bindFront(lc, s.log, s.cluster, listsOf(lists[lc.Name], byName[lc.Name]))
 		}
 		if err != nil {
 			return nil, err
@@ -161,7 +172,6 @@ func (s *Server) prepare(cfg *config.Config) (*reloadPlan, error) {
 			p.drain = append(p.drain, f)
 		}
 	}
-	var err error
 	if p.tables, err = s.buildTables(cfg); err != nil {
 		return nil, err
 	}
@@ -233,6 +243,7 @@ func (p *reloadPlan) abort(s *Server) {
 	}
 	for f := range p.kept {
 		f.nextCert = nil
+		f.nextLists = nil
 	}
 }
 
@@ -245,7 +256,7 @@ func (s *Server) rebindH3(p *reloadPlan) error {
 	var done []rebind
 	for _, r := range p.rebind {
 		r.old.close()
-		nf, err := bindFront(r.lc, s.log, s.cluster)
+		nf, err := bindFront(r.lc, s.log, s.cluster, listsOf(r.lists, r.old))
 		if err == nil {
 			p.fronts[r.at] = nf
 			p.bound = append(p.bound, nf)
@@ -271,7 +282,8 @@ func (s *Server) restoreH3(rs []rebind, p *reloadPlan) {
 		i := slices.Index(fronts, r.old)
 		lc := r.old.cfg
 		lc.Listen = r.old.addr().String() // the port it had, also when configured as 0
-		f, err := bindFront(lc, s.log, s.cluster)
+		// The running lists, not read again: the files may have changed.
+		f, err := bindFront(lc, s.log, s.cluster, listsOf(r.old.lists.Load(), r.old))
 		if err != nil {
 			s.markDown(r.old.cfg.Name, err)
 			s.log.Error("listener down: a failed reload could not bind it again", "listener", r.old.cfg.Name, "error", err)
@@ -298,6 +310,8 @@ func (s *Server) commit(p *reloadPlan) {
 			f.cert.Store(f.nextCert)
 			f.nextCert = nil
 		}
+		f.lists.Store(f.nextLists)
+		f.nextLists = nil
 	}
 	// A front replacing a running one: the running one stops accepting
 	// first (connection attempts wait in the shared socket's queue), then

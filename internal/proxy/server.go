@@ -168,12 +168,16 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// bindAll binds a new front for every listener of cfg. On error it closes
-// what it bound and returns the error.
+// bindAll binds a new front for every listener of cfg, with its deny and
+// allow lists. On error it closes what it bound and returns the error.
 func (s *Server) bindAll(cfg *config.Config) ([]*front, error) {
+	lists, err := readLists(cfg)
+	if err != nil {
+		return nil, err
+	}
 	var out []*front
 	for _, lc := range cfg.Listeners {
-		f, err := bindFront(lc, s.log, s.cluster)
+		f, err := bindFront(lc, s.log, s.cluster, frontLists{m: lists[lc.Name]})
 		if err != nil {
 			closeUnserved(out)
 			return nil, err
