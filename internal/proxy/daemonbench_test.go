@@ -102,8 +102,11 @@ func runBenchChild(name string) int {
 	switch rest {
 	case "rp":
 		proxy.SetReverseProxy(true)
-	case "log":
+	}
+	if rest == "log" {
 		text = "log: {access_log: true}\n" + text
+	} else {
+		text = "log: {access_log: false}\n" + text // on by default
 	}
 	cfg := parseConfig(nopTB{}, text, "http://"+os.Getenv("PORTCULLIS_BENCH_BACKEND"))
 	logs, err := os.CreateTemp("", "portcullis-bench-log-*")

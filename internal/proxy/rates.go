@@ -38,6 +38,7 @@ type rateLimiter struct {
 	cfg   config.Rate // effective
 	id    identity
 	lim   *httplimit.RateLimiter
+	key   httplimit.KeyFunc    // the rate's, to name a refused request's key
 	store io.Closer            // the cluster RateStore; nil without a cluster
 	redis prometheus.Collector // its Redis metrics; nil without a cluster
 	total *promlimit.RateCollector
@@ -78,7 +79,7 @@ func newRateLimiter(cfg *config.Rate, id identity, ln, route string, deps limite
 	default:
 		rc.Overrides = cfg.Overrides
 	}
-	r := &rateLimiter{cfg: *cfg, id: id, idle: make(chan struct{})}
+	r := &rateLimiter{cfg: *cfg, id: id, key: key, idle: make(chan struct{})}
 	cs, err := rateStore(deps.cluster, name, func(k string) string { return k }, labels)
 	if err != nil {
 		return nil, err
@@ -113,12 +114,29 @@ func (r *rateLimiter) sameAs(cfg *config.Rate, id identity) bool {
 // wrap returns next behind the rate. The exchange is counted as inside the
 // rate until it ends, so that a retired rate's Store stays open for the
 // requests still delayed by it.
+//
+// It also tells the exchange's access line when the rate refused the
+// request: a request the rate lets through reaches next, which clears the
+// mark set before the rate decided; one it refuses never does.
 func (r *rateLimiter) wrap(next http.Handler) http.Handler {
-	inner := r.lim.Wrap(next)
+	inner := r.lim.Wrap(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if st := stateOf(w); st != nil {
+			st.ratePend = false
+		}
+		next.ServeHTTP(w, req)
+	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.active.Add(1)
 		defer r.leave()
+		st := stateOf(w)
+		if st != nil {
+			st.ratePend = true
+		}
 		inner.ServeHTTP(w, req)
+		if st != nil && st.ratePend {
+			st.ratePend = false
+			st.refuse(string(kindRate), r.key(req), reasonRate)
+		}
 	})
 }
 
