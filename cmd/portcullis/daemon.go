@@ -88,7 +88,7 @@ func (e env) runCmd(args []string) int {
 		fs.Visit(func(fl *flag.Flag) { logFlags = logFlags || fl.Name == "access-log" || fl.Name == "log-format" })
 		if f.listen != "" || len(f.upstreams) > 0 || f.maxConns != 0 || f.synFilter || len(f.trusted) > 0 || f.admin != "" || f.adminToken != "" ||
 			f.forward || f.htpasswd != "" || len(f.forwardAllow) > 0 || f.interceptCA != "" || f.maxRate != "" || f.maxConnRate != "" || logFlags {
-			fmt.Fprintln(e.stderr, "portcullis run: --config excludes every flag but --max-concurrent-per-client")
+			fmt.Fprintln(e.stderr, "portcullis run: --config excludes every flag but --max-concurrent-per-client (the file's log section sets the log)")
 			return exitUsage
 		}
 		if f.maxConcurrent < 0 {
