@@ -46,7 +46,7 @@ type admission struct {
 	upstream time.Duration
 	keys     [maxKeys]string // the distinct keys the limits counted, in order
 	nkeys    uint8
-	ratePend bool // a rate is deciding; see rateLimiter.wrap
+	gatePend bool // a gate (a rate, authentication) is deciding; see gated
 }
 
 // addKey records key, once.
@@ -127,6 +127,50 @@ func refusalReason(err error) string {
 
 // reasonRate is the refusal reason of a request rate.
 const reasonRate = "rate"
+
+// gated returns wrap(next) for a gate that either lets a request through
+// to next or answers it itself (a rate, authentication), recording in the
+// exchange's state a refusal by the gate named by when next was not
+// reached: the mark set before the gate decides is cleared by next, and
+// cleared again once recorded, so that nested gates each see their own.
+// refusal returns the key and reason of a refused request.
+func gated(by string, refusal func(st *exchangeState, r *http.Request) (key, reason string),
+	wrap func(http.Handler) http.Handler, next http.Handler) http.Handler {
+	inner := wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if st := stateOf(w); st != nil {
+			st.gatePend = false
+		}
+		next.ServeHTTP(w, r)
+	}))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st := stateOf(w)
+		if st == nil {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		st.gatePend = true
+		inner.ServeHTTP(w, r)
+		if st.gatePend {
+			st.gatePend = false
+			key, reason := refusal(st, r)
+			st.refuse(by, key, reason)
+		}
+	})
+}
+
+// authRefusal names why authentication answered a request itself:
+// unauthorized (401, 407: no or wrong credentials), auth_failures (429:
+// the client's failed attempts are over their budget) or auth_busy (503:
+// too many checks at once, or the check timed out).
+func authRefusal(st *exchangeState, _ *http.Request) (string, string) {
+	switch st.status.Load() {
+	case http.StatusTooManyRequests:
+		return "", "auth_failures"
+	case http.StatusServiceUnavailable:
+		return "", "auth_busy"
+	}
+	return "", "unauthorized"
+}
 
 // admissionHooks returns the httplimit OnAdmit and Reject functions of a
 // limit in slot kind: each records the decision in the exchange's state,

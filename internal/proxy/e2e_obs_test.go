@@ -259,3 +259,46 @@ listeners:
 		})
 	}
 }
+
+// A request authentication refuses is logged as refused by auth, and one
+// it lets through carries the user its limit counted as key.
+func TestAccessLogAuthRefusal(t *testing.T) {
+	var out syncBuffer
+	pw := writeHtpasswd(t, t.TempDir(), "alice", "alice-pw")
+	d := startLoggingDaemon(t, strings.ReplaceAll(`
+log: {format: json}
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    auth: {htpasswd: "{{htpasswd}}"}
+    routes:
+      - name: r
+        upstreams: ["{{backend}}"]
+        limit: {key: user, permits: 4}
+`, "{{htpasswd}}", pw), &out)
+	c := d.client("127.0.0.2")
+	for _, tt := range []struct {
+		path, password string
+		want           int
+	}{{"/in", "alice-pw", http.StatusOK}, {"/out", "guess", http.StatusUnauthorized}} {
+		req, _ := http.NewRequest(http.MethodGet, d.url("web", tt.path), nil)
+		req.SetBasicAuth("alice", tt.password)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tt.want {
+			t.Fatalf("%s: %d, want %d", tt.path, resp.StatusCode, tt.want)
+		}
+	}
+	d.stop()
+	lines := accessLines(t, out.String())
+	wantFields(t, "authenticated", findLine(t, lines, "/in", 200), map[string]any{
+		"admission": "admitted", "key": "alice", "route": "r", "limit": nil,
+	})
+	wantFields(t, "wrong password", findLine(t, lines, "/out", 401), map[string]any{
+		"admission": "refused", "limit": "auth", "reason": "unauthorized", "route": nil, "upstream_ms": nil,
+	})
+}

@@ -116,27 +116,14 @@ func (r *rateLimiter) sameAs(cfg *config.Rate, id identity) bool {
 // requests still delayed by it.
 //
 // It also tells the exchange's access line when the rate refused the
-// request: a request the rate lets through reaches next, which clears the
-// mark set before the rate decided; one it refuses never does.
+// request (see gated).
 func (r *rateLimiter) wrap(next http.Handler) http.Handler {
-	inner := r.lim.Wrap(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if st := stateOf(w); st != nil {
-			st.ratePend = false
-		}
-		next.ServeHTTP(w, req)
-	}))
+	refusal := func(_ *exchangeState, req *http.Request) (string, string) { return r.key(req), reasonRate }
+	inner := gated(string(kindRate), refusal, r.lim.Wrap, next)
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.active.Add(1)
 		defer r.leave()
-		st := stateOf(w)
-		if st != nil {
-			st.ratePend = true
-		}
 		inner.ServeHTTP(w, req)
-		if st != nil && st.ratePend {
-			st.ratePend = false
-			st.refuse(string(kindRate), r.key(req), reasonRate)
-		}
 	})
 }
 

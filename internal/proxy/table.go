@@ -58,6 +58,10 @@ func (t *routeTable) limiters() []*limiter {
 // so that the two can be compared in one run.
 var testHookReverseProxy bool
 
+// testHookNoRequestMetrics, when set by a benchmark, builds route tables
+// without request metrics, to measure what they cost.
+var testHookNoRequestMetrics bool
+
 // tableBuilder builds the route table of one listener.
 type tableBuilder struct {
 	lc        *config.Listener // effective
@@ -139,7 +143,7 @@ func (b *tableBuilder) exchangeOpts() exchangeOpts {
 // routeMetrics returns the series of route ("": the listener's requests
 // no route took), or nil without metrics.
 func (b *tableBuilder) routeMetrics(route string) *routeMetrics {
-	if b.metrics == nil {
+	if b.metrics == nil || testHookNoRequestMetrics {
 		return nil
 	}
 	return b.metrics.route(b.lc.Name, route)
