@@ -149,6 +149,12 @@ func TestAccessLineMatchesSlog(t *testing.T) {
 			return f
 		}(),
 	}
+	// Durations at the edges of the integer form of the _ms fields.
+	for _, us := range []int64{0, 1, 10, 100, 999, 1000, 1001, 1010, 1100, 123456, 999999999, 1e9, 1e9 + 1, 1e12 + 7, 1e15 - 1, 1e15, 1e15 + 1} {
+		f := af("web", "1.2.3.4:5", "GET", "h", "/ms", "HTTP/1.1", 200, 5, time.Duration(us)*time.Microsecond+999)
+		f.upstream, f.queued = time.Duration(us)*time.Microsecond, time.Duration(us)*time.Microsecond
+		fields = append(fields, f)
+	}
 	rng := rand.New(rand.NewPCG(19, 19))
 	plainChars := []byte("aZ09/.-_~:%!$'()*+,;@[]")
 	allChars := append([]byte("= \"\\<>&\t\xc3\xa9"), plainChars...)
