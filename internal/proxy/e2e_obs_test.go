@@ -1,12 +1,14 @@
 package proxy_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/proxy"
 )
@@ -301,4 +303,43 @@ listeners:
 	wantFields(t, "wrong password", findLine(t, lines, "/out", 401), map[string]any{
 		"admission": "refused", "limit": "auth", "reason": "unauthorized", "route": nil, "upstream_ms": nil,
 	})
+}
+
+// Behind a load balancer speaking the PROXY protocol, the access line's
+// client is the one the PROXY header names, as the limits count it, and
+// so is its key.
+func TestAccessLogClientFromProxyProtocol(t *testing.T) {
+	var out syncBuffer
+	d := startLoggingDaemon(t, `
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    trusted_proxies: [127.0.0.5/32]
+    proxy_protocol: true
+    client_limit: {permits: 4}
+    routes:
+      - name: r
+        upstreams: ["{{backend}}"]
+`, &out)
+	c := dialFrom(t, "127.0.0.5", d.srv.Addr("web").String())
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(waitLimit))
+	if _, err := c.Write([]byte("PROXY TCP4 203.0.113.7 127.0.0.1 40000 80\r\n" +
+		"GET /pp HTTP/1.1\r\nHost: site.example\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	c.Close()
+	d.stop()
+	line := grep(out.String(), "path=/pp ")
+	for _, want := range []string{" client=203.0.113.7 peer=203.0.113.7:40000 key=203.0.113.7 route=r ", " status=200 ", " admission=admitted"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("access line lacks %q: %s", want, line)
+		}
+	}
 }
