@@ -193,3 +193,12 @@ func admissionHooks(kind limitKind, reject func(http.ResponseWriter, *http.Reque
 	}
 	return onAdmit, onRefuse
 }
+
+// forwardRefused is the forward proxy's OnRefuse: a request it refuses
+// itself (a destination its policy denies, a malformed target, a loop) is
+// logged as refused by "forward", with the proxy's reason.
+func forwardRefused(w http.ResponseWriter, _ *http.Request, _ int, reason string) {
+	if st := stateOf(w); st != nil {
+		st.refuse("forward", "", reason)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -342,4 +343,30 @@ listeners:
 			t.Errorf("access line lacks %q: %s", want, line)
 		}
 	}
+}
+
+// A forward listener's own refusal, a destination its policy denies, is
+// logged as refused by forward, reason denied.
+func TestAccessLogForwardDenied(t *testing.T) {
+	var out syncBuffer
+	d := startLoggingDaemon(t, `
+log: {format: json}
+listeners:
+  - name: egress
+    protocol: http
+    listen: "127.0.0.1:0"
+    mode: forward
+    forward: {}
+`, &out)
+	proxyURL, _ := url.Parse("http://" + d.srv.Addr("egress").String())
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: waitLimit}
+	defer c.CloseIdleConnections()
+	st, _, _ := get(t, c, d.backend.URL()+"/loopback")
+	if st != http.StatusForbidden {
+		t.Fatalf("a loopback destination: %d, want 403 by the default policy", st)
+	}
+	d.stop()
+	wantFields(t, "denied", findLine(t, accessLines(t, out.String()), "/loopback", 403), map[string]any{
+		"admission": "refused", "limit": "forward", "reason": "denied", "listener": "egress", "upstream_ms": nil,
+	})
 }

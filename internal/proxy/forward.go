@@ -150,6 +150,7 @@ func (b *tableBuilder) forwardProxy(t *routeTable) error {
 		IdleConnTimeout:       cfg.IdleConnTimeout,
 		Via:                   cfg.Via,
 		Logger:                b.deps.log.With("listener", b.lc.Name),
+		OnRefuse:              forwardRefused,
 	})
 	if err != nil {
 		return fmt.Errorf("proxy: listener %s: %w", b.lc.Name, err)
