@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/limit"
+	"github.com/seed-a07d1050/portcullis/rate"
 )
 
 // outcome is what the limits decided about an exchange, as the access log
@@ -123,6 +124,15 @@ func refusalReason(err error) string {
 		return "closed"
 	}
 	return "abandoned"
+}
+
+// rateAdmitted is a request rate's OnAdmit: a request the rate delayed
+// (nginx's limit_req delay) is queued for as long, one let through over the
+// rate in shadow mode (dry_run) is shadow_over.
+func rateAdmitted(w http.ResponseWriter, _ *http.Request, key string, d rate.Decision) {
+	if st := stateOf(w); st != nil {
+		st.admit(string(kindRate), key, d.Delay, d.Shadowed())
+	}
 }
 
 // reasonRate is the refusal reason of a request rate.

@@ -113,9 +113,10 @@ func wantFields(t *testing.T, what string, l map[string]any, want map[string]any
 
 // TestAccessLogOutcomes drives, over real sockets, each admission outcome
 // the access line reports, in JSON: admitted (with the client a trusted
-// proxy names, and the upstream's time), queued with its wait, refused
-// because the queue is full or by a rate, and let through over a shadow
-// limit. A refused request has no upstream time.
+// proxy names, and the upstream's time), queued with its wait in a limit's
+// queue or a rate's delay, refused because the queue is full or by a
+// rate, and let through over a shadow limit. A refused request has no
+// upstream time.
 func TestAccessLogOutcomes(t *testing.T) { bothServers(t, testAccessLogOutcomes) }
 
 func testAccessLogOutcomes(t *testing.T) {
@@ -141,6 +142,10 @@ listeners:
         path_prefix: /rated
         upstreams: ["{{backend}}"]
         rate: {rate: 1r/m, burst: 0}
+      - name: paced
+        path_prefix: /paced
+        upstreams: ["{{backend}}"]
+        rate: {rate: 2r/s, burst: 1}
       - name: rest
         upstreams: ["{{backend}}"]
 `, &out)
@@ -170,6 +175,14 @@ listeners:
 	for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
 		if st, _, _ := get(t, c, d.url("web", "/rated/"+strconv.Itoa(i))); st != want {
 			t.Fatalf("rated request %d: %d, want %d", i, st, want)
+		}
+	}
+
+	// The second comes well within the 500 ms the first took: the rate
+	// delays it for the rest of them, as nginx's limit_req does.
+	for i := range 2 {
+		if st, _, _ := get(t, c, d.url("web", "/paced/"+strconv.Itoa(i))); st != http.StatusOK {
+			t.Fatalf("paced request %d: %d", i, st)
 		}
 	}
 
@@ -211,6 +224,12 @@ listeners:
 	wantFields(t, "rate", findLine(t, lines, "/rated/1", 429), map[string]any{
 		"admission": "refused", "reason": "rate", "limit": "rate", "route": "rated", "key": "127.0.0.2", "upstream_ms": nil,
 	})
+	wantFields(t, "paced at once", findLine(t, lines, "/paced/0", 200), map[string]any{"admission": "admitted", "queued_ms": nil, "key": "127.0.0.2"})
+	paced := findLine(t, lines, "/paced/1", 200)
+	wantFields(t, "paced", paced, map[string]any{"admission": "queued", "route": "paced", "key": "127.0.0.2", "limit": nil})
+	if ms := millisOf(t, paced, "queued_ms"); ms <= 0 || ms > 500 {
+		t.Errorf("delayed by the rate: queued_ms %v, want the rest of 500 ms", ms)
+	}
 	fwd := findLine(t, lines, "/forwarded", 200)
 	wantFields(t, "forwarded", fwd, map[string]any{"client": "203.0.113.7", "route": "rest", "admission": "admitted", "key": nil})
 	if !strings.HasPrefix(fwd["peer"].(string), "127.0.0.9:") {

@@ -68,6 +68,7 @@ func newRateLimiter(cfg *config.Rate, id identity, ln, route string, deps limite
 		Headers: rateHeaders(cfg.Headers),
 		Logger:  deps.log,
 		Name:    name,
+		OnAdmit: rateAdmitted,
 	}
 	switch cfg.Key {
 	case config.KeyClientIP, "":
