@@ -101,6 +101,17 @@ type Config struct {
 	// it must not write the response. Nil means no callback.
 	OnReject func(key string, r *http.Request, err error)
 
+	// OnAdmit, if set, is called for every request the Limiter lets
+	// through, on the request's goroutine, before the wrapped handler runs
+	// (for a tunnel request with TunnelPermits set, once per permit it
+	// takes). waited is how long the request waited in the queue
+	// (limit.Permit.Waited), zero when it was admitted at once; shadowed
+	// reports that it went over the limit and was let through in shadow
+	// mode (OnReject is called too, with ErrShadowRefused). It serves
+	// access logs: it must be fast, must not block and must not write the
+	// response. Nil means no callback.
+	OnAdmit func(w http.ResponseWriter, r *http.Request, key string, waited time.Duration, shadowed bool)
+
 	// TunnelPermits, when not zero, gives tunnels (CONNECT requests,
 	// HTTP/1.1 upgrades such as WebSocket, HTTP/2 extended CONNECT) their
 	// own permits per key, counted apart from the other exchanges, so that

@@ -131,6 +131,9 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request, lim *limit.Limit
 	if p.Shadowed() {
 		l.shadowRefused(r, key)
 	}
+	if l.s.OnAdmit != nil {
+		l.s.OnAdmit(w, r, key, p.Waited(), p.Shadowed())
+	}
 	return p, true
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -363,4 +364,65 @@ func TestShadowBesideEnforced(t *testing.T) {
 	}
 	expectIdle(t, enforced)
 	expectIdle(t, shadow)
+}
+
+// OnAdmit is told of every request let through, on its goroutine with its
+// writer, before the handler: with how long it queued, and whether it went
+// over the limit in shadow mode.
+func TestOnAdmit(t *testing.T) {
+	type admission struct {
+		key      string
+		waited   bool
+		shadowed bool
+	}
+	for _, tt := range []struct {
+		name string
+		cfg  httplimit.Config
+		want []admission
+	}{
+		{"queued", httplimit.Config{Permits: 1, QueueSize: 1}, []admission{{"127.0.0.2", false, false}, {"127.0.0.2", true, false}}},
+		{"shadow", httplimit.Config{Permits: 1, Shadow: true}, []admission{{"127.0.0.2", false, false}, {"127.0.0.2", false, true}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var got []admission
+			cfg := tt.cfg
+			cfg.OnAdmit = func(w http.ResponseWriter, r *http.Request, key string, waited time.Duration, shadowed bool) {
+				if w == nil || r == nil {
+					t.Error("OnAdmit without the writer or the request")
+				}
+				mu.Lock()
+				got = append(got, admission{key, waited > 0, shadowed})
+				mu.Unlock()
+			}
+			l := newLimiter(t, cfg)
+			g := newGate()
+			ts := startServer(t, l.Wrap(g))
+			c := clientFrom(t, "127.0.0.2")
+			first := holdOne(t, c, ts.URL, g)
+			second := make(chan int, 1)
+			go func() {
+				code, _ := getStatus(t.Context(), c, ts.URL)
+				second <- code
+			}()
+			if tt.cfg.QueueSize > 0 {
+				waitFor(t, "the request to wait", func() bool { return l.Totals().Waiting == 1 })
+				g.release <- struct{}{}
+				g.next(t)
+			} else {
+				g.next(t)
+				g.release <- struct{}{}
+			}
+			g.release <- struct{}{}
+			if a, b := <-first, <-second; a != http.StatusOK || b != http.StatusOK {
+				t.Fatalf("statuses %d and %d, want 200", a, b)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("OnAdmit saw %+v, want %+v", got, tt.want)
+			}
+			expectIdle(t, l)
+		})
+	}
 }

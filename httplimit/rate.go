@@ -89,6 +89,9 @@ func (h *rateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case rate.ShadowDelayed:
 		l.shadow(r, key, d, ErrShadowDelayed)
 	}
+	if l.s.OnAdmit != nil {
+		l.s.OnAdmit(w, r, key, d)
+	}
 	if l.s.Headers == RateHeadersAlways && d.Interval() > 0 {
 		l.setHeaders(w.Header(), d)
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -367,5 +368,64 @@ func TestRateHTTP2StreamResetGivesPlaceBack(t *testing.T) {
 	clock.Advance(100 * time.Millisecond)
 	if st := <-next; st != 200 || conns.Load() != 1 {
 		t.Fatalf("next request %d over %d connections", st, conns.Load())
+	}
+}
+
+// OnAdmit is told of each request let through, with its writer and its
+// decision: at once, delayed (with the delay it waited), or over the rate
+// in shadow mode; a refused request is not admitted.
+func TestRateOnAdmit(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		cfg  httplimit.RateConfig
+		want []rate.Verdict // of the requests sent one after the other; Refused: not admitted
+	}{
+		// The second comes well within the second the first took: it waits
+		// for the rest of it.
+		{"delayed", httplimit.RateConfig{Rate: rate.PerSecond(1), Burst: 1}, []rate.Verdict{rate.Admitted, rate.Delayed}},
+		{"refused", httplimit.RateConfig{Rate: rate.PerMinute(1), Burst: 0, Delay: rate.NoDelay}, []rate.Verdict{rate.Admitted, rate.Refused}},
+		{"shadow", httplimit.RateConfig{Rate: rate.PerMinute(1), Burst: 0, Delay: rate.NoDelay, Shadow: true}, []rate.Verdict{rate.Admitted, rate.ShadowRefused, rate.ShadowRefused}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var got []rate.Verdict
+			var delays []time.Duration
+			cfg := tt.cfg
+			cfg.Logger = quietLogger()
+			cfg.OnAdmit = func(w http.ResponseWriter, r *http.Request, key string, d rate.Decision) {
+				if w == nil || r == nil || key != "127.0.0.23" {
+					t.Errorf("OnAdmit(%v, %v, %q)", w, r, key)
+				}
+				mu.Lock()
+				got, delays = append(got, d.Verdict), append(delays, d.Delay)
+				mu.Unlock()
+			}
+			l, err := httplimit.NewRate(cfg) // the real clock: a delayed request waits
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+			ts := startServer(t, l.Wrap(okHandler()))
+			c := clientFrom(t, "127.0.0.23")
+			for range tt.want {
+				get(t, c, ts.URL)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			var want []rate.Verdict
+			for _, v := range tt.want {
+				if v != rate.Refused {
+					want = append(want, v)
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("OnAdmit saw %v, want %v", got, want)
+			}
+			for i, v := range got {
+				if (v == rate.Delayed) != (delays[i] > 0) {
+					t.Errorf("verdict %v with delay %v", v, delays[i])
+				}
+			}
+		})
 	}
 }

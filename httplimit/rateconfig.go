@@ -107,6 +107,14 @@ type RateConfig struct {
 	// it must not write the response. Nil means no callback.
 	OnReject func(key string, r *http.Request, d rate.Decision, err error)
 
+	// OnAdmit, if set, is called for every request the RateLimiter lets
+	// through, on the request's goroutine, after its delay (d.Delay, for
+	// a Delayed verdict) and before the wrapped handler runs; d.Shadowed
+	// reports a request let through over the rate in shadow mode. It
+	// serves access logs: it must be fast, must not block and must not
+	// write the response. Nil means no callback.
+	OnAdmit func(w http.ResponseWriter, r *http.Request, key string, d rate.Decision)
+
 	// Store shares the rate state with other processes
 	// (redisstore.RateStore). Nil means this process's state only.
 	Store rate.Store[string]

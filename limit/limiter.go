@@ -107,6 +107,9 @@ func (l *Limiter[K]) acquire(ctx context.Context, key K, mayWait bool) (Permit[K
 	var start time.Time // set when the request first waits
 	for {
 		p, g, err := l.acquireLocal(ctx, key, mayWait, &start)
+		if err == nil && !start.IsZero() {
+			p.waited = l.s.Clock.Now().Sub(start)
+		}
 		if err != nil || !p.p.stored {
 			return p, err
 		}

@@ -359,6 +359,9 @@ func TestWaiterGetsPermitAfterWaiting(t *testing.T) {
 		}),
 	})
 	held, _ := l.TryAcquire("k")
+	if held.Waited() != 0 {
+		t.Fatalf("a permit granted at once: Waited %v, want 0", held.Waited())
+	}
 	got := make(chan limit.Permit[string], 1)
 	go func() {
 		p, err := l.Acquire(context.Background(), "k")
@@ -373,6 +376,9 @@ func TestWaiterGetsPermitAfterWaiting(t *testing.T) {
 	p := <-got
 	if l.InUse("k") != 1 || !p.Valid() {
 		t.Fatalf("handoff failed: in use %d", l.InUse("k"))
+	}
+	if p.Waited() != 300*time.Millisecond {
+		t.Fatalf("the waiter's permit: Waited %v, want 300ms", p.Waited())
 	}
 	p.Release()
 	assertIdle(t, l)

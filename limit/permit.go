@@ -1,5 +1,7 @@
 package limit
 
+import "time"
+
 // A Permit is one permit of a key, granted by [Limiter.Acquire] or
 // [Limiter.TryAcquire]. It is a small value: copies refer to the same
 // permit, and exactly one Release counts, whichever copy calls it and
@@ -9,6 +11,7 @@ type Permit[K comparable] struct {
 	gen    uint64
 	key    K
 	shadow bool
+	waited time.Duration // in the queue or for the Store; zero when granted at once
 }
 
 // Release gives the permit back: the first waiter of its key, if any, gets
@@ -45,6 +48,11 @@ func (p Permit[K]) Key() K { return p.key }
 // Shadowed reports whether the permit was granted only because the limiter
 // is in shadow mode: without it, the request would have been refused.
 func (p Permit[K]) Shadowed() bool { return p.shadow }
+
+// Waited returns how long the request waited for the permit, in its key's
+// queue or for the shared Store to have room, as the [Observer] is told
+// (Event.Wait of Granted); zero when the permit was granted at once.
+func (p Permit[K]) Waited() time.Duration { return p.waited }
 
 // OnReclaim arranges for f to be called if the limiter reclaims the permit
 // (see [Config.ReclaimAfter]), so that its holder can end the work the

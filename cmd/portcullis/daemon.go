@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -24,11 +25,12 @@ const runSynopsis = `run --config FILE [--max-concurrent-per-client N]
                       [--max-conn-rate-per-client "20r/s burst=40"] [--trusted-proxy CIDR ...]
                       [--deny-file FILE] [--allow-file FILE]
                       [--admin ADDR [--admin-token-file FILE]]
+                      [--access-log=false] [--log-format text|json]
        portcullis run --forward --listen ADDR [--max-concurrent-per-client N] [--htpasswd FILE]
                       [--forward-allow CIDR ...] [--intercept-ca DIR] [--max-conns-per-client N]
                       [--trusted-proxy CIDR ...] [--max-rate-per-client LIMIT]
                       [--max-conn-rate-per-client LIMIT] [--deny-file FILE] [--allow-file FILE]
-                      [--admin ADDR [--admin-token-file FILE]]
+                      [--admin ADDR [--admin-token-file FILE]] [--access-log=false] [--log-format text|json]
 
 Serves until SIGTERM or SIGINT (then drains in-flight exchanges up to the
 shutdown timeout and exits 0). SIGHUP reloads --config FILE; an invalid file is
@@ -57,6 +59,8 @@ type runFlags struct {
 	adminToken    string
 	denyFile      string
 	allowFile     string
+	accessLog     bool
+	logFormat     string
 }
 
 func (e env) runCmd(args []string) int {
@@ -79,14 +83,18 @@ func (e env) runCmd(args []string) int {
 	fs.Var(&f.forwardAllow, "forward-allow", "with --forward: let this private or loopback `CIDR` through the destination policy; repeatable")
 	fs.StringVar(&f.interceptCA, "intercept-ca", "", "with --forward: intercept the TLS inside every CONNECT with the CA in this `directory` (ca.pem and ca-key.pem, as `portcullis ca create --out DIR` writes them), counting the requests inside one by one; read again on SIGHUP")
 	fs.StringVar(&f.adminToken, "admin-token-file", "", "require the bearer token in this `file` for every admin endpoint but /healthz and /readyz")
+	fs.BoolVar(&f.accessLog, "access-log", true, "log one line per exchange and per TCP connection (--access-log=false: none)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log line `format`: text or json")
 	if code := e.parseFlags(fs, args); code >= 0 {
 		return code
 	}
 	if f.file != "" {
+		logFlags := false // the config file's log section says these
+		fs.Visit(func(fl *flag.Flag) { logFlags = logFlags || fl.Name == "access-log" || fl.Name == "log-format" })
 		if f.listen != "" || len(f.upstreams) > 0 || f.maxConns != 0 || f.synFilter || len(f.trusted) > 0 || f.admin != "" || f.adminToken != "" ||
 			f.forward || f.htpasswd != "" || len(f.forwardAllow) > 0 || f.interceptCA != "" || f.maxRate != "" || f.maxConnRate != "" ||
-			f.denyFile != "" || f.allowFile != "" {
-			fmt.Fprintln(e.stderr, "portcullis run: --config excludes every flag but --max-concurrent-per-client")
+			f.denyFile != "" || f.allowFile != "" || logFlags {
+			fmt.Fprintln(e.stderr, "portcullis run: --config excludes every flag but --max-concurrent-per-client (the file's log section sets the log)")
 			return exitUsage
 		}
 		if f.maxConcurrent < 0 {
@@ -135,6 +143,10 @@ func (f *runFlags) config() (*config.Config, error) {
 	}
 	if f.maxConcurrent < 0 {
 		return nil, fmt.Errorf("--max-concurrent-per-client must be 0 (no limit) or more (got %d)", f.maxConcurrent)
+	}
+	logCfg := config.Log{Format: config.LogFormat(f.logFormat), AccessLog: &f.accessLog}
+	if logCfg.Format != config.LogText && logCfg.Format != config.LogJSON {
+		return nil, fmt.Errorf("--log-format must be text or json (got %q)", f.logFormat)
 	}
 	ln := config.Listener{
 		Name:              "http",
@@ -188,7 +200,7 @@ func (f *runFlags) config() (*config.Config, error) {
 	if err := f.rates(&ln); err != nil {
 		return nil, err
 	}
-	cfg := &config.Config{Admin: config.Admin{Listen: f.admin, TokenFile: f.adminToken}, Listeners: []config.Listener{ln}}
+	cfg := &config.Config{Log: logCfg, Admin: config.Admin{Listen: f.admin, TokenFile: f.adminToken}, Listeners: []config.Listener{ln}}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -43,10 +43,14 @@ type Log struct {
 	// Level is the lowest level logged. Empty means LevelInfo.
 	Level LogLevel `yaml:"level"`
 
-	// AccessLog logs one line per HTTP exchange and per TCP connection, at info.
-	// False (the default) logs none.
-	AccessLog bool `yaml:"access_log"`
+	// AccessLog logs one line per HTTP exchange and per TCP connection, at info,
+	// as nginx does by default. Nil (unset) means true; false logs none. See
+	// [Log.IsAccessLogOn].
+	AccessLog *bool `yaml:"access_log"`
 }
+
+// IsAccessLogOn reports whether the access log is on: AccessLog nil or true.
+func (l Log) IsAccessLogOn() bool { return l.AccessLog == nil || *l.AccessLog }
 
 // Admin configures the admin HTTP listener.
 type Admin struct {

@@ -66,6 +66,8 @@ func (c *Config) Effective() *Config {
 	}
 	e.Log.Format = orDefault(e.Log.Format, LogText)
 	e.Log.Level = orDefault(e.Log.Level, LevelInfo)
+	on := c.Log.IsAccessLogOn() // spelled out, and never the caller's pointer
+	e.Log.AccessLog = &on
 	if c.Cluster != nil {
 		cl := c.Cluster.effective()
 		e.Cluster = &cl

@@ -21,20 +21,23 @@ var errClosed = errors.New("forward: proxy is shutting down")
 // origin-form request, a loop, a destination the policy refuses, a closed
 // proxy. Every refusal names its reason and is logged at INFO.
 func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, err error) {
-	status, body := http.StatusBadRequest, ""
+	status, body, reason := http.StatusBadRequest, "", "bad_target"
 	var denied *DeniedError
 	switch {
 	case errors.As(err, &denied):
 		p.stats.denied.Add(1)
-		status, body = http.StatusForbidden, "forbidden: destination "+denied.Addr.String()+" refused by rule \""+denied.Rule+"\"\n"
+		status, body, reason = http.StatusForbidden, "forbidden: destination "+denied.Addr.String()+" refused by rule \""+denied.Rule+"\"\n", "denied"
 	case errors.Is(err, ErrOriginForm):
-		body = "bad request: this is a forward proxy; send absolute-form requests (GET http://host/path) or CONNECT host:port\n"
+		body, reason = "bad request: this is a forward proxy; send absolute-form requests (GET http://host/path) or CONNECT host:port\n", "origin_form"
 	case errors.Is(err, errLoop):
-		status, body = http.StatusLoopDetected, "loop detected: the request already passed through this proxy\n"
+		status, body, reason = http.StatusLoopDetected, "loop detected: the request already passed through this proxy\n", "loop"
 	case errors.Is(err, errClosed):
-		status, body = http.StatusServiceUnavailable, "service unavailable: the proxy is shutting down\n"
+		status, body, reason = http.StatusServiceUnavailable, "service unavailable: the proxy is shutting down\n", "closed"
 	default:
 		body = "bad request: " + err.Error() + "\n"
+	}
+	if p.onRefuse != nil {
+		p.onRefuse(w, r, status, reason)
 	}
 	if status != http.StatusForbidden {
 		p.stats.refused.Add(1)

@@ -92,6 +92,15 @@ type Config struct {
 	// Logger receives the refusals and target failures, at most one line
 	// per second of each, at INFO and WARN. Nil means slog.Default().
 	Logger *slog.Logger
+
+	// OnRefuse, if set, is called for every request the proxy refuses
+	// itself, on the request's goroutine, before the answer is written,
+	// with its status and reason: "denied" (a destination the policy
+	// refuses, 403), "origin_form" and "bad_target" (400), "loop" (508),
+	// "closed" (503, the proxy shutting down). It serves access logs: it
+	// must be fast, must not block and must not write the response. Nil
+	// means no callback.
+	OnRefuse func(w http.ResponseWriter, r *http.Request, status int, reason string)
 }
 
 // A Proxy is the forward-proxy handler: it proxies absolute-form HTTP/1.x
@@ -108,6 +117,7 @@ type Proxy struct {
 	idle      time.Duration
 	lifetime  time.Duration
 	log       *slog.Logger
+	onRefuse  func(http.ResponseWriter, *http.Request, int, string) // nil: none
 	refusals  logGate
 	failures  logGate
 
@@ -139,6 +149,7 @@ func New(cfg Config) (*Proxy, error) {
 		idle:     orDefault(cfg.TunnelIdleTimeout, DefaultTunnelIdleTimeout),
 		lifetime: orDefault(cfg.TunnelLifetime, DefaultTunnelLifetime),
 		log:      cfg.Logger,
+		onRefuse: cfg.OnRefuse,
 		tunnels:  make(map[*relay]struct{}),
 	}
 	if p.log == nil {

@@ -5,7 +5,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -94,26 +96,38 @@ type accessLogger struct {
 	json  bool           // the JSON format, else slog's text format
 }
 
-// accessFields are the fields of one access line, in their order.
+// accessFields are the fields of one access line, in their order. The
+// optional ones (a zero value) are left out of the line.
 type accessFields struct {
-	listener, client, method, host, path, proto string
-	status                                      int
-	bytes                                       int64
-	duration                                    time.Duration
+	listener string
+	// client is the address the limits count: the peer, or who a
+	// trusted proxy's forwarding header names (the PROXY protocol's
+	// source is the peer already). Invalid: "-".
+	client                    netip.Addr
+	peer                      string   // the connection's remote address (r.RemoteAddr)
+	keys                      []string // the distinct keys the limits counted; optional
+	route                     string   // optional
+	method, host, path, proto string
+	status                    int
+	bytes                     int64
+	duration                  time.Duration
+	upstream                  time.Duration // to the upstream's response head; optional
+	admission                 outcome
+	queued                    time.Duration // optional
+	limit, reason             string        // optional
 }
 
-var lineBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+var lineBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
-// logAccess writes the access line of one exchange.
-func logAccess(o exchangeOpts, r *http.Request, st *exchangeState, start time.Time) {
-	status := int(st.status.Load())
-	if status == 0 {
-		status = http.StatusOK
-	}
-	now := time.Now()
+// logAccess writes the access line of one exchange that began at start
+// and ended now with status.
+func logAccess(o *exchangeOpts, r *http.Request, st *exchangeState, status int, start, now time.Time) {
 	f := accessFields{
-		listener: o.listener, client: r.RemoteAddr, method: r.Method, host: r.Host, path: r.URL.Path,
-		proto: r.Proto, status: status, bytes: st.bytes.Load(), duration: now.Sub(start),
+		listener: o.listener, client: o.res.ClientAddr(r), peer: r.RemoteAddr,
+		keys: st.keys[:st.nkeys], route: st.route,
+		method: r.Method, host: r.Host, path: r.URL.Path, proto: r.Proto,
+		status: status, bytes: st.bytes.Load(), duration: now.Sub(start), upstream: st.upstream,
+		admission: st.outcome, queued: st.waited, limit: st.by, reason: st.reason,
 	}
 	o.log.write(now, &f)
 }
@@ -137,6 +151,17 @@ func (a *accessLogger) write(now time.Time, f *accessFields) {
 	a.writeSlog(now, f)
 }
 
+// clientString is the client field's value.
+func (f *accessFields) clientString() string {
+	if !f.client.IsValid() {
+		return "-"
+	}
+	return f.client.String()
+}
+
+// millis is d in milliseconds, to the microsecond.
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
 // writeSlog hands the line to the handler itself: slog.Logger would look
 // up its caller's program counter for every line, which an access line
 // never shows.
@@ -147,12 +172,102 @@ func (a *accessLogger) writeSlog(now time.Time, f *accessFields) {
 		return
 	}
 	rec := slog.NewRecord(now, slog.LevelInfo, "access", 0)
+	rec.AddAttrs(slog.String("listener", f.listener), slog.String("client", f.clientString()),
+		slog.String("peer", f.peer))
+	if len(f.keys) > 0 {
+		rec.AddAttrs(slog.String("key", strings.Join(f.keys, ",")))
+	}
+	if f.route != "" {
+		rec.AddAttrs(slog.String("route", f.route))
+	}
 	rec.AddAttrs(
-		slog.String("listener", f.listener), slog.String("client", f.client),
 		slog.String("method", f.method), slog.String("host", f.host), slog.String("path", f.path),
 		slog.String("proto", f.proto), slog.Int("status", f.status), slog.Int64("bytes", f.bytes),
-		slog.Duration("duration", f.duration))
+		slog.Float64("duration_ms", millis(f.duration)))
+	if f.upstream > 0 {
+		rec.AddAttrs(slog.Float64("upstream_ms", millis(f.upstream)))
+	}
+	rec.AddAttrs(slog.String("admission", f.admission.String()))
+	if f.queued > 0 {
+		rec.AddAttrs(slog.Float64("queued_ms", millis(f.queued)))
+	}
+	if f.limit != "" {
+		rec.AddAttrs(slog.String("limit", f.limit))
+	}
+	if f.reason != "" {
+		rec.AddAttrs(slog.String("reason", f.reason))
+	}
 	_ = h.Handle(ctx, rec)
+}
+
+// lineWriter appends the fields of an access line in slog's text or JSON
+// form.
+type lineWriter struct {
+	b    []byte
+	json bool
+}
+
+func (w *lineWriter) key(k string) {
+	if w.json {
+		w.b = append(w.b, `,"`...)
+		w.b = append(w.b, k...)
+		w.b = append(w.b, `":`...)
+		return
+	}
+	w.b = append(w.b, ' ')
+	w.b = append(w.b, k...)
+	w.b = append(w.b, '=')
+}
+
+// str appends a plain string value.
+func (w *lineWriter) str(k, v string) {
+	w.key(k)
+	if w.json {
+		w.b = append(w.b, '"')
+		w.b = append(w.b, v...)
+		w.b = append(w.b, '"')
+		return
+	}
+	w.b = append(w.b, v...)
+}
+
+func (w *lineWriter) int(k string, v int64) {
+	w.key(k)
+	w.b = strconv.AppendInt(w.b, v, 10)
+}
+
+// ms appends d in milliseconds as slog writes a float64: strconv's
+// shortest 'g' form in text, encoding/json's in JSON ('f' for the range a
+// duration in milliseconds to the microsecond can take, 0.001 to 1e13).
+//
+// Below 1e6 ms (where 'g' turns to exponents) both forms are the decimal
+// of the whole microseconds, without trailing zeros: a number of at most
+// 15 significant digits is the shortest that reads back as its float64.
+// That is written with integer arithmetic, which costs a fraction of
+// strconv's shortest-float search.
+func (w *lineWriter) ms(k string, d time.Duration) {
+	w.key(k)
+	us := d.Microseconds()
+	if us < 0 || (!w.json && us >= 1e9) || us >= 1e15 {
+		fmt := byte('g')
+		if w.json {
+			fmt = 'f'
+		}
+		w.b = strconv.AppendFloat(w.b, millis(d), fmt, -1, 64)
+		return
+	}
+	w.b = strconv.AppendInt(w.b, us/1000, 10)
+	frac := us % 1000
+	if frac == 0 {
+		return
+	}
+	digits := [3]byte{byte('0' + frac/100), byte('0' + frac/10%10), byte('0' + frac%10)}
+	n := 3
+	for digits[n-1] == '0' {
+		n--
+	}
+	w.b = append(w.b, '.')
+	w.b = append(w.b, digits[:n]...)
 }
 
 // appendAccessLine appends the access line of f logged at t, as slog's
@@ -160,51 +275,86 @@ func (a *accessLogger) writeSlog(now time.Time, f *accessFields) {
 // with b's contents undefined, when a value is not plain (see plainValue)
 // and the line is left to slog, which knows how to quote it.
 func appendAccessLine(b []byte, json bool, t time.Time, f *accessFields) ([]byte, bool) {
-	strs := [...]struct{ k, v string }{
-		{"listener", f.listener}, {"client", f.client}, {"method", f.method},
-		{"host", f.host}, {"path", f.path}, {"proto", f.proto},
-	}
-	for _, kv := range strs {
-		if !plainValue(kv.v) {
+	for _, v := range [...]string{f.listener, f.peer, f.method, f.host, f.path, f.proto} {
+		if !plainValue(v) {
 			return b, false
 		}
 	}
+	for _, v := range f.keys {
+		if !plainValue(v) {
+			return b, false
+		}
+	}
+	if (f.route != "" && !plainValue(f.route)) || f.client.Zone() != "" {
+		return b, false
+	}
+	w := lineWriter{b: b, json: json}
 	t = t.Round(0)
 	if json {
-		b = append(b, `{"time":"`...)
-		b = t.AppendFormat(b, time.RFC3339Nano)
-		b = append(b, `","level":"INFO","msg":"access"`...)
-		for _, kv := range strs {
-			b = append(b, `,"`...)
-			b = append(b, kv.k...)
-			b = append(b, `":"`...)
-			b = append(b, kv.v...)
-			b = append(b, '"')
+		w.b = append(w.b, `{"time":"`...)
+		w.b = t.AppendFormat(w.b, time.RFC3339Nano)
+		w.b = append(w.b, `","level":"INFO","msg":"access"`...)
+	} else {
+		w.b = append(w.b, "time="...)
+		w.b = t.AppendFormat(w.b, "2006-01-02T15:04:05.000Z07:00")
+		w.b = append(w.b, " level=INFO msg=access"...)
+	}
+	w.str("listener", f.listener)
+	w.key("client")
+	if json {
+		w.b = append(w.b, '"')
+	}
+	if f.client.IsValid() {
+		w.b = f.client.AppendTo(w.b)
+	} else {
+		w.b = append(w.b, '-')
+	}
+	if json {
+		w.b = append(w.b, '"')
+	}
+	w.str("peer", f.peer)
+	if len(f.keys) > 0 {
+		w.key("key")
+		if json {
+			w.b = append(w.b, '"')
 		}
-		b = append(b, `,"status":`...)
-		b = strconv.AppendInt(b, int64(f.status), 10)
-		b = append(b, `,"bytes":`...)
-		b = strconv.AppendInt(b, f.bytes, 10)
-		b = append(b, `,"duration":`...)
-		b = strconv.AppendInt(b, int64(f.duration), 10)
-		return append(b, "}\n"...), true
+		for i, k := range f.keys {
+			if i > 0 {
+				w.b = append(w.b, ',')
+			}
+			w.b = append(w.b, k...)
+		}
+		if json {
+			w.b = append(w.b, '"')
+		}
 	}
-	b = append(b, "time="...)
-	b = t.AppendFormat(b, "2006-01-02T15:04:05.000Z07:00")
-	b = append(b, " level=INFO msg=access"...)
-	for _, kv := range strs {
-		b = append(b, ' ')
-		b = append(b, kv.k...)
-		b = append(b, '=')
-		b = append(b, kv.v...)
+	if f.route != "" {
+		w.str("route", f.route)
 	}
-	b = append(b, " status="...)
-	b = strconv.AppendInt(b, int64(f.status), 10)
-	b = append(b, " bytes="...)
-	b = strconv.AppendInt(b, f.bytes, 10)
-	b = append(b, " duration="...)
-	b = append(b, f.duration.String()...)
-	return append(b, '\n'), true
+	w.str("method", f.method)
+	w.str("host", f.host)
+	w.str("path", f.path)
+	w.str("proto", f.proto)
+	w.int("status", int64(f.status))
+	w.int("bytes", f.bytes)
+	w.ms("duration_ms", f.duration)
+	if f.upstream > 0 {
+		w.ms("upstream_ms", f.upstream)
+	}
+	w.str("admission", f.admission.String())
+	if f.queued > 0 {
+		w.ms("queued_ms", f.queued)
+	}
+	if f.limit != "" {
+		w.str("limit", f.limit)
+	}
+	if f.reason != "" {
+		w.str("reason", f.reason)
+	}
+	if json {
+		return append(w.b, "}\n"...), true
+	}
+	return append(w.b, '\n'), true
 }
 
 // plainValue reports whether s is written as it is by both of slog's

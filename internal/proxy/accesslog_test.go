@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -100,6 +101,17 @@ func TestLineBufferBatchesLines(t *testing.T) {
 	})
 }
 
+// af returns the fields of an access line from a peer, without the
+// optional ones; the client is the peer's address, or invalid when the
+// peer is not an address.
+func af(listener, peer, method, host, path, proto string, status int, bytes int64, d time.Duration) accessFields {
+	ap, _ := netip.ParseAddrPort(peer)
+	return accessFields{
+		listener: listener, client: ap.Addr(), peer: peer, method: method, host: host, path: path,
+		proto: proto, status: status, bytes: bytes, duration: d,
+	}
+}
+
 // TestAccessLineMatchesSlog is the differential test of the access line
 // encoder: for plain values it must write, byte for byte, what slog's
 // text and JSON handlers (as NewLogger builds them) write for the same
@@ -109,21 +121,39 @@ func TestLineBufferBatchesLines(t *testing.T) {
 func TestAccessLineMatchesSlog(t *testing.T) {
 	zones := []*time.Location{time.UTC, time.FixedZone("", 5*3600+1800), time.FixedZone("", -8*3600), time.FixedZone("X", 45*60)}
 	base := time.Date(2026, 12, 2, 9, 46, 19, 0, time.UTC)
+	full := func(f accessFields) accessFields {
+		f.keys, f.route, f.upstream = []string{"192.0.2.7", "acme"}, "api", 812345*time.Nanosecond
+		f.admission, f.queued, f.limit, f.reason = refused, 25*time.Millisecond+7*time.Microsecond, "route_limit", "queue_timeout"
+		return f
+	}
 	fields := []accessFields{
-		{"web", "127.0.0.2:41234", "GET", "app.test", "/", "HTTP/1.1", 200, 13, 1234567 * time.Nanosecond},
-		{"web", "[::1]:80", "POST", "app.test:8080", "/api/v1/items", "HTTP/2.0", 502, 0, 850 * time.Microsecond},
-		{"w-1", "192.0.2.1:1", "DELETE", "x", "/a/b/", "HTTP/1.0", 404, 1 << 40, 3*time.Hour + 2*time.Second},
-		{"web", "1.2.3.4:5", "GET", "h", "/p", "HTTP/1.1", 101, 5, 0},
-		{"web", "1.2.3.4:5", "GET", "h", "/p", "HTTP/1.1", 200, 5, 7},
+		af("web", "127.0.0.2:41234", "GET", "app.test", "/", "HTTP/1.1", 200, 13, 1234567*time.Nanosecond),
+		af("web", "[::1]:80", "POST", "app.test:8080", "/api/v1/items", "HTTP/2.0", 502, 0, 850*time.Microsecond),
+		af("w-1", "192.0.2.1:1", "DELETE", "x", "/a/b/", "HTTP/1.0", 404, 1<<40, 3*time.Hour+2*time.Second),
+		af("web", "1.2.3.4:5", "GET", "h", "/p", "HTTP/1.1", 101, 5, 0),
+		af("web", "1.2.3.4:5", "GET", "h", "/p", "HTTP/1.1", 200, 5, 7),
 		// Not plain: slog quotes or escapes these, and the encoder declines.
-		{"web", "1.2.3.4:5", "GET", "h", "/a b", "HTTP/1.1", 200, 5, 1},
-		{"web", "1.2.3.4:5", "GET", "", "/", "HTTP/1.1", 400, 5, 1},
-		{"web", "1.2.3.4:5", "GET", "h", "/é", "HTTP/1.1", 200, 5, 1},
-		{"web", "1.2.3.4:5", "GET", "h", "/a=b", "HTTP/1.1", 200, 5, 1},
-		{"web", "1.2.3.4:5", "GET", "h", `/"q"`, "HTTP/1.1", 200, 5, 1},
-		{"web", "1.2.3.4:5", "GET", "h", "/<script>&", "HTTP/1.1", 200, 5, 1},
-		{"web", "1.2.3.4:5", "GET", "h", `/a\b`, "HTTP/1.1", 200, 5, 1},
-		{"web", "1.2.3.4:5", "GET", "h", "/\x00\x7f", "HTTP/1.1", 200, 5, 1},
+		af("web", "1.2.3.4:5", "GET", "h", "/a b", "HTTP/1.1", 200, 5, 1),
+		af("web", "1.2.3.4:5", "GET", "", "/", "HTTP/1.1", 400, 5, 1),
+		af("web", "1.2.3.4:5", "GET", "h", "/é", "HTTP/1.1", 200, 5, 1),
+		af("web", "1.2.3.4:5", "GET", "h", "/a=b", "HTTP/1.1", 200, 5, 1),
+		af("web", "1.2.3.4:5", "GET", "h", `/"q"`, "HTTP/1.1", 200, 5, 1),
+		af("web", "1.2.3.4:5", "GET", "h", "/<script>&", "HTTP/1.1", 200, 5, 1),
+		af("web", "1.2.3.4:5", "GET", "h", `/a\b`, "HTTP/1.1", 200, 5, 1),
+		af("web", "1.2.3.4:5", "GET", "h", "/\x00\x7f", "HTTP/1.1", 200, 5, 1),
+		// Every optional field, and a client a trusted proxy named.
+		full(af("web", "10.0.0.1:443", "GET", "h", "/api/x", "HTTP/2.0", 429, 18, 25*time.Millisecond)),
+		func() accessFields {
+			f := full(af("web", "[fe80::1%eth0]:8", "GET", "h", "/", "HTTP/1.1", 200, 1, time.Second))
+			f.client = netip.MustParseAddr("fe80::1%eth0") // a zone slog would quote
+			return f
+		}(),
+	}
+	// Durations at the edges of the integer form of the _ms fields.
+	for _, us := range []int64{0, 1, 10, 100, 999, 1000, 1001, 1010, 1100, 123456, 999999999, 1e9, 1e9 + 1, 1e12 + 7, 1e15 - 1, 1e15, 1e15 + 1} {
+		f := af("web", "1.2.3.4:5", "GET", "h", "/ms", "HTTP/1.1", 200, 5, time.Duration(us)*time.Microsecond+999)
+		f.upstream, f.queued = time.Duration(us)*time.Microsecond, time.Duration(us)*time.Microsecond
+		fields = append(fields, f)
 	}
 	rng := rand.New(rand.NewPCG(19, 19))
 	plainChars := []byte("aZ09/.-_~:%!$'()*+,;@[]")
@@ -144,8 +174,27 @@ func TestAccessLineMatchesSlog(t *testing.T) {
 			}
 			return string(b)
 		}
-		fields = append(fields, accessFields{word(), word(), word(), word(), "/" + word(), word(),
-			rng.IntN(600), rng.Int64N(1 << 50), time.Duration(rng.Int64N(int64(10 * time.Hour)))})
+		f := af(word(), word(), word(), word(), "/"+word(), word(),
+			rng.IntN(600), rng.Int64N(1<<50), time.Duration(rng.Int64N(int64(10*time.Hour))))
+		f.client = netip.AddrFrom4([4]byte{byte(rng.IntN(256)), 0, 2, byte(rng.IntN(256))})
+		if rng.IntN(2) == 0 {
+			f.keys = []string{word()}
+			if rng.IntN(3) == 0 {
+				f.keys = append(f.keys, word())
+			}
+		}
+		if rng.IntN(2) == 0 {
+			f.route = word()
+		}
+		if rng.IntN(2) == 0 {
+			f.upstream = time.Duration(rng.Int64N(int64(10 * time.Hour)))
+		}
+		f.admission = outcome(rng.IntN(len(outcomeNames)))
+		if f.admission != admitted && rng.IntN(2) == 0 {
+			f.queued = time.Duration(rng.Int64N(int64(time.Minute)))
+			f.limit, f.reason = "client_limit", "queue_full"
+		}
+		fields = append(fields, f)
 	}
 	plain := 0
 	for i, f := range fields {
@@ -168,7 +217,7 @@ func TestAccessLineMatchesSlog(t *testing.T) {
 	if plain < 2000 {
 		t.Fatalf("only %d lines written by the encoder: the test compares too little", plain)
 	}
-	for i := 5; i < 13; i++ {
+	for _, i := range []int{5, 6, 7, 8, 9, 10, 11, 12, 14} {
 		if _, ok := appendAccessLine(nil, false, base, &fields[i]); ok {
 			t.Errorf("the encoder wrote %+v, which slog quotes", fields[i])
 		}
@@ -182,7 +231,7 @@ func TestAccessLogLevelAndOutput(t *testing.T) {
 	level := new(slog.LevelVar)
 	lb := newLineBuffer(&out)
 	a := &accessLogger{log: NewLogger(config.Log{Format: config.LogText}, lb, level), out: lb, level: level}
-	f := accessFields{"web", "127.0.0.2:1", "GET", "h", "/", "HTTP/1.1", 200, 1, time.Millisecond}
+	f := af("web", "127.0.0.2:1", "GET", "h", "/", "HTTP/1.1", 200, 1, time.Millisecond)
 	a.write(time.Now(), &f)
 	f.path = "/with space"
 	a.write(time.Now(), &f) // through slog

@@ -39,7 +39,9 @@ import (
 // The daemons: fast and nethttp are the relay behind each HTTP/1.x server
 // (http1_server); fast-rp and nethttp-rp the same with
 // httputil.ReverseProxy in place of the relay, as before it; fast-log is
-// fast with the access log on, written to a file; nginx and haproxy are
+// fast with the access log on, written to a file (every other daemon has
+// it off); fast-nometrics is fast without the request metrics (the
+// portcullis_http_* series and the upstream histogram); nginx and haproxy are
 // those proxies with their bench/peers configurations, when installed
 // (name them in PORTCULLIS_BENCH_DAEMONS, a space-separated list that
 // replaces the default set). Setting
@@ -102,8 +104,13 @@ func runBenchChild(name string) int {
 	switch rest {
 	case "rp":
 		proxy.SetReverseProxy(true)
-	case "log":
+	case "nometrics":
+		proxy.SetRequestMetrics(false)
+	}
+	if rest == "log" {
 		text = "log: {access_log: true}\n" + text
+	} else {
+		text = "log: {access_log: false}\n" + text // on by default
 	}
 	cfg := parseConfig(nopTB{}, text, "http://"+os.Getenv("PORTCULLIS_BENCH_BACKEND"))
 	logs, err := os.CreateTemp("", "portcullis-bench-log-*")

@@ -23,10 +23,15 @@
 // on the table it started with. With a cluster section, the route and client
 // limits count in Redis (limit/redisstore).
 //
-// The admin listener serves /metrics (Prometheus, see promlimit), /debug/limits
-// (a JSON [Snapshot]), /healthz, /readyz, and the live page (/live/, see
-// internal/livepage) with its event stream, sampled once a second while the
-// admin listener runs.
+// Every HTTP exchange is counted in its route's request metrics and, unless
+// log.access_log is false, logged when it ends with what the route and the
+// limits decided (see admission.go and accesslog.go).
+//
+// The admin listener serves /metrics (Prometheus: the limiters through
+// promlimit, the request metrics, the Go and process collectors),
+// /debug/limits (a JSON [Snapshot]), /healthz, /readyz, and the live page
+// (/live/, see internal/livepage) with its event stream, sampled once a
+// second while the admin listener runs.
 //
 // Lifecycle: [Start] binds everything and serves; [Server.Reload] applies a
 // new configuration; [Server.Shutdown] drains and [Server.Close] stops at

@@ -52,7 +52,7 @@ listeners:
 	if st, _, _ := get(t, a.client("127.0.0.3"), urlB); st != http.StatusOK {
 		t.Fatalf("another client on node B: %d", st)
 	}
-	if m := a.metrics(); !strings.Contains(m, `portcullis_redisstore_calls_total{kind="acquire",limit="limit",listener="web",route="r"}`) {
+	if m := a.metrics(); !strings.Contains(m, `portcullis_redisstore_calls_total{kind="acquire",limit="route_limit",listener="web",route="r"}`) {
 		t.Errorf("/metrics lacks the route limit's Redis calls")
 	}
 	if r := await(t, slow); r.status != http.StatusOK {

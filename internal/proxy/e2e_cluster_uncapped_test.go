@@ -236,6 +236,9 @@ listeners:
 			if len(parts) == 3 {
 				route = parts[1]
 			}
+			if limit == "limit" {
+				limit = "route_limit" // the store's name keeps the config's word; its label says what it is
+			}
 			line := `portcullis_redisstore_breaker_state{limit="` + limit + `",listener="web",route="` + route + `"} `
 			if !strings.Contains(m, line+state) {
 				return false

@@ -146,7 +146,7 @@ listeners:
 	if tot.Granted != 4 || tot.QueueFull != 1 {
 		t.Fatalf("totals %+v, want 4 granted and 1 queue full", tot)
 	}
-	if m := d.metrics(); !strings.Contains(m, `portcullis_exchanges_queue_wait_seconds_count{limit="limit",listener="web",outcome="granted",route="slow"} 1`) {
+	if m := d.metrics(); !strings.Contains(m, `portcullis_exchanges_queue_wait_seconds_count{limit="route_limit",listener="web",outcome="granted",route="slow"} 1`) {
 		t.Errorf("/metrics has no queue wait for the queued request:\n%s", grep(m, "queue_wait_seconds_count"))
 	}
 }

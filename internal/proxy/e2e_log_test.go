@@ -61,7 +61,7 @@ listeners:
 			access = line
 		}
 	}
-	for _, want := range []string{`"path":"/teapot"`, `"status":200`, `"client":"127.0.0.2:`, `"listener":"web"`} {
+	for _, want := range []string{`"path":"/teapot"`, `"status":200`, `"client":"127.0.0.2"`, `"peer":"127.0.0.2:`, `"listener":"web"`} {
 		if !strings.Contains(access, want) {
 			t.Errorf("access line lacks %s: %q", want, access)
 		}

@@ -7,12 +7,20 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/seed-a07d1050/portcullis/clientkey"
 )
 
 // exchangeOpts are the per-exchange settings of an HTTP listener.
 type exchangeOpts struct {
 	listener string
 	log      *accessLogger // nil: no access log
+	// metrics are the series of the listener's requests that no route
+	// takes; nil: no metrics (tests).
+	metrics *routeMetrics
+	// res resolves the client the limits count, for the access line; nil:
+	// the peer.
+	res *clientkey.Resolver
 	// send is the write-progress bound: an exchange whose client accepts no
 	// byte of the response for this long ends (nginx's send_timeout).
 	// Zero means none.
@@ -23,8 +31,10 @@ type exchangeOpts struct {
 }
 
 // exchanges returns the outermost handler of an HTTP listener's chain: it
-// gives every exchange an exchangeWriter, and logs the exchange when it
-// ends if the access log is on.
+// gives every exchange an exchangeWriter, and when the exchange ends counts
+// it in its route's metrics and logs it if the access log is on (also when
+// a handler panicked, as http.ErrAbortHandler does for a response cut
+// short).
 func exchanges(next http.Handler, o exchangeOpts) http.Handler {
 	tunnel := o
 	tunnel.send = 0 // a CONNECT tunnel has its own bounds: see internal/forward
@@ -35,11 +45,26 @@ func exchanges(next http.Handler, o exchangeOpts) http.Handler {
 			eo = &tunnel
 		}
 		ew := newExchangeWriter(w, *eo, start)
-		if o.log != nil {
-			defer logAccess(o, r, ew.state(), start)
-		}
+		st := ew.state()
+		st.metrics = o.metrics
+		defer exchangeEnded(&o, r, st, start)
 		next.ServeHTTP(ew, r)
 	})
+}
+
+// exchangeEnded counts and logs an exchange that began at start.
+func exchangeEnded(o *exchangeOpts, r *http.Request, st *exchangeState, start time.Time) {
+	status := int(st.status.Load())
+	if status == 0 {
+		status = http.StatusOK // nothing written: net/http answers 200
+	}
+	now := time.Now()
+	if st.metrics != nil {
+		st.metrics.ended(status, now.Sub(start))
+	}
+	if o.log != nil {
+		logAccess(o, r, st, status, start, now)
+	}
 }
 
 // deadliner is what http.ResponseController calls to set a write deadline:
@@ -52,9 +77,10 @@ type deadliner interface {
 // another goroutine than writes (ReverseProxy flushes streams from a
 // timer), hence the atomics.
 type exchangeState struct {
-	status   atomic.Int32 // the final status written; 0 until then
-	bytes    atomic.Int64 // body bytes written
-	extended atomic.Int64 // Unix nanoseconds of the last deadline extension
+	status    atomic.Int32 // the final status written; 0 until then
+	bytes     atomic.Int64 // body bytes written
+	extended  atomic.Int64 // Unix nanoseconds of the last deadline extension
+	admission              // the exchange's goroutine only
 }
 
 // exchangeWriter is the ResponseWriter of one exchange. It records the

@@ -37,3 +37,13 @@ func SetReverseProxy(on bool) (restore func()) {
 	testHookReverseProxy = on
 	return func() { testHookReverseProxy = old }
 }
+
+// SetRequestMetrics turns the request metrics (portcullis_http_*,
+// portcullis_upstream_response_duration_seconds, upstream errors) of the
+// route tables built from now on off or on, for the benchmark that
+// measures their cost. The returned function restores the setting.
+func SetRequestMetrics(on bool) (restore func()) {
+	old := testHookNoRequestMetrics
+	testHookNoRequestMetrics = !on
+	return func() { testHookNoRequestMetrics = old }
+}

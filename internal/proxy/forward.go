@@ -150,6 +150,7 @@ func (b *tableBuilder) forwardProxy(t *routeTable) error {
 		IdleConnTimeout:       cfg.IdleConnTimeout,
 		Via:                   cfg.Via,
 		Logger:                b.deps.log.With("listener", b.lc.Name),
+		OnRefuse:              forwardRefused,
 	})
 	if err != nil {
 		return fmt.Errorf("proxy: listener %s: %w", b.lc.Name, err)
@@ -179,7 +180,7 @@ func (b *tableBuilder) authenticate(t *routeTable, h *http.Handler) error {
 			return fmt.Errorf("proxy: listener %s: auth: %w", b.lc.Name, err)
 		}
 		t.auth = &authState{cfg: old.auth.cfg, id: old.auth.id, a: old.auth.a, commit: commit, stats: old.auth.stats}
-		*h = t.auth.a.Wrap(*h)
+		*h = gated("auth", authRefusal, t.auth.a.Wrap, *h)
 		return nil
 	}
 	failures, err := proxyauth.NewFailureLimiter(proxyauth.FailureConfig{Burst: ac.Failures.Burst, Interval: ac.Failures.Interval})
@@ -201,7 +202,7 @@ func (b *tableBuilder) authenticate(t *routeTable, h *http.Handler) error {
 		return fmt.Errorf("proxy: listener %s: auth: %w", b.lc.Name, err)
 	}
 	t.auth = &authState{cfg: *ac, id: b.id, a: a, stats: newAuthCollector(a, b.lc.Name)}
-	*h = a.Wrap(*h)
+	*h = gated("auth", authRefusal, a.Wrap, *h)
 	return nil
 }
 

@@ -28,6 +28,16 @@ const (
 	kindClient limitKind = "client_limit"
 )
 
+// label is how metrics and access lines name the slot: "route_limit" for
+// a route's limit, which is "limit" in the configuration and in the
+// limiter's name (and so in cluster keys, which must not change).
+func (k limitKind) label() string {
+	if k == kindRoute {
+		return "route_limit"
+	}
+	return string(k)
+}
+
 // forwardKind is the slot of a forward listener's limit: its key, one limit
 // per key (proxy_user, target_host, client_ip, header:Name).
 func forwardKind(k config.LimitKey) limitKind {
@@ -122,7 +132,7 @@ type limiterDeps struct {
 // newLimiter builds the limiter of cfg (effective) for listener ln, route
 // route ("" for the listener's client limit) in slot kind.
 func newLimiter(cfg *config.Limit, id identity, ln, route string, kind limitKind, deps limiterDeps) (*limiter, error) {
-	labels := prometheus.Labels{"listener": ln, "route": route, "limit": string(kind)}
+	labels := prometheus.Labels{"listener": ln, "route": route, "limit": kind.label()}
 	opts := promlimit.Opts{Subsystem: "exchanges", ConstLabels: labels}
 	wait := promlimit.NewWaitHistogram(opts, nil)
 	key, err := keyFunc(cfg.Key, id)
@@ -145,7 +155,6 @@ func newLimiter(cfg *config.Limit, id identity, ln, route string, kind limitKind
 		TunnelPermits:  cfg.TunnelPermits,
 		ReleaseTunnels: cfg.ReleaseTunnels,
 		ReclaimAfter:   cfg.ReclaimAfter, // NoReclaim is negative: never
-		Reject:         refusalResponse(cfg),
 		Observer:       promlimit.ObserverFor[string](wait),
 		Logger:         deps.log,
 		Name:           name,
@@ -159,6 +168,7 @@ func newLimiter(cfg *config.Limit, id identity, ln, route string, kind limitKind
 		hc.Key, hc.ReleaseTunnels = forward.ExceptConnect(key), true
 	}
 	hc.OnReject = deps.onReject
+	hc.OnAdmit, hc.Reject = admissionHooks(kind, refusalResponse(cfg))
 	var closer io.Closer
 	var redisMetrics prometheus.Collector
 	if cs != nil { // a nil *clusterStore must not become a non-nil Store

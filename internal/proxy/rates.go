@@ -38,6 +38,7 @@ type rateLimiter struct {
 	cfg   config.Rate // effective
 	id    identity
 	lim   *httplimit.RateLimiter
+	key   httplimit.KeyFunc    // the rate's, to name a refused request's key
 	store io.Closer            // the cluster RateStore; nil without a cluster
 	redis prometheus.Collector // its Redis metrics; nil without a cluster
 	total *promlimit.RateCollector
@@ -67,6 +68,7 @@ func newRateLimiter(cfg *config.Rate, id identity, ln, route string, deps limite
 		Headers: rateHeaders(cfg.Headers),
 		Logger:  deps.log,
 		Name:    name,
+		OnAdmit: rateAdmitted,
 	}
 	switch cfg.Key {
 	case config.KeyClientIP, "":
@@ -78,7 +80,7 @@ func newRateLimiter(cfg *config.Rate, id identity, ln, route string, deps limite
 	default:
 		rc.Overrides = cfg.Overrides
 	}
-	r := &rateLimiter{cfg: *cfg, id: id, idle: make(chan struct{})}
+	r := &rateLimiter{cfg: *cfg, id: id, key: key, idle: make(chan struct{})}
 	cs, err := rateStore(deps.cluster, name, func(k string) string { return k }, labels)
 	if err != nil {
 		return nil, err
@@ -113,8 +115,12 @@ func (r *rateLimiter) sameAs(cfg *config.Rate, id identity) bool {
 // wrap returns next behind the rate. The exchange is counted as inside the
 // rate until it ends, so that a retired rate's Store stays open for the
 // requests still delayed by it.
+//
+// It also tells the exchange's access line when the rate refused the
+// request (see gated).
 func (r *rateLimiter) wrap(next http.Handler) http.Handler {
-	inner := r.lim.Wrap(next)
+	refusal := func(_ *exchangeState, req *http.Request) (string, string) { return r.key(req), reasonRate }
+	inner := gated(string(kindRate), refusal, r.lim.Wrap, next)
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.active.Add(1)
 		defer r.leave()

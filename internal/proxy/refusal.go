@@ -11,28 +11,30 @@ import (
 	"github.com/seed-a07d1050/portcullis/limit"
 )
 
-// refusalResponse returns the httplimit.Config.Reject function of a limit
-// with a response block: a refusal the limit decided (over the limit, queue
-// full, wait too long) gets the configured body and headers with the
-// limit's status and Retry-After; any other (the limiter closed, the
+// refusalResponse returns the httplimit.Config.Reject function of a limit:
+// a refusal the limit decided (over the limit, queue full, wait too long)
+// gets the limit's status and Retry-After, with the body and headers of
+// its response block if it has one; any other (the limiter closed, the
 // cluster store failed, the client gone while waiting) gets httplimit's
-// default 503, since the configured text would not be true. Nil without a
-// response block: httplimit's default answer.
+// default 503, since the configured text would not be true. Without a
+// response block the answer is byte for byte httplimit's default; the
+// daemon sets Reject anyway so that the access log learns why (see
+// admissionHooks).
 func refusalResponse(cfg *config.Limit) func(http.ResponseWriter, *http.Request, string, error) {
-	if cfg.Response == nil {
-		return nil
-	}
 	status := cfg.Status
 	if status == 0 {
 		status = config.DefaultStatus
 	}
-	body := cfg.Response.Body
-	if body == "" {
-		body = http.StatusText(status) + "\n"
-	}
-	extra := make(http.Header, len(cfg.Response.Headers))
-	for name, value := range cfg.Response.Headers {
-		extra.Set(name, value)
+	body := http.StatusText(status) + "\n"
+	var extra http.Header
+	if cfg.Response != nil {
+		if cfg.Response.Body != "" {
+			body = cfg.Response.Body
+		}
+		extra = make(http.Header, len(cfg.Response.Headers))
+		for name, value := range cfg.Response.Headers {
+			extra.Set(name, value)
+		}
 	}
 	retryAfter := retryAfterValue(cfg.RetryAfter)
 	return func(w http.ResponseWriter, r *http.Request, _ string, err error) {

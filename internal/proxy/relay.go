@@ -55,6 +55,7 @@ type relay struct {
 	bufs    httputil.BufferPool
 	fail    func(http.ResponseWriter, *http.Request, error)
 	log     *slog.Logger
+	metrics *routeMetrics // the route's; nil: none
 }
 
 // newRelay returns the handler of a route whose upstreams p picks. The
@@ -107,21 +108,44 @@ func (rl *relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	u := rl.pool.pickExcept(nil)
 	o := rl.outbound(w, r, u, upType)
+	sent := time.Now()
 	resp, err := rl.send(r.Context(), o, u)
 	o.mu.Lock()
 	o.done = true
 	o.mu.Unlock()
 	if err != nil {
 		o.release()
+		if r.Context().Err() == nil { // not when the client left
+			rl.countError(classifyUpstreamErr(err))
+		}
 		rl.fail(w, r, err)
 		return
 	}
+	rl.answered(w, time.Since(sent))
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		rl.switchProtocols(w, r, resp, upType)
 		return
 	}
 	rl.respond(w, r, resp)
 	o.release()
+}
+
+// answered records that the upstream's response head came d after the
+// request was sent, for the access line and the route's histogram.
+func (rl *relay) answered(w http.ResponseWriter, d time.Duration) {
+	if st := stateOf(w); st != nil {
+		st.upstream = max(d, 1) // zero means no upstream answered
+	}
+	if rl.metrics != nil {
+		rl.metrics.upstream.Observe(d.Seconds())
+	}
+}
+
+// countError counts an upstream failure of kind k.
+func (rl *relay) countError(k upstreamErrKind) {
+	if rl.metrics != nil {
+		rl.metrics.errors[k].Inc()
+	}
 }
 
 // outbound builds the request to send to u for r.
@@ -353,10 +377,12 @@ func (rl *relay) switchProtocols(w http.ResponseWriter, r *http.Request, resp *h
 	switch {
 	case !isPrintable(resUpType):
 		resp.Body.Close()
+		rl.countError(upErrBadResponse)
 		rl.fail(w, r, fmt.Errorf("backend tried to switch to invalid protocol %q", resUpType))
 		return
 	case !strings.EqualFold(reqUpType, resUpType):
 		resp.Body.Close()
+		rl.countError(upErrBadResponse)
 		rl.fail(w, r, fmt.Errorf("backend tried to switch protocol %q when %q was requested", resUpType, reqUpType))
 		return
 	case !ok:

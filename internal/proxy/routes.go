@@ -38,6 +38,7 @@ type route struct {
 	hosts   []hostPattern // nil: any host
 	prefix  string        // clean absolute path; "/" matches every path
 	handler http.Handler
+	metrics *routeMetrics // nil: none
 }
 
 // matchHost returns how specifically r's hosts match host (lower-cased, no
@@ -129,6 +130,12 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if route == nil {
 		writeShort(w, http.StatusNotFound, "no route\n")
 		return
+	}
+	if st := stateOf(w); st != nil {
+		st.route = route.name
+		if route.metrics != nil {
+			st.metrics = route.metrics
+		}
 	}
 	route.handler.ServeHTTP(w, r)
 }

@@ -54,6 +54,7 @@ type Server struct {
 	accessOut *lineBuffer // nil when Options.Logger was given
 	transport *uptransport.Transport
 	bufs      *bufferPool
+	metrics   *httpMetrics // the HTTP listeners' request metrics
 
 	base       context.Context // the context of every request; cancelled to cut off
 	cancelBase context.CancelFunc
@@ -92,6 +93,7 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 		log:       opts.Logger,
 		transport: newUpstreamTransport(),
 		bufs:      newBufferPool(),
+		metrics:   newHTTPMetrics(),
 		tables:    make(map[string]*atomic.Pointer[routeTable]),
 	}
 	if s.log == nil {
@@ -222,7 +224,7 @@ func (s *Server) buildTables(cfg *config.Config) (builtTables, error) {
 		}
 		b := &tableBuilder{
 			lc: lc, id: id, old: s.currentTable(lc.Name), transport: s.transport, bufs: s.bufs,
-			accessLog: cfg.Log.AccessLog, access: s.access,
+			accessLog: cfg.Log.IsAccessLogOn(), access: s.access, metrics: s.metrics,
 			deps:  limiterDeps{log: s.log, cluster: s.cluster},
 			drain: cfg.ShutdownTimeout,
 		}
@@ -316,7 +318,7 @@ func (s *Server) serve(f *front, cfg *config.Config) error {
 	}
 	switch {
 	case f.cfg.Protocol == config.ProtocolTCP:
-		f.serveTCP(s.base, cfg.Log.AccessLog)
+		f.serveTCP(s.base, cfg.Log.IsAccessLogOn())
 		return nil
 	case f.h3 != nil:
 		f.serveH3(table)

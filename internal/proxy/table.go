@@ -58,6 +58,10 @@ func (t *routeTable) limiters() []*limiter {
 // so that the two can be compared in one run.
 var testHookReverseProxy bool
 
+// testHookNoRequestMetrics, when set by a benchmark, builds route tables
+// without request metrics, to measure what they cost.
+var testHookNoRequestMetrics bool
+
 // tableBuilder builds the route table of one listener.
 type tableBuilder struct {
 	lc        *config.Listener // effective
@@ -68,6 +72,7 @@ type tableBuilder struct {
 	bufs      httputil.BufferPool
 	accessLog bool
 	access    *accessLogger // where access lines go
+	metrics   *httpMetrics  // nil: no request metrics (tests)
 	drain     time.Duration // the configuration's shutdown_timeout
 }
 
@@ -102,7 +107,7 @@ func (b *tableBuilder) build() (*routeTable, error) {
 			return nil, err
 		}
 		t.routes = append(t.routes, rs)
-		r := &route{name: rc.Name, prefix: rc.PathPrefix, handler: h}
+		r := &route{name: rc.Name, prefix: rc.PathPrefix, handler: h, metrics: b.routeMetrics(rc.Name)}
 		if r.prefix == "" {
 			r.prefix = "/"
 		}
@@ -125,11 +130,23 @@ func (b *tableBuilder) build() (*routeTable, error) {
 }
 
 func (b *tableBuilder) exchangeOpts() exchangeOpts {
-	o := exchangeOpts{listener: b.lc.Name, send: b.lc.SendTimeout, whole: b.lc.WriteTimeout}
+	o := exchangeOpts{
+		listener: b.lc.Name, send: b.lc.SendTimeout, whole: b.lc.WriteTimeout,
+		metrics: b.routeMetrics(""), res: b.id.resolver,
+	}
 	if b.accessLog {
 		o.log = b.access
 	}
 	return o
+}
+
+// routeMetrics returns the series of route ("": the listener's requests
+// no route took), or nil without metrics.
+func (b *tableBuilder) routeMetrics(route string) *routeMetrics {
+	if b.metrics == nil || testHookNoRequestMetrics {
+		return nil
+	}
+	return b.metrics.route(b.lc.Name, route)
 }
 
 // route builds the chain of one route, client being the listener's client
@@ -141,7 +158,9 @@ func (b *tableBuilder) route(rc *config.Route, client *limiter) (*routeState, ht
 	}
 	rs := &routeState{name: rc.Name}
 	fw := forwarding{res: b.id.resolver}
-	var h http.Handler = newRelay(p, fw, b.transport, rc.UpstreamTimeout, b.bufs, b.deps.log)
+	rl := newRelay(p, fw, b.transport, rc.UpstreamTimeout, b.bufs, b.deps.log)
+	rl.metrics = b.routeMetrics(rc.Name)
+	var h http.Handler = rl
 	if testHookReverseProxy {
 		h = newReverseProxy(p, fw, b.transport, rc.UpstreamTimeout, b.bufs, b.deps.log)
 	}

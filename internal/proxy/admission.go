@@ -1,0 +1,214 @@
+package proxy
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/seed-a07d1050/portcullis/limit"
+	"github.com/seed-a07d1050/portcullis/rate"
+)
+
+// outcome is what the limits decided about an exchange, as the access log
+// writes it (field admission).
+type outcome uint8
+
+const (
+	admitted   outcome = iota // let through at once, or no limit applies
+	queued                    // let through after waiting in a limit's queue
+	shadowOver                // over a limit, let through by shadow mode
+	refused                   // refused by a limit or a rate
+)
+
+var outcomeNames = [...]string{admitted: "admitted", queued: "queued", shadowOver: "shadow_over", refused: "refused"}
+
+func (o outcome) String() string { return outcomeNames[o] }
+
+// maxKeys is how many distinct limit keys an access line names: a client
+// limit, a shadow limit and a route limit.
+const maxKeys = 3
+
+// admission is what the route and the limits decided about one exchange,
+// for its access line and its metrics. It is written and read on the
+// exchange's goroutine only: the limits decide before the handler runs,
+// the relay records the upstream on the same goroutine, and the line is
+// written after the handler returned; so it needs no atomics, and nothing
+// in it is allocated per exchange (its strings are the route's name, the
+// limits' keys, and constants).
+type admission struct {
+	metrics *routeMetrics // the route's; the listener's when no route took the request
+	route   string        // the route that took the request; "" when none
+	outcome outcome
+	by      string        // the limit that refused the request or that it went over
+	reason  string        // why it was refused (see refusalReason); "" otherwise
+	waited  time.Duration // in limit queues, summed
+	// upstream is the time from sending the request upstream to its
+	// response head; zero when no upstream answered.
+	upstream time.Duration
+	keys     [maxKeys]string // the distinct keys the limits counted, in order
+	nkeys    uint8
+	gatePend bool // a gate (a rate, authentication) is deciding; see gated
+}
+
+// addKey records key, once.
+func (a *admission) addKey(key string) {
+	for i := range a.nkeys {
+		if a.keys[i] == key {
+			return
+		}
+	}
+	if int(a.nkeys) < maxKeys {
+		a.keys[a.nkeys] = key
+		a.nkeys++
+	}
+}
+
+// admit records that the limit by let the request through.
+func (a *admission) admit(by, key string, waited time.Duration, shadowed bool) {
+	a.addKey(key)
+	if waited > 0 {
+		a.waited += waited
+		if a.outcome < queued {
+			a.outcome = queued
+		}
+	}
+	if shadowed && a.outcome < shadowOver {
+		a.outcome, a.by = shadowOver, by
+	}
+}
+
+// refuse records that the limit by refused the request, for reason.
+func (a *admission) refuse(by, key, reason string) {
+	if key != "" {
+		a.addKey(key)
+	}
+	a.outcome, a.by, a.reason = refused, by, reason
+}
+
+// stateOf returns the state of the exchange w belongs to, or nil when w is
+// not an exchange's writer (a handler used outside an HTTP listener's
+// chain). It looks through writers that unwrap, as httplimit's tunnel
+// writer does.
+func stateOf(w http.ResponseWriter) *exchangeState {
+	for range 8 {
+		switch x := w.(type) {
+		case *exchangeWriter:
+			return &x.exchangeState
+		case *hijackableWriter:
+			return &x.exchangeState
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = x.Unwrap()
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// refusalReason names why a limit refused a request, for the access log:
+// limit_full (the key, or the limit as a whole, at its permits),
+// queue_full, queue_timeout, store_failed (the cluster's Redis could not
+// decide), closed (the limit was retired while the request waited) or
+// abandoned (the client left while it waited).
+func refusalReason(err error) string {
+	switch {
+	case errors.Is(err, limit.ErrLimited):
+		return "limit_full"
+	case errors.Is(err, limit.ErrQueueFull):
+		return "queue_full"
+	case errors.Is(err, limit.ErrQueueTimeout):
+		return "queue_timeout"
+	case errors.Is(err, limit.ErrStore):
+		return "store_failed"
+	case errors.Is(err, limit.ErrClosed):
+		return "closed"
+	}
+	return "abandoned"
+}
+
+// rateAdmitted is a request rate's OnAdmit: a request the rate delayed
+// (nginx's limit_req delay) is queued for as long, one let through over the
+// rate in shadow mode (dry_run) is shadow_over.
+func rateAdmitted(w http.ResponseWriter, _ *http.Request, key string, d rate.Decision) {
+	if st := stateOf(w); st != nil {
+		st.admit(string(kindRate), key, d.Delay, d.Shadowed())
+	}
+}
+
+// reasonRate is the refusal reason of a request rate.
+const reasonRate = "rate"
+
+// gated returns wrap(next) for a gate that either lets a request through
+// to next or answers it itself (a rate, authentication), recording in the
+// exchange's state a refusal by the gate named by when next was not
+// reached: the mark set before the gate decides is cleared by next, and
+// cleared again once recorded, so that nested gates each see their own.
+// refusal returns the key and reason of a refused request.
+func gated(by string, refusal func(st *exchangeState, r *http.Request) (key, reason string),
+	wrap func(http.Handler) http.Handler, next http.Handler) http.Handler {
+	inner := wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if st := stateOf(w); st != nil {
+			st.gatePend = false
+		}
+		next.ServeHTTP(w, r)
+	}))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st := stateOf(w)
+		if st == nil {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		st.gatePend = true
+		inner.ServeHTTP(w, r)
+		if st.gatePend {
+			st.gatePend = false
+			key, reason := refusal(st, r)
+			st.refuse(by, key, reason)
+		}
+	})
+}
+
+// authRefusal names why authentication answered a request itself:
+// unauthorized (401, 407: no or wrong credentials), auth_failures (429:
+// the client's failed attempts are over their budget) or auth_busy (503:
+// too many checks at once, or the check timed out).
+func authRefusal(st *exchangeState, _ *http.Request) (string, string) {
+	switch st.status.Load() {
+	case http.StatusTooManyRequests:
+		return "", "auth_failures"
+	case http.StatusServiceUnavailable:
+		return "", "auth_busy"
+	}
+	return "", "unauthorized"
+}
+
+// admissionHooks returns the httplimit OnAdmit and Reject functions of a
+// limit in slot kind: each records the decision in the exchange's state,
+// then reject (never nil) writes the refusal.
+func admissionHooks(kind limitKind, reject func(http.ResponseWriter, *http.Request, string, error)) (
+	func(http.ResponseWriter, *http.Request, string, time.Duration, bool),
+	func(http.ResponseWriter, *http.Request, string, error),
+) {
+	by := kind.label()
+	onAdmit := func(w http.ResponseWriter, _ *http.Request, key string, waited time.Duration, shadowed bool) {
+		if st := stateOf(w); st != nil {
+			st.admit(by, key, waited, shadowed)
+		}
+	}
+	onRefuse := func(w http.ResponseWriter, r *http.Request, key string, err error) {
+		if st := stateOf(w); st != nil {
+			st.refuse(by, key, refusalReason(err))
+		}
+		reject(w, r, key, err)
+	}
+	return onAdmit, onRefuse
+}
+
+// forwardRefused is the forward proxy's OnRefuse: a request it refuses
+// itself (a destination its policy denies, a malformed target, a loop) is
+// logged as refused by "forward", with the proxy's reason.
+func forwardRefused(w http.ResponseWriter, _ *http.Request, _ int, reason string) {
+	if st := stateOf(w); st != nil {
+		st.refuse("forward", "", reason)
+	}
+}

@@ -1,0 +1,148 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/seed-a07d1050/portcullis/internal/buildinfo"
+	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
+)
+
+// durationBuckets are the classic buckets of the request and upstream
+// duration histograms, in seconds, for scrapers without native
+// histograms: 1 ms to 60 s.
+var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
+// httpMetrics are the request metrics of every HTTP listener of a Server:
+// one set of vectors for the Server's life, labelled by listener and
+// route (never by client), and read by every admin listener's registry.
+// A route table takes its routes' series once, when it is built
+// (routeMetrics), so that an exchange counts without a label lookup.
+type httpMetrics struct {
+	requests *prometheus.CounterVec   // listener, route, code (status class)
+	duration *prometheus.HistogramVec // listener, route
+	upstream *prometheus.HistogramVec // listener, route
+	upErrors *prometheus.CounterVec   // listener, route, kind
+	build    prometheus.Collector
+}
+
+func newHTTPMetrics() *httpMetrics {
+	hist := func(name, help string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:                            name,
+			Help:                            help,
+			Buckets:                         durationBuckets,
+			NativeHistogramBucketFactor:     1.1,
+			NativeHistogramMaxBucketNumber:  160,
+			NativeHistogramMinResetDuration: time.Hour,
+		}, []string{"listener", "route"})
+	}
+	bi := buildinfo.Read()
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "portcullis_build_info",
+		Help: "Always 1, labelled with the build of the running daemon (as portcullis version prints it).",
+		ConstLabels: prometheus.Labels{
+			"version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion,
+		},
+	})
+	build.Set(1)
+	return &httpMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portcullis_http_requests_total",
+			Help: "HTTP exchanges ended, by listener, route (empty: none matched, or refused before routing) and status class (code: 1xx to 5xx).",
+		}, []string{"listener", "route", "code"}),
+		duration: hist("portcullis_http_request_duration_seconds",
+			"Time from an HTTP request's head read to its exchange's end (response written, tunnel closed), by listener and route."),
+		upstream: hist("portcullis_upstream_response_duration_seconds",
+			"Time from sending a request upstream to its response head, by listener and route."),
+		upErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portcullis_upstream_errors_total",
+			Help: "Requests that got no response from their upstream, by listener, route and kind: refused (connection refused), connect (other dial failures), timeout, reset (the connection closed or reset before a response), bad_response, other.",
+		}, []string{"listener", "route", "kind"}),
+		build: build,
+	}
+}
+
+// registerOn adds the request metrics, portcullis_build_info and the Go
+// and process collectors to reg.
+func (m *httpMetrics) registerOn(reg *prometheus.Registry) {
+	reg.MustRegister(m.requests, m.duration, m.upstream, m.upErrors, m.build,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+}
+
+// upstreamErrKind is a kind of upstream failure, as the kind label of
+// portcullis_upstream_errors_total names it.
+type upstreamErrKind uint8
+
+const (
+	upErrRefused upstreamErrKind = iota
+	upErrConnect
+	upErrTimeout
+	upErrReset
+	upErrBadResponse
+	upErrOther
+	numUpErrKinds
+)
+
+var upErrNames = [numUpErrKinds]string{"refused", "connect", "timeout", "reset", "bad_response", "other"}
+
+// classifyUpstreamErr returns the kind of an error of sending a request
+// upstream.
+func classifyUpstreamErr(err error) upstreamErrKind {
+	var ne net.Error
+	var op *net.OpError
+	switch {
+	case isRefused(err):
+		return upErrRefused
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, uptransport.ErrHeadTimeout),
+		errors.As(err, &ne) && ne.Timeout():
+		return upErrTimeout
+	case errors.As(err, &op) && op.Op == "dial":
+		return upErrConnect
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return upErrReset
+	case errors.Is(err, uptransport.ErrHeadTooLarge), errors.Is(err, uptransport.ErrUnexpectedSwitch):
+		return upErrBadResponse
+	}
+	return upErrOther
+}
+
+// routeMetrics are the series of one route (or of a listener's requests
+// that no route took), resolved when its table is built.
+type routeMetrics struct {
+	classes  [6]prometheus.Counter // by status / 100; [0] unused
+	duration prometheus.Observer
+	upstream prometheus.Observer
+	errors   [numUpErrKinds]prometheus.Counter
+}
+
+// route returns the series of route on listener.
+func (m *httpMetrics) route(listener, route string) *routeMetrics {
+	rm := &routeMetrics{
+		duration: m.duration.WithLabelValues(listener, route),
+		upstream: m.upstream.WithLabelValues(listener, route),
+	}
+	for c := 1; c <= 5; c++ {
+		rm.classes[c] = m.requests.WithLabelValues(listener, route, string(rune('0'+c))+"xx")
+	}
+	for k, name := range upErrNames {
+		rm.errors[k] = m.upErrors.WithLabelValues(listener, route, name)
+	}
+	return rm
+}
+
+// ended counts an exchange that ended with status after d.
+func (rm *routeMetrics) ended(status int, d time.Duration) {
+	if c := status / 100; c >= 1 && c <= 5 {
+		rm.classes[c].Inc()
+	}
+	rm.duration.Observe(d.Seconds())
+}
