@@ -96,3 +96,67 @@ listeners:
 		}
 	}
 }
+
+// A route a reload removes leaves /metrics: its series do not stay frozen
+// at their last values. A route the reload keeps keeps counting on.
+func TestReloadDropsTheRequestMetricsOfRemovedRoutes(t *testing.T) {
+	const two = `
+admin: {listen: "127.0.0.1:0"}
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    routes:
+      - name: old
+        path_prefix: /old
+        upstreams: ["{{backend}}"]
+      - name: kept
+        upstreams: ["{{backend}}"]
+`
+	d := startDaemon(t, two)
+	c := d.client("127.0.0.2")
+	for _, path := range []string{"/old/x", "/y"} {
+		if st, _, _ := get(t, c, d.url("web", path)); st != http.StatusOK {
+			t.Fatalf("%s: %d, want 200", path, st)
+		}
+	}
+	m := d.metrics()
+	for _, want := range []string{
+		`portcullis_http_requests_total{code="2xx",listener="web",route="old"} 1`,
+		`portcullis_http_requests_total{code="2xx",listener="web",route="kept"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Fatalf("/metrics lacks %s", want)
+		}
+	}
+
+	one := strings.Replace(two, `      - name: old
+        path_prefix: /old
+        upstreams: ["{{backend}}"]
+`, "", 1)
+	if err := d.srv.Reload(d.reloadConfig(one, "")); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := get(t, c, d.url("web", "/old/x")); st != http.StatusOK {
+		t.Fatalf("/old/x through kept: %d, want 200", st)
+	}
+	m = d.metrics()
+	if strings.Contains(m, `route="old"`) {
+		t.Errorf("a removed route's series stay on /metrics:\n%s", grepLines(m, `route="old"`))
+	}
+	want := `portcullis_http_requests_total{code="2xx",listener="web",route="kept"} 2`
+	if !strings.Contains(m, want) {
+		t.Errorf("/metrics lacks %s:\n%s", want, grepLines(m, `route="kept"`))
+	}
+}
+
+// grepLines returns the lines of text holding sub.
+func grepLines(text, sub string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

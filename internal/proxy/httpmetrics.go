@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 
@@ -31,7 +32,13 @@ type httpMetrics struct {
 	upstream *prometheus.HistogramVec // listener, route
 	upErrors *prometheus.CounterVec   // listener, route, kind
 	build    prometheus.Collector
+
+	mu     sync.Mutex
+	issued map[seriesKey]bool // the listener and route labels route handed out
 }
+
+// seriesKey is the listener and route labels of one route's series.
+type seriesKey struct{ listener, route string }
 
 func newHTTPMetrics() *httpMetrics {
 	hist := func(name, help string) *prometheus.HistogramVec {
@@ -66,7 +73,8 @@ func newHTTPMetrics() *httpMetrics {
 			Name: "portcullis_upstream_errors_total",
 			Help: "Requests that got no response from their upstream, by listener, route and kind: refused (connection refused), connect (other dial failures), timeout, reset (the connection closed or reset before a response), bad_response, other.",
 		}, []string{"listener", "route", "kind"}),
-		build: build,
+		build:  build,
+		issued: make(map[seriesKey]bool),
 	}
 }
 
@@ -126,6 +134,9 @@ type routeMetrics struct {
 
 // route returns the series of route on listener.
 func (m *httpMetrics) route(listener, route string) *routeMetrics {
+	m.mu.Lock()
+	m.issued[seriesKey{listener, route}] = true
+	m.mu.Unlock()
 	rm := &routeMetrics{
 		duration: m.duration.WithLabelValues(listener, route),
 		upstream: m.upstream.WithLabelValues(listener, route),
@@ -137,6 +148,24 @@ func (m *httpMetrics) route(listener, route string) *routeMetrics {
 		rm.errors[k] = m.upErrors.WithLabelValues(listener, route, name)
 	}
 	return rm
+}
+
+// prune deletes the series of every listener and route it handed out that
+// keep does not hold.
+func (m *httpMetrics) prune(keep map[seriesKey]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k := range m.issued {
+		if keep[k] {
+			continue
+		}
+		match := prometheus.Labels{"listener": k.listener, "route": k.route}
+		m.requests.DeletePartialMatch(match)
+		m.duration.DeletePartialMatch(match)
+		m.upstream.DeletePartialMatch(match)
+		m.upErrors.DeletePartialMatch(match)
+		delete(m.issued, k)
+	}
 }
 
 // ended counts an exchange that ended with status after d.

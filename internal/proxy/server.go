@@ -238,6 +238,7 @@ func (s *Server) buildTables(cfg *config.Config) (builtTables, error) {
 			s.discard(built)
 			return nil, err
 		}
+		t.series = b.series
 		built[lc.Name] = t
 	}
 	return built, nil
@@ -290,6 +291,24 @@ func (s *Server) installTables(built builtTables) {
 			delete(s.tables, name)
 		}
 	}
+	s.pruneRequestMetrics()
+}
+
+// pruneRequestMetrics drops the request metrics of the routes and
+// listeners no table serves any more, so that /metrics does not show them
+// frozen at their last values. An exchange of a removed route still
+// draining counts in series nobody scrapes.
+func (s *Server) pruneRequestMetrics() {
+	if s.metrics == nil {
+		return
+	}
+	keep := make(map[seriesKey]bool)
+	for name, p := range s.tables {
+		for _, route := range p.Load().series {
+			keep[seriesKey{name, route}] = true
+		}
+	}
+	s.metrics.prune(keep)
 }
 
 // retire closes a limiter a reload replaced once the exchanges that still

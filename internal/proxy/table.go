@@ -16,6 +16,7 @@ import (
 // finishes on it, with its limiters and upstreams.
 type routeTable struct {
 	handler http.Handler // authentication, the listener's rate, then the router or the forward proxy
+	series  []string     // the route labels of its request metrics ("": no route)
 	client  *limiter     // nil without a client limit
 	rate    *rateLimiter // the listener's rate; nil without
 	routes  []*routeState
@@ -74,6 +75,7 @@ type tableBuilder struct {
 	access    *accessLogger // where access lines go
 	metrics   *httpMetrics  // nil: no request metrics (tests)
 	drain     time.Duration // the configuration's shutdown_timeout
+	series    []string      // the route labels routeMetrics handed out
 }
 
 // build builds the table. A request passes, in order: authentication, the
@@ -146,6 +148,7 @@ func (b *tableBuilder) routeMetrics(route string) *routeMetrics {
 	if b.metrics == nil || testHookNoRequestMetrics {
 		return nil
 	}
+	b.series = append(b.series, route)
 	return b.metrics.route(b.lc.Name, route)
 }
 
