@@ -45,26 +45,83 @@ type Totals struct {
 // other, so under load the figures are consistent per key, not across keys.
 func (l *Limiter[K]) Snapshot(top int) Snapshot[K] {
 	var s Snapshot[K]
-	s.Totals = l.collect(&s.Keys)
-	slices.SortFunc(s.Keys, func(a, b KeyStats[K]) int {
-		return cmp.Or(
-			cmp.Compare(b.InUse, a.InUse),
-			cmp.Compare(b.Waiting, a.Waiting),
-			cmp.Compare(b.Refused, a.Refused))
-	})
-	if top > 0 && len(s.Keys) > top {
-		s.Keys = s.Keys[:top:top]
+	if top <= 0 {
+		s.Totals = l.collect(func(k KeyStats[K]) { s.Keys = append(s.Keys, k) })
+	} else {
+		// The live page and /debug/limits ask for a few of possibly
+		// very many busy keys, every second: keep the top ones in a
+		// heap as the shards are walked, rather than list and sort all.
+		b := busiest[K]{top: top}
+		s.Totals = l.collect(b.offer)
+		s.Keys = b.keys
 	}
+	slices.SortFunc(s.Keys, func(a, b KeyStats[K]) int { return busier(b, a) })
 	return s
+}
+
+// busier orders a before b (a positive result) when a is busier: more
+// permits in use, then more waiters, then more refusals.
+func busier[K comparable](a, b KeyStats[K]) int {
+	return cmp.Or(
+		cmp.Compare(a.InUse, b.InUse),
+		cmp.Compare(a.Waiting, b.Waiting),
+		cmp.Compare(a.Refused, b.Refused))
+}
+
+// busiest keeps the top busiest keys it is offered, as a min-heap whose
+// root (keys[0]) is the least busy of them.
+type busiest[K comparable] struct {
+	top  int
+	keys []KeyStats[K]
+}
+
+func (b *busiest[K]) offer(k KeyStats[K]) {
+	if len(b.keys) < b.top {
+		b.keys = append(b.keys, k)
+		b.up(len(b.keys) - 1)
+		return
+	}
+	if busier(k, b.keys[0]) > 0 {
+		b.keys[0] = k
+		b.down(0)
+	}
+}
+
+func (b *busiest[K]) up(i int) {
+	for i > 0 {
+		parent := (i - 1) / 2
+		if busier(b.keys[i], b.keys[parent]) >= 0 {
+			return
+		}
+		b.keys[i], b.keys[parent] = b.keys[parent], b.keys[i]
+		i = parent
+	}
+}
+
+func (b *busiest[K]) down(i int) {
+	n := len(b.keys)
+	for {
+		least := i
+		for _, c := range [2]int{2*i + 1, 2*i + 2} {
+			if c < n && busier(b.keys[c], b.keys[least]) < 0 {
+				least = c
+			}
+		}
+		if least == i {
+			return
+		}
+		b.keys[i], b.keys[least] = b.keys[least], b.keys[i]
+		i = least
+	}
 }
 
 // Totals returns the limiter's totals without listing keys; it is cheaper
 // than Snapshot for metrics scrapes.
 func (l *Limiter[K]) Totals() Totals { return l.collect(nil) }
 
-// collect sums the shards' counts and, when keys is not nil, lists the
-// busy keys into it.
-func (l *Limiter[K]) collect(keys *[]KeyStats[K]) Totals {
+// collect sums the shards' counts and, when each is not nil, hands it
+// every busy key, under its shard's lock.
+func (l *Limiter[K]) collect(each func(KeyStats[K])) Totals {
 	var t Totals
 	var c counters
 	for i := range l.shards {
@@ -74,8 +131,8 @@ func (l *Limiter[K]) collect(keys *[]KeyStats[K]) Totals {
 		sh.keys.each(func(e *entry[K]) {
 			t.InUse += int(e.inUse)
 			t.Waiting += int(e.waiting)
-			if keys != nil {
-				*keys = append(*keys, KeyStats[K]{e.key, int(e.inUse), int(e.waiting), e.refused})
+			if each != nil {
+				each(KeyStats[K]{e.key, int(e.inUse), int(e.waiting), e.refused})
 			}
 		})
 		t.Keys += sh.keys.n
