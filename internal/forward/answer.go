@@ -69,6 +69,9 @@ func (p *Proxy) targetFailed(w http.ResponseWriter, r *http.Request, err error) 
 		return
 	}
 	p.stats.failed.Add(1)
+	if p.onFailed != nil {
+		p.onFailed(r, err)
+	}
 	t, _ := TargetOf(r)
 	status, reason := classify(err)
 	if ok, held := p.failures.allow(); ok {

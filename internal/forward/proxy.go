@@ -101,6 +101,13 @@ type Config struct {
 	// must be fast, must not block and must not write the response. Nil
 	// means no callback.
 	OnRefuse func(w http.ResponseWriter, r *http.Request, status int, reason string)
+
+	// OnTargetError, if set, is called for every request (plain or
+	// CONNECT) whose target could not be reached or failed before its
+	// response head, on the request's goroutine, before the 502 or 504 is
+	// written; not when the client went away first. It serves metrics: it
+	// must be fast and must not block. Nil means no callback.
+	OnTargetError func(r *http.Request, err error)
 }
 
 // A Proxy is the forward-proxy handler: it proxies absolute-form HTTP/1.x
@@ -118,6 +125,7 @@ type Proxy struct {
 	lifetime  time.Duration
 	log       *slog.Logger
 	onRefuse  func(http.ResponseWriter, *http.Request, int, string) // nil: none
+	onFailed  func(*http.Request, error)                            // nil: none
 	refusals  logGate
 	failures  logGate
 
@@ -150,6 +158,7 @@ func New(cfg Config) (*Proxy, error) {
 		lifetime: orDefault(cfg.TunnelLifetime, DefaultTunnelLifetime),
 		log:      cfg.Logger,
 		onRefuse: cfg.OnRefuse,
+		onFailed: cfg.OnTargetError,
 		tunnels:  make(map[*relay]struct{}),
 	}
 	if p.log == nil {

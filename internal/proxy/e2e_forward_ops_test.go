@@ -227,6 +227,11 @@ func testForwardPermitsComeBack(t *testing.T) {
 			t.Fatalf("CONNECT to a refused port: %d, want 502", resp.StatusCode)
 		}
 		d.waitFor("permits back after refused connections", func() bool { return d.allIdle("egress") })
+		// Both count as upstream errors of the listener, by kind.
+		want := `portcullis_upstream_errors_total{kind="refused",listener="egress",route=""} 2`
+		if m := d.metrics(); !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, grepLines(m, "portcullis_upstream_errors_total"))
+		}
 	})
 
 	t.Run("reload during a tunnel", func(t *testing.T) {

@@ -151,6 +151,7 @@ func (b *tableBuilder) forwardProxy(t *routeTable) error {
 		Via:                   cfg.Via,
 		Logger:                b.deps.log.With("listener", b.lc.Name),
 		OnRefuse:              forwardRefused,
+		OnTargetError:         countTargetError(b.routeMetrics("")),
 	})
 	if err != nil {
 		return fmt.Errorf("proxy: listener %s: %w", b.lc.Name, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"sync"
 	"syscall"
 	"time"
@@ -106,9 +107,12 @@ var upErrNames = [numUpErrKinds]string{"refused", "connect", "timeout", "reset",
 func classifyUpstreamErr(err error) upstreamErrKind {
 	var ne net.Error
 	var op *net.OpError
+	var dnsErr *net.DNSError
 	switch {
 	case isRefused(err):
 		return upErrRefused
+	case errors.As(err, &dnsErr) && !dnsErr.IsTimeout:
+		return upErrConnect
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, uptransport.ErrHeadTimeout),
 		errors.As(err, &ne) && ne.Timeout():
 		return upErrTimeout
@@ -148,6 +152,15 @@ func (m *httpMetrics) route(listener, route string) *routeMetrics {
 		rm.errors[k] = m.upErrors.WithLabelValues(listener, route, name)
 	}
 	return rm
+}
+
+// countTargetError returns the forward proxy's OnTargetError for a
+// listener whose series are rm: it counts the failure by kind.
+func countTargetError(rm *routeMetrics) func(*http.Request, error) {
+	if rm == nil {
+		return nil
+	}
+	return func(_ *http.Request, err error) { rm.errors[classifyUpstreamErr(err)].Inc() }
 }
 
 // prune deletes the series of every listener and route it handed out that
