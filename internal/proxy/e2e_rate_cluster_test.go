@@ -75,7 +75,12 @@ listeners:
 			if float64(got) < 0.95*want || float64(got) > 1.05*want {
 				t.Fatalf("the two nodes admitted %d of %d offered; one limiter admits %v of the same offers; want ± 5%%", got, len(offers), want)
 			}
-			if bound := want + 2*math.Floor(tc.local*float64(lim.Burst+1)) + 2; float64(got) > bound {
+			// The reference replays the times the client sent at, not
+			// the times the nodes decided at: on a loaded machine (the
+			// race detector, shared cores) the two differ by a few
+			// milliseconds, worth a request or two at 100r/s now and
+			// then, hence the 2 % beside the fast path's own allowance.
+			if bound := want + 2*math.Floor(tc.local*float64(lim.Burst+1)) + 2 + math.Ceil(0.02*want); float64(got) > bound {
 				t.Fatalf("admitted %d, above the fast path's bound %v", got, bound)
 			}
 			if n := a.backend.requests.Load(); n != got {
