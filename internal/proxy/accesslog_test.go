@@ -245,3 +245,37 @@ func TestAccessLogLevelAndOutput(t *testing.T) {
 		t.Fatalf("lines %q, want the two lines logged at INFO", lines)
 	}
 }
+
+// FuzzAccessLine drives the access line encoder with arbitrary request
+// values: it writes exactly what slog's handler writes for the same
+// record, or declines and leaves the line to slog. A client controls the
+// method, host and path, so nothing they hold may end a line early or
+// forge a field.
+func FuzzAccessLine(f *testing.F) {
+	f.Add("GET", "app.test", "/a/b", "web", "api", "192.0.2.7", int64(1234567), int64(812345))
+	f.Add("GET", "h", "/a\nlevel=ERROR msg=forged", "web", "", "", int64(0), int64(0))
+	f.Add("P\x00ST", "h\"x", "/é\\", "w-1", "r=1", "k,k", int64(1<<40), int64(-1))
+	at := time.Date(2026, 12, 2, 9, 46, 19, 123456789, time.FixedZone("", 5*3600+1800))
+	f.Fuzz(func(t *testing.T, method, host, path, listener, route, key string, d, up int64) {
+		fields := af(listener, "192.0.2.1:4321", method, host, path, "HTTP/1.1", 200, 13, time.Duration(d))
+		fields.route = route
+		if key != "" {
+			fields.keys = []string{key}
+		}
+		if up > 0 {
+			fields.upstream = time.Duration(up)
+		}
+		for _, format := range []config.LogFormat{config.LogText, config.LogJSON} {
+			var want bytes.Buffer
+			a := &accessLogger{log: NewLogger(config.Log{Format: format, Level: config.LevelInfo}, &want, new(slog.LevelVar))}
+			a.writeSlog(at, &fields)
+			got, ok := appendAccessLine(nil, format == config.LogJSON, at, &fields)
+			if ok && string(got) != want.String() {
+				t.Fatalf("%s line:\ngot  %q\nwant %q", format, got, want.String())
+			}
+			if n := bytes.Count(want.Bytes(), []byte("\n")); n != 1 {
+				t.Fatalf("slog's %s line holds %d newlines: %q", format, n, want.String())
+			}
+		}
+	})
+}
