@@ -155,19 +155,11 @@ func (g *refusalLog) refused(ctx context.Context, method, key string, err error)
 // (limit.EventKind names), and "closed" for a closed limiter, as httplimit
 // does.
 func refusalReason(err error) string {
-	switch {
-	case errors.Is(err, ErrShadowRefused):
+	if errors.Is(err, ErrShadowRefused) {
 		return limit.ShadowRefused.String()
-	case errors.Is(err, limit.ErrLimited):
-		return limit.Refused.String()
-	case errors.Is(err, limit.ErrQueueFull):
-		return limit.QueueFull.String()
-	case errors.Is(err, limit.ErrQueueTimeout):
-		return limit.QueueTimeout.String()
-	case errors.Is(err, limit.ErrStore):
-		return limit.StoreFailed.String()
-	case errors.Is(err, limit.ErrClosed):
-		return "closed"
 	}
-	return limit.Abandoned.String() // the call's context ended while it waited
+	if k := limit.RefusalKind(err); k != 0 {
+		return k.String()
+	}
+	return "closed"
 }

@@ -33,3 +33,25 @@ type globalLimited struct{}
 
 func (globalLimited) Error() string        { return "limit: over the global limit" }
 func (globalLimited) Is(target error) bool { return target == ErrLimited }
+
+// RefusalKind returns the event a refusal by [Limiter.Acquire] or
+// [Limiter.TryAcquire] stands for, as the limiter counts it: [Refused],
+// [QueueFull], [QueueTimeout] or [StoreFailed]; [Abandoned] for any other
+// error (the request's context ended while it waited). It returns 0 for
+// [ErrClosed], which no event counts. Middleware names its refusals with
+// it, so that logs and metrics agree.
+func RefusalKind(err error) EventKind {
+	switch {
+	case errors.Is(err, ErrLimited):
+		return Refused
+	case errors.Is(err, ErrQueueFull):
+		return QueueFull
+	case errors.Is(err, ErrQueueTimeout):
+		return QueueTimeout
+	case errors.Is(err, ErrStore):
+		return StoreFailed
+	case errors.Is(err, ErrClosed):
+		return 0
+	}
+	return Abandoned
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -623,5 +624,25 @@ func TestAcquireOver(t *testing.T) {
 	defer store.mu.Unlock()
 	if store.tryCalls != 1 || len(store.held) != 0 {
 		t.Errorf("the Store saw %d acquires and holds %v, want 1 and nothing (never the adopted permit)", store.tryCalls, store.held)
+	}
+}
+
+// RefusalKind names each refusal as the limiter counts it.
+func TestRefusalKind(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want limit.EventKind
+	}{
+		{limit.ErrLimited, limit.Refused},
+		{limit.ErrGlobalLimited, limit.Refused},
+		{fmt.Errorf("acquiring: %w", limit.ErrQueueFull), limit.QueueFull},
+		{limit.ErrQueueTimeout, limit.QueueTimeout},
+		{fmt.Errorf("%w: %w", limit.ErrStore, context.DeadlineExceeded), limit.StoreFailed},
+		{limit.ErrClosed, 0},
+		{context.Canceled, limit.Abandoned},
+	} {
+		if got := limit.RefusalKind(tc.err); got != tc.want {
+			t.Errorf("RefusalKind(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }

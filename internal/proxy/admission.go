@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"errors"
 	"net/http"
 	"time"
 
@@ -111,19 +110,14 @@ func stateOf(w http.ResponseWriter) *exchangeState {
 // decide), closed (the limit was retired while the request waited) or
 // abandoned (the client left while it waited).
 func refusalReason(err error) string {
-	switch {
-	case errors.Is(err, limit.ErrLimited):
+	switch k := limit.RefusalKind(err); k {
+	case limit.Refused:
 		return "limit_full"
-	case errors.Is(err, limit.ErrQueueFull):
-		return "queue_full"
-	case errors.Is(err, limit.ErrQueueTimeout):
-		return "queue_timeout"
-	case errors.Is(err, limit.ErrStore):
-		return "store_failed"
-	case errors.Is(err, limit.ErrClosed):
+	case 0:
 		return "closed"
+	default:
+		return k.String()
 	}
-	return "abandoned"
 }
 
 // rateAdmitted is a request rate's OnAdmit: a request the rate delayed
