@@ -3,7 +3,6 @@ package http1
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,10 +15,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/seed-a07d1050/portcullis/internal/benchclient"
+	"github.com/seed-a07d1050/portcullis/internal/proccpu"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
@@ -139,7 +139,7 @@ type benchServer struct {
 	cmd   *exec.Cmd
 	stdin io.Closer
 	addr  string
-	conns []*benchConn
+	conns []*benchclient.Conn
 }
 
 var (
@@ -188,7 +188,7 @@ func stopBenchServers() {
 	defer benchMu.Unlock()
 	for _, s := range benchServers {
 		for _, c := range s.conns {
-			_ = c.c.Close()
+			_ = c.Close()
 		}
 		_ = s.stdin.Close()
 		_ = s.cmd.Wait()
@@ -197,88 +197,23 @@ func stopBenchServers() {
 
 // cpuTime returns the child's user + system CPU time.
 func (s *benchServer) cpuTime(b *testing.B) time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	d, err := proccpu.Of(strconv.Itoa(s.cmd.Process.Pid))
 	if err != nil {
 		b.Skipf("no /proc: %v", err) // CPU time is read from /proc on Linux only
 	}
-	// Fields after the command name, which is in parentheses: state is
-	// field 3, utime 14, stime 15 (proc(5)), in clock ticks of 10 ms.
-	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+2:]))
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond
-}
-
-// benchConn is a keep-alive client connection that sends benchRequest
-// and reads the response without allocating.
-type benchConn struct {
-	c  net.Conn
-	br *bufio.Reader
+	return d
 }
 
 // connsFor returns n open connections to s, dialled once.
-func (s *benchServer) connsFor(b *testing.B, n int) []*benchConn {
+func (s *benchServer) connsFor(b *testing.B, n int) []*benchclient.Conn {
 	for len(s.conns) < n {
 		c, err := net.Dial("tcp", s.addr)
 		if err != nil {
 			b.Fatal(err)
 		}
-		s.conns = append(s.conns, &benchConn{c: c, br: bufio.NewReaderSize(c, 4096)})
+		s.conns = append(s.conns, benchclient.NewConn(c, benchRequest))
 	}
 	return s.conns[:n]
-}
-
-var errBadResponse = errors.New("bad response")
-
-func (c *benchConn) do() error {
-	if _, err := io.WriteString(c.c, benchRequest); err != nil {
-		return err
-	}
-	cl := -1
-	for first := true; ; first = false {
-		line, err := c.br.ReadSlice('\n')
-		if err != nil {
-			return err
-		}
-		if first {
-			if !bytes.HasPrefix(line, []byte("HTTP/1.1 200 ")) {
-				return fmt.Errorf("%w: %q", errBadResponse, line)
-			}
-			continue
-		}
-		if len(line) <= 2 {
-			break
-		}
-		if k, v, ok := bytes.Cut(line, []byte(":")); ok && string(k) == "Content-Length" {
-			cl, _ = strconv.Atoi(string(bytes.TrimSpace(v)))
-		}
-	}
-	if cl < 0 {
-		return fmt.Errorf("%w: no Content-Length", errBadResponse)
-	}
-	_, err := c.br.Discard(cl)
-	return err
-}
-
-// drive sends n requests over conns, one goroutine per connection, and
-// returns the wall time it took.
-func drive(b *testing.B, conns []*benchConn, n int) time.Duration {
-	var left atomic.Int64
-	left.Store(int64(n))
-	var wg sync.WaitGroup
-	start := time.Now()
-	for _, c := range conns {
-		wg.Go(func() {
-			for left.Add(-1) >= 0 {
-				if err := c.do(); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return time.Since(start)
 }
 
 // benchConns is how many keep-alive connections the load uses.
@@ -298,9 +233,9 @@ func BenchmarkProxy(b *testing.B) { benchInterleaved(b, "nethttp-proxy", "http1-
 
 func benchInterleaved(b *testing.B, baseKind, kind string) {
 	servers := []*benchServer{startBenchServer(b, baseKind), startBenchServer(b, kind)}
-	conns := [][]*benchConn{servers[0].connsFor(b, benchConns), servers[1].connsFor(b, benchConns)}
+	conns := [][]*benchclient.Conn{servers[0].connsFor(b, benchConns), servers[1].connsFor(b, benchConns)}
 	for i := range servers {
-		drive(b, conns[i], 2*benchConns) // warm up
+		benchclient.Drive(b, conns[i], 2*benchConns) // warm up
 	}
 	var cpu, wall [2]time.Duration
 	const batch = 2000
@@ -309,7 +244,7 @@ func benchInterleaved(b *testing.B, baseKind, kind string) {
 		n := min(batch, b.N-done)
 		for i, s := range servers {
 			c0 := s.cpuTime(b)
-			wall[i] += drive(b, conns[i], n)
+			wall[i] += benchclient.Drive(b, conns[i], n)
 			cpu[i] += s.cpuTime(b) - c0
 		}
 	}
@@ -332,10 +267,10 @@ func BenchmarkServeOne(b *testing.B) {
 		b.Run("server="+kind, func(b *testing.B) {
 			s := startBenchServer(b, kind)
 			conns := s.connsFor(b, benchConns)
-			drive(b, conns, 2*benchConns)
+			benchclient.Drive(b, conns, 2*benchConns)
 			c0 := s.cpuTime(b)
 			b.ResetTimer()
-			drive(b, conns, b.N)
+			benchclient.Drive(b, conns, b.N)
 			b.StopTimer()
 			b.ReportMetric(float64((s.cpuTime(b)-c0).Microseconds())/float64(b.N), "server-cpu-µs/req")
 		})

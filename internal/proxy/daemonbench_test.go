@@ -2,23 +2,21 @@ package proxy_test
 
 import (
 	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"runtime/pprof"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/backend"
+	"github.com/seed-a07d1050/portcullis/internal/benchclient"
+	"github.com/seed-a07d1050/portcullis/internal/proccpu"
 	"github.com/seed-a07d1050/portcullis/internal/proxy"
 )
 
@@ -145,7 +143,7 @@ type benchChild struct {
 	stdin io.Closer // nil for nginx and HAProxy
 	addr  string
 	dir   string // nginx's and HAProxy's configuration; removed by stop
-	conns []*benchConn
+	conns []*benchclient.Conn
 }
 
 var (
@@ -257,7 +255,7 @@ func stopBenchChildren() {
 // process started.
 func (c *benchChild) stop() {
 	for _, bc := range c.conns {
-		_ = bc.c.Close()
+		_ = bc.Close()
 	}
 	if c.stdin != nil {
 		_ = c.stdin.Close()
@@ -273,58 +271,11 @@ func (c *benchChild) stop() {
 // cpuTime returns the user + system CPU time of the child and of its own
 // children (nginx's workers).
 func (c *benchChild) cpuTime(b *testing.B) time.Duration {
-	pid := c.cmd.Process.Pid
-	total, ok := procCPU(pid)
-	if !ok {
-		b.Skip("no /proc") // CPU time is read from /proc on Linux only
-	}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil || child == pid {
-			continue
-		}
-		if d, ok := procCPUIfChildOf(child, pid); ok {
-			total += d
-		}
-	}
-	return total
-}
-
-// procStat returns the fields of /proc/PID/stat after the command name.
-func procStat(pid int) ([]string, bool) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	d, err := proccpu.WithChildren(c.cmd.Process.Pid)
 	if err != nil {
-		return nil, false
+		b.Skipf("no /proc: %v", err) // CPU time is read from /proc on Linux only
 	}
-	return strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+2:])), true
-}
-
-// procCPU returns the user + system time of pid: fields 14 and 15 of its
-// stat (proc(5)), in ticks of 10 ms.
-func procCPU(pid int) (time.Duration, bool) {
-	f, ok := procStat(pid)
-	if !ok {
-		return 0, false
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond, true
-}
-
-func procCPUIfChildOf(pid, parent int) (time.Duration, bool) {
-	f, ok := procStat(pid)
-	if !ok || f[1] != strconv.Itoa(parent) {
-		return 0, false
-	}
-	return procCPU(pid)
-}
-
-// benchConn is a keep-alive client connection that sends benchRequest and
-// reads the response.
-type benchConn struct {
-	c  net.Conn
-	br *bufio.Reader
+	return d
 }
 
 const (
@@ -333,78 +284,25 @@ const (
 )
 
 // connsFor returns the child's benchConns connections, dialled once.
-func (c *benchChild) connsFor(b *testing.B) []*benchConn {
+func (c *benchChild) connsFor(b *testing.B) []*benchclient.Conn {
 	for i := len(c.conns); i < benchConns; i++ {
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(10+i%benchAddrs))}}
 		nc, err := d.Dial("tcp", c.addr)
 		if err != nil {
 			b.Fatal(err)
 		}
-		c.conns = append(c.conns, &benchConn{c: nc, br: bufio.NewReaderSize(nc, 4096)})
+		c.conns = append(c.conns, benchclient.NewConn(nc, benchRequest))
 	}
 	return c.conns
 }
 
-var errBadResponse = errors.New("bad response")
-
-func (c *benchConn) do() error {
-	if _, err := io.WriteString(c.c, benchRequest); err != nil {
-		return err
-	}
-	cl := -1
-	for first := true; ; first = false {
-		line, err := c.br.ReadSlice('\n')
-		if err != nil {
-			return err
-		}
-		if first {
-			if !bytes.HasPrefix(line, []byte("HTTP/1.1 200 ")) {
-				return fmt.Errorf("%w: %q", errBadResponse, line)
-			}
-			continue
-		}
-		if len(line) <= 2 {
-			break
-		}
-		if k, v, ok := bytes.Cut(line, []byte(":")); ok && bytes.EqualFold(k, []byte("Content-Length")) {
-			cl, _ = strconv.Atoi(string(bytes.TrimSpace(v)))
-		}
-	}
-	if cl < 0 {
-		return fmt.Errorf("%w: no Content-Length", errBadResponse)
-	}
-	_, err := c.br.Discard(cl)
-	return err
-}
-
-// drive sends n requests over conns, one goroutine per connection, and
-// returns the wall time it took.
-func drive(b *testing.B, conns []*benchConn, n int) time.Duration {
-	var left atomic.Int64
-	left.Store(int64(n))
-	var wg sync.WaitGroup
-	start := time.Now()
-	for _, c := range conns {
-		wg.Go(func() {
-			for left.Add(-1) >= 0 {
-				if err := c.do(); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return time.Since(start)
-}
-
 func benchDaemons(b *testing.B, names []string) {
 	children := make([]*benchChild, len(names))
-	conns := make([][]*benchConn, len(names))
+	conns := make([][]*benchclient.Conn, len(names))
 	for i, name := range names {
 		children[i] = startBenchChild(b, name)
 		conns[i] = children[i].connsFor(b)
-		drive(b, conns[i], 2*benchConns) // warm up
+		benchclient.Drive(b, conns[i], 2*benchConns) // warm up
 	}
 	cpu := make([]time.Duration, len(names))
 	wall := make([]time.Duration, len(names))
@@ -414,7 +312,7 @@ func benchDaemons(b *testing.B, names []string) {
 		n := min(batch, b.N-done)
 		for i, c := range children {
 			c0 := c.cpuTime(b)
-			wall[i] += drive(b, conns[i], n)
+			wall[i] += benchclient.Drive(b, conns[i], n)
 			cpu[i] += c.cpuTime(b) - c0
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/proccpu"
 )
 
 // fileMargin is open files a run needs beside its sockets (stdio, the
@@ -34,7 +36,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	if s.CPUPID > 0 {
-		if _, err := processCPU(strconv.Itoa(s.CPUPID)); err != nil {
+		if _, err := proccpu.Of(strconv.Itoa(s.CPUPID)); err != nil {
 			return nil, invalid("CPUPID: %v", err)
 		}
 	}
@@ -205,8 +207,8 @@ func (s *settings) startCPU() cpuSample {
 	}
 	c := cpuSample{pid: s.CPUPID}
 	var err1, err2 error
-	c.target, err1 = processCPU(strconv.Itoa(s.CPUPID))
-	c.self, err2 = processCPU("self")
+	c.target, err1 = proccpu.Of(strconv.Itoa(s.CPUPID))
+	c.self, err2 = proccpu.Of("self")
 	if err1 != nil || err2 != nil {
 		s.logger.Warn("siege: cannot read CPU time; the report will have none", "err1", err1, "err2", err2)
 		return cpuSample{}
@@ -220,8 +222,8 @@ func (c cpuSample) finish() *CPUStats {
 	if !c.ok {
 		return nil
 	}
-	target, err1 := processCPU(strconv.Itoa(c.pid))
-	self, err2 := processCPU("self")
+	target, err1 := proccpu.Of(strconv.Itoa(c.pid))
+	self, err2 := proccpu.Of("self")
 	if err1 != nil || err2 != nil {
 		return nil
 	}

@@ -1,0 +1,94 @@
+// Package proccpu reads how much CPU time a process has used, from Linux's
+// /proc/PID/stat, for the benchmarks and siege reports that compare
+// processes by CPU per request.
+package proccpu
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// clockTick is the unit of utime and stime in /proc/PID/stat: USER_HZ, 100
+// on every Linux configuration Go supports.
+const clockTick = 10 * time.Millisecond
+
+// Of returns the user plus system CPU time process pid has used ("self"
+// for this process).
+func Of(pid string) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("proccpu: reading CPU time of %s: %w", pid, err)
+	}
+	return Parse(b)
+}
+
+// WithChildren returns the CPU time of process pid and of its direct
+// children (nginx's workers, say), those alive now.
+func WithChildren(pid int) (time.Duration, error) {
+	total, err := Of(strconv.Itoa(pid))
+	if err != nil {
+		return 0, err
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil || e.Name() == strconv.Itoa(pid) {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil || parent(b) != pid {
+			continue // gone, or not a child
+		}
+		if d, err := Parse(b); err == nil {
+			total += d
+		}
+	}
+	return total, nil
+}
+
+// Parse reads utime and stime (fields 14 and 15) from the contents of
+// /proc/PID/stat. The command name (field 2) may hold spaces and
+// parentheses, so fields are counted from the last ')'.
+func Parse(b []byte) (time.Duration, error) {
+	fields, err := afterName(b)
+	if err != nil {
+		return 0, err
+	}
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("proccpu: /proc stat has %d fields after the name, want ≥ 13", len(fields))
+	}
+	var total time.Duration
+	for _, f := range fields[11:13] {
+		ticks, err := strconv.ParseUint(string(f), 10, 63)
+		if err != nil || ticks > uint64(1<<61/clockTick) {
+			return 0, fmt.Errorf("proccpu: /proc stat CPU field %.30q is not a tick count", f)
+		}
+		total += time.Duration(ticks) * clockTick
+	}
+	return total, nil
+}
+
+// parent returns the parent PID (field 4) of a /proc/PID/stat, or -1.
+func parent(b []byte) int {
+	fields, err := afterName(b)
+	if err != nil || len(fields) < 2 {
+		return -1
+	}
+	ppid, err := strconv.Atoi(string(fields[1]))
+	if err != nil {
+		return -1
+	}
+	return ppid
+}
+
+// afterName returns the fields of a /proc/PID/stat after the command
+// name: fields[0] is field 3, the state.
+func afterName(b []byte) ([][]byte, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil, fmt.Errorf("proccpu: /proc stat without a command name: %.60q", b)
+	}
+	return bytes.Fields(b[i+1:]), nil
+}
