@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"net"
+	"syscall"
 	"time"
 )
 
@@ -15,9 +16,10 @@ var errHeadLimit = errors.New("upstream: head read limit reached")
 // exchange lends it a pooled bufio.Reader for its duration.
 type conn struct {
 	nc        net.Conn
-	addr      string     // the pool key: host:port
-	prober    idleProber // nil: the connection cannot be checked, so it is never kept
-	idleSince time.Time  // set by the pool
+	addr      string          // the pool key: host:port
+	prober    idleProber      // nil: the connection cannot be checked, so it is never kept
+	raw       syscall.RawConn // nc's socket, for sendThenRead; nil when nc is not a plain TCP socket
+	idleSince time.Time       // set by the pool
 	// deadline is the read and write deadline set on nc by headDeadline,
 	// which a connection keeps between exchanges when it did not stand in
 	// the way of a body; zero when none is set.
@@ -34,10 +36,16 @@ type conn struct {
 	nread     int64 // bytes read during this exchange
 	nwritten  int64 // bytes written during this exchange
 	readErr   error // first error of the underlying Read during this exchange
+
+	// holdHead makes Write keep the bytes it is given in pending instead of
+	// writing them; the first Read then sends them (sendThenRead).
+	holdHead bool
+	pending  []byte // the held request head, not yet sent; it is the writer's buffer
+	sendErr  error  // why sending pending failed
 }
 
 func newConn(nc net.Conn, addr string) *conn {
-	return &conn{nc: nc, addr: addr, prober: proberFor(nc)}
+	return &conn{nc: nc, addr: addr, prober: proberFor(nc), raw: rawOf(nc)}
 }
 
 // beginExchange resets the per-exchange counters with a head budget of
@@ -47,11 +55,19 @@ func (c *conn) beginExchange(headBytes int64) {
 	c.nread = 0
 	c.nwritten = 0
 	c.readErr = nil
+	c.holdHead = false
+	c.pending = nil
+	c.sendErr = nil
 }
 
 // Write writes to the connection, counting what was written: a request of
 // which nothing left may be sent again whatever its method.
 func (c *conn) Write(p []byte) (int, error) {
+	if c.holdHead {
+		c.holdHead = false
+		c.pending = p
+		return len(p), nil
+	}
 	n, err := c.nc.Write(p)
 	c.nwritten += int64(n)
 	return n, err
@@ -69,7 +85,13 @@ func (c *conn) Read(p []byte) (int, error) {
 	if int64(len(p)) > c.readLimit {
 		p = p[:c.readLimit]
 	}
-	n, err := c.nc.Read(p)
+	var n int
+	var err error
+	if c.pending != nil {
+		n, err = c.sendThenRead(p)
+	} else {
+		n, err = c.nc.Read(p)
+	}
 	c.readLimit -= int64(n)
 	c.nread += int64(n)
 	if err != nil && c.readErr == nil {

@@ -160,13 +160,21 @@ func (t *Transport) exchange(ctx context.Context, c *conn, head requestHead, dea
 	// Registered after the head deadline is set, so that the past deadline
 	// the watch sets is never overwritten by it.
 	x.stop = afterFunc(ctx, x.abort)
-	if err := x.writeHead(head); err != nil {
-		retry := x.isStale(err) && (c.nwritten == 0 || isReplayable(head.req))
-		return nil, retry, x.fail("write request", err)
+	bw, err := x.writeHead(head)
+	if err != nil {
+		return x.writeFailed(head, err)
 	}
 	x.br = readerPool.Get().(*bufio.Reader)
 	x.br.Reset(c)
 	resp, err = x.readHead(head)
+	if bw != nil {
+		// The held head was sent by the first read, or never will be.
+		c.pending = nil
+		putWriter(bw)
+	}
+	if c.sendErr != nil {
+		return x.writeFailed(head, c.sendErr)
+	}
 	if err != nil {
 		return nil, x.isStale(c.readErr) && isReplayable(head.req), x.fail("read response head", err)
 	}
@@ -229,14 +237,37 @@ var errReusedTimedOut = errors.New("upstream: 408 request timeout as the first r
 // request's context ends during the exchange.
 func (x *exchange) abort() { x.c.nc.SetDeadline(aLongTimeAgo) }
 
-func (x *exchange) writeHead(head requestHead) error {
+// writeHead writes the request head. When the whole head is still in the
+// writer's buffer and the connection is a plain socket, it is not sent
+// here: the connection holds it, and the first read of the answer sends it
+// (see conn.sendThenRead). writeHead then returns the writer, whose buffer
+// the held head is, for the caller to give back once that read is done.
+func (x *exchange) writeHead(head requestHead) (held *bufio.Writer, err error) {
 	bw := writerPool.Get().(*bufio.Writer)
 	bw.Reset(x.c)
 	writeRequest(bw, head.req, head.method, head.target, head.host)
-	err := bw.Flush()
+	hold := x.c.raw != nil && x.c.nwritten == 0 && bw.Buffered() > 0
+	x.c.holdHead = hold
+	err = bw.Flush()
+	x.c.holdHead = false
+	if hold && err == nil {
+		return bw, nil
+	}
+	putWriter(bw)
+	return nil, err
+}
+
+func putWriter(bw *bufio.Writer) {
 	bw.Reset(nil)
 	writerPool.Put(bw)
-	return err
+}
+
+// writeFailed settles the connection after the request head could not be
+// sent, and reports whether the request may go once more on a new
+// connection, with the error explained.
+func (x *exchange) writeFailed(head requestHead, err error) (_ *http.Response, retry bool, _ error) {
+	retry = x.isStale(err) && (x.c.nwritten == 0 || isReplayable(head.req))
+	return nil, retry, x.fail("write request", err)
 }
 
 // readHead reads response heads until a final one, passing informational
