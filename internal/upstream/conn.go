@@ -42,6 +42,7 @@ type conn struct {
 	holdHead bool
 	pending  []byte // the held request head, not yet sent; it is the writer's buffer
 	sendErr  error  // why sending pending failed
+	sr       sendReadState
 }
 
 func newConn(nc net.Conn, addr string) *conn {

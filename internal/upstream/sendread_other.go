@@ -14,3 +14,5 @@ func rawOf(net.Conn) syscall.RawConn { return nil }
 func (c *conn) sendThenRead([]byte) (int, error) {
 	panic("upstream: sendThenRead without a raw socket")
 }
+
+type sendReadState struct{}

@@ -41,17 +41,14 @@ func rawOf(nc net.Conn) syscall.RawConn {
 // connection's own Write, under its deadline, and the read through its
 // own Read.
 func (c *conn) sendThenRead(p []byte) (int, error) {
-	sent := false
-	var n int
-	var rerr error
-	err := c.raw.Read(func(fd uintptr) bool {
-		if !sent {
-			sent = true
-			return !c.writePending(fd) // all sent: wait for the answer
-		}
-		n, rerr = readFD(fd, p)
-		return rerr != syscall.EAGAIN
-	})
+	st := &c.sr
+	st.buf, st.sent, st.n, st.err = p, false, 0, nil
+	if st.step == nil {
+		st.step = c.sendThenReadStep // bound once: a closure per call would allocate
+	}
+	err := c.raw.Read(st.step)
+	n, rerr := st.n, st.err
+	st.buf = nil
 	switch {
 	case err != nil:
 		return 0, err // the deadline passed, or the connection was closed
@@ -74,6 +71,27 @@ func (c *conn) sendThenRead(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// sendThenReadStep is sendThenRead's RawConn.Read callback: the first call
+// sends, the later ones read.
+func (c *conn) sendThenReadStep(fd uintptr) bool {
+	st := &c.sr
+	if !st.sent {
+		st.sent = true
+		return !c.writePending(fd) // all sent: wait for the answer
+	}
+	st.n, st.err = readFD(fd, st.buf)
+	return st.err != syscall.EAGAIN
+}
+
+// sendReadState is what sendThenRead and its callback share.
+type sendReadState struct {
+	step func(fd uintptr) bool
+	buf  []byte
+	sent bool
+	n    int
+	err  error
 }
 
 // writePending writes c.pending to fd without blocking and reports whether
