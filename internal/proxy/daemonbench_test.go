@@ -39,7 +39,8 @@ import (
 // httputil.ReverseProxy in place of the relay, as before it; fast-log is
 // fast with the access log on, written to a file (every other daemon has
 // it off); fast-nometrics is fast without the request metrics (the
-// portcullis_http_* series and the upstream histogram); nginx and haproxy are
+// portcullis_http_* series and the upstream histogram); fast-nolimits is
+// fast with every limit off (benchLimitsOff); nginx and haproxy are
 // those proxies with their bench/peers configurations, when installed
 // (name them in PORTCULLIS_BENCH_DAEMONS, a space-separated list that
 // replaces the default set). Setting
@@ -98,7 +99,11 @@ func runBenchChild(name string) int {
 		return 0
 	}
 	server, rest, _ := strings.Cut(name, "-")
-	text := strings.Replace(benchLimitsOn, "    protocol: http\n", "    protocol: http\n    http1_server: "+map[string]string{"fast": "fast", "nethttp": "net/http"}[server]+"\n", 1)
+	limits := benchLimitsOn
+	if rest == "nolimits" {
+		limits = benchLimitsOff
+	}
+	text := strings.Replace(limits, "    protocol: http\n", "    protocol: http\n    http1_server: "+map[string]string{"fast": "fast", "nethttp": "net/http"}[server]+"\n", 1)
 	switch rest {
 	case "rp":
 		proxy.SetReverseProxy(true)

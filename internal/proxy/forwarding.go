@@ -85,6 +85,24 @@ var spoofable = map[string]stripRule{
 // maxSpoofableLen is the length of the longest name in spoofable.
 const maxSpoofableLen = len("x-original-forwarded-for")
 
+// spoofableShape[c] has bit n set when a name in spoofable begins with c
+// and is n bytes long: most of a request's fields (Host, Accept, Cookie...)
+// are told apart by that alone, without lower-casing them and looking them
+// up.
+var spoofableShape = func() (shape [256]uint32) {
+	for name := range spoofable {
+		shape[name[0]] |= 1 << len(name)
+	}
+	return shape
+}()
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
 // trusts reports whether the forwarding headers of peer are believed.
 func (fw forwarding) trusts(peer netip.Addr) bool {
 	return fw.res.Header != clientkey.HeaderNone && fw.res.Trusted.Contains(peer)
@@ -157,7 +175,7 @@ func stripped(name string, trusted bool) bool {
 // spoofRule returns the rule of a header name, matched case-insensitively
 // and with '_' read as '-'; zero when the header is not spoofable.
 func spoofRule(name string) stripRule {
-	if len(name) > maxSpoofableLen {
+	if len(name) > maxSpoofableLen || len(name) == 0 || spoofableShape[lowerASCII(name[0])]&(1<<len(name)) == 0 {
 		return 0
 	}
 	var b [maxSpoofableLen]byte

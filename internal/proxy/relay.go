@@ -522,9 +522,12 @@ func removeHopHeaders(h http.Header) {
 			}
 		}
 	}
-	for _, name := range [...]string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"} {
-		delete(h, name)
+	// One pass over the few fields a response has, rather than a lookup
+	// for each name of the fixed list.
+	for name := range h {
+		if isHopHeader(name) {
+			delete(h, name)
+		}
 	}
 }
 
