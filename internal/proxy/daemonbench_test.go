@@ -16,6 +16,7 @@ import (
 
 	"github.com/seed-a07d1050/portcullis/internal/backend"
 	"github.com/seed-a07d1050/portcullis/internal/benchclient"
+	"github.com/seed-a07d1050/portcullis/internal/benchfloor"
 	"github.com/seed-a07d1050/portcullis/internal/proccpu"
 	"github.com/seed-a07d1050/portcullis/internal/proxy"
 )
@@ -40,7 +41,9 @@ import (
 // fast with the access log on, written to a file (every other daemon has
 // it off); fast-nometrics is fast without the request metrics (the
 // portcullis_http_* series and the upstream histogram); fast-nolimits is
-// fast with every limit off (benchLimitsOff); nginx and haproxy are
+// fast with every limit off (benchLimitsOff); floor and floor-probe are
+// internal/benchfloor, the least a Go proxy can do per request (without and
+// with the daemon's peek at a kept upstream connection); nginx and haproxy are
 // those proxies with their bench/peers configurations, when installed
 // (name them in PORTCULLIS_BENCH_DAEMONS, a space-separated list that
 // replaces the default set). Setting
@@ -98,6 +101,9 @@ func runBenchChild(name string) int {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		return 0
 	}
+	if name == "floor" || name == "floor-probe" {
+		return runFloor(name == "floor-probe")
+	}
 	server, rest, _ := strings.Cut(name, "-")
 	limits := benchLimitsOn
 	if rest == "nolimits" {
@@ -130,6 +136,21 @@ func runBenchChild(name string) int {
 	}
 	defer srv.Close()
 	fmt.Println(srv.Addr("web"))
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// runFloor serves internal/benchfloor in front of the backend until
+// standard input closes.
+func runFloor(probe bool) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer ln.Close()
+	go func() { _ = benchfloor.Serve(ln, os.Getenv("PORTCULLIS_BENCH_BACKEND"), probe) }()
+	fmt.Println(ln.Addr())
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	return 0
 }

@@ -1,0 +1,52 @@
+// Command floor serves internal/benchfloor, the least a Go reverse proxy
+// can do per keep-alive request, as a measuring stick beside the daemon,
+// nginx and HAProxy (see docs/performance.md). It is not a proxy to deploy:
+// it parses, checks, limits and logs nothing.
+//
+// Usage: floor -listen ADDR -upstream HOST:PORT [-probe]
+//
+// It prints "ready ADDR" once it listens and serves until SIGINT or
+// SIGTERM. Exit status: 0 after a signal, 1 when it cannot listen, 2 for bad
+// flags.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/seed-a07d1050/portcullis/internal/benchfloor"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("floor", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:18490", "TCP address to serve on")
+	upstream := fs.String("upstream", "", "HOST:PORT of the backend")
+	probe := fs.Bool("probe", false, "peek at a kept upstream connection before each reuse, as the daemon does")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *upstream == "" {
+		fmt.Fprintln(os.Stderr, "floor: -upstream is required")
+		return 2
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("ready", ln.Addr())
+	go func() { _ = benchfloor.Serve(ln, *upstream, *probe) }()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	<-sigs
+	ln.Close()
+	return 0
+}

@@ -1,0 +1,96 @@
+package benchfloor
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/backend"
+)
+
+func startFloor(t *testing.T, probe bool) string {
+	t.Helper()
+	be, err := backend.StartConfig("127.0.0.1:0", backend.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = Serve(ln, be.Addr(), probe); close(done) }()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return ln.Addr().String()
+}
+
+// TestRelaysKeepAliveRequests: several requests on one connection each get
+// the backend's whole answer.
+func TestRelaysKeepAliveRequests(t *testing.T) {
+	for _, probe := range []bool{false, true} {
+		addr := startFloor(t, probe)
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		br := bufio.NewReader(c)
+		for i := range 3 {
+			if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: floor.test\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("probe %v, request %d: %v", probe, i, err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != 200 || int64(len(body)) != resp.ContentLength || len(body) == 0 {
+				t.Fatalf("probe %v, request %d: %d, %d of %d body bytes, %v", probe, i, resp.StatusCode, len(body), resp.ContentLength, err)
+			}
+		}
+	}
+}
+
+// TestClosesOnWhatItDoesNotRelay: a request with a body is not relayed;
+// the connection is closed instead.
+func TestClosesOnWhatItDoesNotRelay(t *testing.T) {
+	c, err := net.Dial("tcp", startFloor(t, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	req := "POST / HTTP/1.1\r\nHost: floor.test\r\nContent-Length: 2\r\n\r\nhi"
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(c)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("read %q, %v; want the connection closed without an answer", got, err)
+	}
+}
+
+func TestContentLength(t *testing.T) {
+	for _, tc := range []struct {
+		head string
+		want int
+		ok   bool
+	}{
+		{"HTTP/1.1 200 OK\r\nContent-Length: 12", 12, true},
+		{"HTTP/1.1 200 OK\r\ncontent-length:  0 ", 0, true},
+		{"HTTP/1.1 200 OK\r\nContent-Type: text/plain", 0, false},
+		{"HTTP/1.1 200 OK\r\nContent-Length: x", 0, false},
+		{"HTTP/1.1 200 OK\r\nContent-Length: -1", 0, false},
+	} {
+		n, err := contentLength([]byte(tc.head))
+		if (err == nil) != tc.ok || n != tc.want {
+			t.Errorf("contentLength(%q) = %d, %v", strings.ReplaceAll(tc.head, "\r\n", " | "), n, err)
+		}
+	}
+}
