@@ -18,7 +18,9 @@
 #                 (bench/peers/portcullis-log.yaml, lines to a file);
 #                 portcullis-syn adds --syn-filter, dropping an over-cap client's
 #                 SYNs in the kernel; portcullis-rst refuses with RST
-#                 (bench/peers/portcullis-rst.yaml)
+#                 (bench/peers/portcullis-rst.yaml); floor is bench/floor, the
+#                 least a Go proxy does per request (throughput scenario
+#                 only: it limits nothing), a reference for the daemon's cost
 #   --no-profile  skip the pprof CPU profiles of Portcullis
 #   --no-throughput  skip the throughput scenario (attacks only)
 #   --no-attacks  skip the attack scenarios and their baseline (throughput only)
@@ -34,14 +36,15 @@
 # install nginx-light and haproxy). It never starts or stops a system service:
 # every process it starts runs in the foreground from a config under a temp
 # directory, and is stopped by its PID when the script ends, however it ends.
-# Traffic goes to 127.0.0.1 only. A full run of the five default proxies takes
-# about 15 minutes; with --no-attacks, about 5.
+# Traffic goes to 127.0.0.1 only. A full run of the six default proxies
+# (floor in the throughput scenario only) takes about 16 minutes; with
+# --no-attacks, about 6.
 set -euo pipefail
 
 ROUNDS=3
 DURATION=10s
 WARMUP=3s
-PROXIES="portcullis portcullis-nethttp portcullis-log nginx haproxy"
+PROXIES="portcullis portcullis-nethttp portcullis-log nginx haproxy floor"
 PROFILE=1
 THROUGHPUT=1
 ATTACKS=1
@@ -70,7 +73,7 @@ while (($#)); do
 	shift
 done
 for p in $PROXIES; do
-	case $p in portcullis | portcullis-nethttp | portcullis-log | portcullis-syn | portcullis-rst | nginx | haproxy) ;;
+	case $p in portcullis | portcullis-nethttp | portcullis-log | portcullis-syn | portcullis-rst | nginx | haproxy | floor) ;;
 	*) echo "run.sh: unknown proxy $p" >&2; exit 2 ;;
 	esac
 done
@@ -84,7 +87,7 @@ done
 HOST=127.0.0.1
 BACKEND_PORT=18480
 declare -A PORT=([portcullis]=18481 [nginx]=18482 [haproxy]=18483 [profiled]=18484 [portcullis-rst]=18486 [portcullis-syn]=18487
-	[portcullis-nethttp]=18488 [portcullis-log]=18489 [direct]=$BACKEND_PORT)
+	[portcullis-nethttp]=18488 [portcullis-log]=18489 [floor]=18490 [direct]=$BACKEND_PORT)
 PPROF_PORT=18485
 ATTACK_CONNS=3000
 LEGIT_CLIENTS=18 # fresh connections, one per address, in the attack scenarios
@@ -193,6 +196,8 @@ start_proxy() {
 	portcullis-rst | portcullis-nethttp | portcullis-log)
 		render "$REPO/bench/peers/$p.yaml" "$addr" >"$TMP/$p.yaml"
 		start "$p" "$TMP/bin/portcullis" run --config "$TMP/$p.yaml" ;;
+	floor)
+		start floor "$TMP/bin/floor" -listen "$addr" -upstream "$HOST:$BACKEND_PORT" -probe ;;
 	nginx)
 		mkdir -p "$TMP/nginx"
 		render "$REPO/bench/peers/nginx.conf" "$addr" >"$TMP/nginx.conf"
@@ -339,6 +344,7 @@ main() {
 	(cd "$REPO" && go build -o "$TMP/bin/portcullis" ./cmd/portcullis &&
 		go build -o "$TMP/bin/backend" ./bench/peers/backend &&
 		go build -o "$TMP/bin/profiled" ./bench/peers/profiled &&
+		go build -o "$TMP/bin/floor" ./bench/floor &&
 		(cd bench/peers/chart && go build -o "$TMP/bin/chart" .))
 
 	port_free "$BACKEND_PORT" || { echo "run.sh: port $BACKEND_PORT is in use" >&2; exit 1; }
@@ -355,6 +361,7 @@ main() {
 		fi
 		((ATTACKS)) || continue
 		for p in $(rotate "$r"); do
+			[[ $p == floor ]] && continue # it limits nothing: throughput only
 			baseline "$p" "$r"
 			attack "$p" slowloris "$r"
 			attack "$p" slow-requests "$r"

@@ -58,6 +58,11 @@ func writeThroughput(b *bytes.Buffer, rows []ThroughputRow) {
 			f(r.P99MS, "%.2f ms"), cpu, f(r.SiegeCPUPer1kMS, "%.1f ms"), r.Rounds)
 	}
 	fmt.Fprintln(b)
+	if slices.ContainsFunc(rows, func(r ThroughputRow) bool { return r.Proxy == floor }) {
+		fmt.Fprintf(b, "`floor` is not a proxy to deploy: it is `bench/floor` (internal/benchfloor), the least a Go "+
+			"reverse proxy does per keep-alive request, with the daemon's system calls per request and nothing else "+
+			"(no HTTP objects, limits, routing, metrics or logs). What Portcullis spends above it is the daemon's own work.\n\n")
+	}
 }
 
 func writeProtection(b *bytes.Buffer, rows []ProtectionRow) {

@@ -21,6 +21,7 @@ var proxyColors = map[string]color.Color{
 	"portcullis-syn":     color.RGBA{R: 0x0b, G: 0x3a, B: 0x66, A: 0xff},
 	"nginx":              color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
 	"haproxy":            color.RGBA{R: 0xd6, G: 0x5f, B: 0x0e, A: 0xff},
+	floor:                color.Gray{Y: 0x99},
 }
 
 const barWidth = 18 // points

@@ -17,7 +17,12 @@ const (
 )
 
 // proxyOrder is the order of proxies in tables and charts.
-var proxyOrder = []string{"portcullis", "portcullis-nethttp", "portcullis-log", "portcullis-syn", "portcullis-rst", "nginx", "haproxy"}
+var proxyOrder = []string{"portcullis", "portcullis-nethttp", "portcullis-log", "portcullis-syn", "portcullis-rst", "nginx", "haproxy", floor}
+
+// floor is internal/benchfloor (bench/floor): the least a Go proxy does per
+// request, a reference for the throughput scenario only. It limits
+// nothing, so it has no place in the attack scenarios.
+const floor = "floor"
 
 // attackScenarios are the scenarios with an attacker, in table order.
 var attackScenarios = []string{scSlowloris, scSlowRequests}
@@ -102,7 +107,9 @@ func summarize(meta Meta, runs []Run) Summary {
 	}
 	for _, sc := range attackScenarios {
 		for _, p := range s.Proxies {
-			s.Protection = append(s.Protection, protectionRow(idx, p, sc))
+			if p != floor {
+				s.Protection = append(s.Protection, protectionRow(idx, p, sc))
+			}
 		}
 	}
 	s.Targets = checkTargets(s)

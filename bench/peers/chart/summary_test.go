@@ -194,3 +194,27 @@ func TestBuildFailsWithoutRuns(t *testing.T) {
 		t.Errorf("build on an empty directory: err = %v, want one saying there are no runs", err)
 	}
 }
+
+// TestFloorIsThroughputOnly: the floor reference gets a throughput row and
+// no attack rows, and no target is checked on it.
+func TestFloorIsThroughputOnly(t *testing.T) {
+	var runs []Run
+	for _, p := range []string{"portcullis", floor} {
+		runs = append(runs, Run{RunMeta: RunMeta{Proxy: p, Scenario: scThroughput, Round: 1, WallNS: 1e9, CPUTicks: 10},
+			Report: report(1000, 1000, time.Millisecond, nil)})
+	}
+	s := summarize(Meta{}, runs)
+	if len(s.Throughput) != 2 || s.Throughput[1].Proxy != floor {
+		t.Fatalf("throughput rows %+v, want portcullis then floor", s.Throughput)
+	}
+	for _, r := range s.Protection {
+		if r.Proxy == floor {
+			t.Fatalf("an attack row for the floor: %+v", r)
+		}
+	}
+	for _, c := range s.Targets {
+		if strings.Contains(c.Target, floor) {
+			t.Fatalf("a target checked on the floor: %+v", c)
+		}
+	}
+}
