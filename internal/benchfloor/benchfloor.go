@@ -23,8 +23,6 @@ import (
 	"errors"
 	"net"
 	"strconv"
-
-	"golang.org/x/sys/unix"
 )
 
 // Serve accepts connections on ln and relays each one's requests to
@@ -53,16 +51,23 @@ func serve(c net.Conn, upstream string, probe bool) {
 	}()
 	in := make([]byte, 8<<10)
 	out := make([]byte, 16<<10)
+	var peek *peeker
 	for {
 		n, err := readHead(c, in)
 		if err != nil {
 			return
 		}
-		if up == nil {
+		switch {
+		case up == nil:
 			if up, err = net.Dial("tcp", upstream); err != nil {
 				return
 			}
-		} else if probe && !idle(up) {
+			if probe {
+				if peek, err = newPeeker(up); err != nil {
+					return
+				}
+			}
+		case peek != nil && !peek.idle():
 			return
 		}
 		if _, err := up.Write(in[:n]); err != nil {
@@ -145,20 +150,4 @@ func contentLength(head []byte) (int, error) {
 		}
 	}
 	return 0, errors.New("floor: no Content-Length")
-}
-
-// idle peeks at c without blocking, as internal/upstream checks a kept
-// connection: true when nothing arrived.
-func idle(c net.Conn) bool {
-	raw, err := c.(*net.TCPConn).SyscallConn()
-	if err != nil {
-		return false
-	}
-	var b [1]byte
-	ok := false
-	_ = raw.Control(func(fd uintptr) {
-		_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		ok = err == unix.EAGAIN
-	})
-	return ok
 }
