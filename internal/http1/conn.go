@@ -52,6 +52,11 @@ type conn struct {
 	// The deadlines the server last set, so that it sets them only when
 	// they must change (see readDeadlineIn).
 	rd, wd time.Time
+	// wdWithin: wd was set through SetWriteDeadlineWithin, and may serve
+	// the next request's handler too. wdLeft: it was left set when the
+	// request that set it ended, and is cleared before anything more is
+	// written unless the handler now serving renews it.
+	wdWithin, wdLeft bool
 
 	// The read deadline the handler in flight set through
 	// ResponseController, and the timer that cancels the request when it
@@ -268,6 +273,8 @@ func (c *conn) refuse(err error) {
 	c.srv.logger().Debug("http1: request refused", "remote", c.remoteAddr, "status", pe.status, "reason", pe.reason)
 	if d := c.srv.WriteTimeout; d > 0 {
 		c.setWriteDeadline(time.Now().Add(d))
+	} else if c.wdLeft {
+		c.setWriteDeadline(time.Time{}) // left by the last request's handler
 	}
 	switch pe.status {
 	case http.StatusRequestHeaderFieldsTooLarge:
@@ -369,7 +376,14 @@ func (c *conn) serveRequest(x *requestContext, t0 time.Time) bool {
 	}
 	w.finishRequest()
 	if c.srv.WriteTimeout <= 0 && !c.wd.IsZero() {
-		c.setWriteDeadline(time.Time{}) // a handler set one
+		// A handler set one. Left for the next request when it was set
+		// with a slack, so that a handler setting one for every request
+		// moves it only when it must.
+		if c.wdWithin {
+			c.wdLeft = true
+		} else {
+			c.setWriteDeadline(time.Time{})
+		}
 	}
 	if !w.shouldReuseConnection() {
 		if w.bodyLimitHit || w.closedRequestBodyEarly() {
@@ -463,11 +477,23 @@ func (c *conn) setReadDeadline(t time.Time) {
 }
 
 func (c *conn) setWriteDeadline(t time.Time) {
+	c.wdWithin, c.wdLeft = false, false
 	if t.Equal(c.wd) {
 		return
 	}
 	c.wd = t
 	_ = c.rwc.SetWriteDeadline(t)
+}
+
+// writeDeadlineWithin sets the write deadline to t, or leaves one set that
+// expires at most slack later than t.
+func (c *conn) writeDeadlineWithin(t time.Time, slack time.Duration) error {
+	c.wdLeft = false
+	if c.wdWithin && !c.wd.IsZero() && !c.wd.Before(t) && !c.wd.After(t.Add(slack)) {
+		return nil
+	}
+	c.wd, c.wdWithin = t.Add(slack), true
+	return c.rwc.SetWriteDeadline(c.wd)
 }
 
 // readDeadlineIn sets the read deadline to d from now, or leaves a
@@ -502,6 +528,10 @@ func (c *conn) writeDeadlineIn(now time.Time, d time.Duration) {
 type connWriter struct{ c *conn }
 
 func (w connWriter) Write(p []byte) (int, error) {
+	if w.c.wdLeft {
+		// Left by the last request's handler, not renewed by this one's.
+		w.c.setWriteDeadline(time.Time{})
+	}
 	n, err := w.c.rwc.Write(p)
 	if err != nil && w.c.werr == nil {
 		w.c.werr = err

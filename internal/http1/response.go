@@ -718,8 +718,24 @@ func (w *response) SetReadDeadline(t time.Time) error {
 // SetWriteDeadline sets the connection's write deadline, for
 // http.ResponseController.
 func (w *response) SetWriteDeadline(t time.Time) error {
-	w.c.wd = t
+	w.c.wd, w.c.wdWithin, w.c.wdLeft = t, false, false
 	return w.c.rwc.SetWriteDeadline(t)
+}
+
+// SetWriteDeadlineWithin sets the connection's write deadline to t, or
+// leaves the one set by an earlier call of it in place when that expires
+// no earlier than t and at most slack later. Unlike a deadline set with
+// SetWriteDeadline, which the server clears when the request ends, it is
+// left for the connection's next request: a handler that sets one for
+// every request (a send timeout) then costs a timer update only when the
+// deadline must move, as nginx moves a timer only by more than 300 ms. If
+// the next request's handler does not renew it, it is cleared before that
+// request's response is written.
+func (w *response) SetWriteDeadlineWithin(t time.Time, slack time.Duration) error {
+	if t.IsZero() {
+		return w.SetWriteDeadline(t)
+	}
+	return w.c.writeDeadlineWithin(t, max(slack, 0))
 }
 
 // EnableFullDuplex lets the handler write before it read the whole

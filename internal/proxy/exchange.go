@@ -73,6 +73,14 @@ type deadliner interface {
 	SetWriteDeadline(time.Time) error
 }
 
+// slackDeadliner is a writer that can leave a write deadline in place when
+// it expires at most slack after the one asked for, and keep it for the
+// connection's next request: internal/http1's. A send timeout set for
+// every exchange then moves the connection's timer only when it must.
+type slackDeadliner interface {
+	SetWriteDeadlineWithin(t time.Time, slack time.Duration) error
+}
+
 // exchangeState is what an exchangeWriter records. Flushes may come from
 // another goroutine than writes (ReverseProxy flushes streams from a
 // timer), hence the atomics.
@@ -90,7 +98,12 @@ type exchangeState struct {
 // upstream connection) instead of holding them for good. The deadline is
 // moved at most every eighth of the send timeout, since on HTTP/2 each move
 // is a message to the connection's goroutine: a write that makes no
-// progress fails between 7/8 of the send timeout and all of it.
+// progress fails between 7/8 of the send timeout and all of it. On
+// internal/http1's connections the deadline may also be left up to an
+// eighth of the send timeout (at most 500 ms) later than asked, and kept
+// from one request to the next, so that it is not set and cleared for
+// every request: there a stalled write fails between 7/8 of the send
+// timeout and that slack more than all of it.
 //
 // It unwraps for http.ResponseController. Writers over a connection that
 // can be hijacked are wrapped in hijackableWriter, which can be too, so
@@ -98,7 +111,8 @@ type exchangeState struct {
 type exchangeWriter struct {
 	http.ResponseWriter
 	exchangeState
-	dl    deadliner // nil when the writer cannot take deadlines
+	dl    deadliner      // nil when the writer cannot take deadlines
+	sdl   slackDeadliner // dl, when it can leave a deadline within a slack
 	send  time.Duration
 	limit time.Time // the write_timeout deadline; zero without
 }
@@ -134,6 +148,7 @@ func newExchangeWriter(w http.ResponseWriter, o exchangeOpts, start time.Time) w
 	ew.ResponseWriter, ew.send = w, o.send
 	if o.send > 0 {
 		ew.dl = findDeadliner(w)
+		ew.sdl, _ = ew.dl.(slackDeadliner)
 		if o.whole > 0 {
 			ew.limit = start.Add(o.whole)
 		}
@@ -178,8 +193,13 @@ func (w *exchangeWriter) extend(now time.Time) {
 	}
 	w.extended.Store(now.UnixNano())
 	d := now.Add(w.send)
+	slack := min(w.send/8, 500*time.Millisecond)
 	if !w.limit.IsZero() && w.limit.Before(d) {
-		d = w.limit
+		d, slack = w.limit, 0 // write_timeout is exact
+	}
+	if w.sdl != nil {
+		_ = w.sdl.SetWriteDeadlineWithin(d, slack)
+		return
 	}
 	_ = w.dl.SetWriteDeadline(d)
 }
