@@ -29,7 +29,8 @@ import (
 // with which a client could make some backends act on a path the routes
 // never saw.
 type forwarding struct {
-	res *clientkey.Resolver // the listener's; never nil
+	res   *clientkey.Resolver // the listener's; never nil
+	texts *addrTexts          // the text of recent clients' addresses; nil: none kept
 }
 
 // Header names the daemon writes itself, in canonical form.
@@ -140,7 +141,7 @@ func (fw forwarding) set(out http.Header, in *http.Request, peer netip.Addr, tru
 	}
 	// One allocation for every value, each field its own slice of it.
 	vals := make([]string, 5)
-	client := plain(path[0]).String()
+	client := fw.texts.text(plain(path[0]))
 	vals[0], vals[1], vals[2], vals[3] = client, client, proto, host
 	if len(path) > 1 {
 		vals[0] = joinAddrs(path)

@@ -158,12 +158,23 @@ func newUpstreamTransport() *uptransport.Transport {
 // bufferPool lends the 32 KiB copy buffers of httputil.ReverseProxy.
 type bufferPool struct{ p sync.Pool }
 
+const copyBufferSize = 32 << 10
+
 func newBufferPool() *bufferPool {
-	return &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+	return &bufferPool{p: sync.Pool{New: func() any { return new([copyBufferSize]byte) }}}
 }
 
-func (b *bufferPool) Get() []byte  { return *(b.p.Get().(*[]byte)) }
-func (b *bufferPool) Put(p []byte) { b.p.Put(&p) }
+func (b *bufferPool) Get() []byte { return b.p.Get().(*[copyBufferSize]byte)[:] }
+
+// Put takes back a buffer Get gave. It is pooled as a pointer to its
+// array, which costs no allocation, where a pointer to a slice header would
+// cost one for every exchange.
+func (b *bufferPool) Put(p []byte) {
+	if cap(p) < copyBufferSize {
+		return // not one of ours
+	}
+	b.p.Put((*[copyBufferSize]byte)(p[:copyBufferSize]))
+}
 
 var _ httputil.BufferPool = (*bufferPool)(nil)
 
