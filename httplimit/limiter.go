@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -103,27 +104,29 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveTunnel(w, r, key)
 		return
 	}
-	p, ok := l.admit(w, r, l.exchanges, key)
+	// The exchange ends if the permit is reclaimed: arranged as it is
+	// granted, under the same lock.
+	p, ok := l.admit(w, r, l.exchanges, key, l.reclaimEnd(w))
 	if !ok {
 		return
 	}
 	defer p.Release()
-	l.endOnReclaim(w, p)
 	h.next.ServeHTTP(w, r)
 }
 
-// admit takes a permit of key from lim, or answers the refusal.
-func (l *Limiter) admit(w http.ResponseWriter, r *http.Request, lim *limit.Limiter[string], key string) (limit.Permit[string], bool) {
-	var p limit.Permit[string]
-	var err error
-	if l.s.QueueSize == 0 && l.s.Store == nil {
-		// Cannot wait, and no Store to ask: skip the context. With a Store,
-		// Acquire gets its authoritative answer, bounded by the context;
-		// TryAcquire would settle for its cached view.
-		p, err = lim.TryAcquire(key)
-	} else {
-		p, err = lim.Acquire(r.Context(), key)
+// admit takes a permit of key from lim, with onReclaim (nil: none) set on
+// it, or answers the refusal.
+func (l *Limiter) admit(w http.ResponseWriter, r *http.Request, lim *limit.Limiter[string], key string, onReclaim func()) (limit.Permit[string], bool) {
+	// Without a queue to wait in and a Store to ask, the context is not
+	// needed. With a Store, a request that may wait gets the Store's
+	// authoritative answer, bounded by the context; one that may not would
+	// settle for its cached view.
+	ctx := context.Background()
+	noWait := l.s.QueueSize == 0 && l.s.Store == nil
+	if !noWait {
+		ctx = r.Context()
 	}
+	p, err := lim.AcquireWith(ctx, key, limit.AcquireOptions{NoWait: noWait, OnReclaim: onReclaim})
 	if err != nil {
 		l.refuse(w, r, key, err)
 		return p, false
@@ -139,7 +142,7 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request, lim *limit.Limit
 
 func (h *handler) serveTunnel(w http.ResponseWriter, r *http.Request, key string) {
 	l := h.l
-	p, ok := l.admit(w, r, l.exchanges, key)
+	p, ok := l.admit(w, r, l.exchanges, key, nil)
 	if !ok {
 		return
 	}
@@ -151,7 +154,7 @@ func (h *handler) serveTunnel(w http.ResponseWriter, r *http.Request, key string
 		// exchange limit, and a tunnel permit, so that tunnels beyond
 		// their own limit are never set up. The one it turns out not to
 		// need is given back when the answer is known.
-		tp, ok := l.admit(w, r, l.tunnels, key)
+		tp, ok := l.admit(w, r, l.tunnels, key, nil)
 		if !ok {
 			p.Release()
 			return

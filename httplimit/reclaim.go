@@ -23,15 +23,24 @@ var aLongTimeAgo = time.Unix(1, 0)
 // that neither reads nor writes notices at its next read or write. Nothing
 // is arranged without reclaim (a negative ReclaimAfter).
 func (l *Limiter) endOnReclaim(w http.ResponseWriter, permits ...limit.Permit[string]) {
-	if l.s.ReclaimAfter < 0 {
+	end := l.reclaimEnd(w)
+	if end == nil {
 		return
-	}
-	end := func() {
-		rc := http.NewResponseController(w)
-		_ = rc.SetWriteDeadline(aLongTimeAgo)
-		_ = rc.SetReadDeadline(aLongTimeAgo)
 	}
 	for _, p := range permits {
 		p.OnReclaim(end)
+	}
+}
+
+// reclaimEnd returns what ends the exchange answered through w when its
+// permit is reclaimed (see endOnReclaim), or nil without reclaim.
+func (l *Limiter) reclaimEnd(w http.ResponseWriter) func() {
+	if l.s.ReclaimAfter < 0 {
+		return nil
+	}
+	return func() {
+		rc := http.NewResponseController(w)
+		_ = rc.SetWriteDeadline(aLongTimeAgo)
+		_ = rc.SetReadDeadline(aLongTimeAgo)
 	}
 }

@@ -100,17 +100,43 @@ func (l *Limiter[K]) TryAcquire(key K) (Permit[K], error) {
 	return l.acquire(context.Background(), key, false)
 }
 
+// AcquireOptions are what [Limiter.AcquireWith] does besides taking a
+// permit.
+type AcquireOptions struct {
+	// NoWait takes a permit only if one is free now, as TryAcquire does;
+	// otherwise the request waits in the queue, as Acquire does.
+	NoWait bool
+	// OnReclaim, if not nil, is set on the permit as it is granted, as
+	// [Permit.OnReclaim] sets it, but under the lock that grants it: a
+	// holder that always arranges for its work to end on reclaim takes the
+	// key's lock once per permit instead of twice.
+	OnReclaim func()
+}
+
+// AcquireWith is Acquire, or with o.NoWait TryAcquire, that also does what
+// o asks as the permit is granted. Its results are theirs.
+func (l *Limiter[K]) AcquireWith(ctx context.Context, key K, o AcquireOptions) (Permit[K], error) {
+	if o.NoWait {
+		ctx = context.Background()
+	}
+	return l.acquireWith(ctx, key, !o.NoWait, o.OnReclaim)
+}
+
 func (l *Limiter[K]) acquire(ctx context.Context, key K, mayWait bool) (Permit[K], error) {
+	return l.acquireWith(ctx, key, mayWait, nil)
+}
+
+func (l *Limiter[K]) acquireWith(ctx context.Context, key K, mayWait bool, onReclaim func()) (Permit[K], error) {
 	if l.closed.Load() {
 		return Permit[K]{}, ErrClosed
 	}
 	var start time.Time // set when the request first waits
 	for {
-		p, g, err := l.acquireLocal(ctx, key, mayWait, &start)
+		p, g, err := l.acquireLocal(ctx, key, mayWait, &start, onReclaim)
 		if err == nil && !start.IsZero() {
 			p.waited = l.s.Clock.Now().Sub(start)
 		}
-		if err != nil || !p.p.stored {
+		if err != nil || !g.stored {
 			return p, err
 		}
 		ok, err := l.askStore(ctx, key, g, mayWait)
@@ -129,8 +155,13 @@ func (l *Limiter[K]) acquire(ctx context.Context, key K, mayWait bool) (Permit[K
 }
 
 // grant records what the local count was when a permit was granted, for
-// the Store's decision.
-type grant struct{ limit, local int32 }
+// the Store's decision, and whether the Store is to be asked: read under
+// the lock that granted it, since a reclaim may recycle the permit's record
+// as soon as that lock is released.
+type grant struct {
+	limit, local int32
+	stored       bool
+}
 
 func (l *Limiter[K]) askStore(ctx context.Context, key K, g grant, mayWait bool) (bool, error) {
 	if !mayWait {
@@ -141,7 +172,7 @@ func (l *Limiter[K]) askStore(ctx context.Context, key K, g grant, mayWait bool)
 
 // acquireLocal applies the limits this process knows: the key's permits,
 // the global cap, shadow mode and the queue.
-func (l *Limiter[K]) acquireLocal(ctx context.Context, key K, mayWait bool, start *time.Time) (Permit[K], grant, error) {
+func (l *Limiter[K]) acquireLocal(ctx context.Context, key K, mayWait bool, start *time.Time, onReclaim func()) (Permit[K], grant, error) {
 	limit := l.s.permits
 	if l.s.PermitsFor != nil {
 		limit = l.s.limitFor(key) // called with no lock held, as documented
@@ -158,19 +189,24 @@ func (l *Limiter[K]) acquireLocal(ctx context.Context, key K, mayWait bool, star
 			l.observe(key, Refused, 0)
 			return Permit[K]{}, grant{}, ErrGlobalLimited
 		}
-		g := grant{e.limit, e.inUse}
+		g := grant{limit: e.limit, local: e.inUse}
 		p := sh.take(e, l.now.Load())
+		p.onReclaim = onReclaim
+		g.stored = p.stored
+		// The handle is made under the lock: once it is released, a
+		// reclaim may recycle the record for another holder.
+		h := Permit[K]{p: p, gen: p.gen, key: key}
 		sh.stats.granted++
 		sh.mu.Unlock()
 		l.observe(key, Granted, 0)
-		return Permit[K]{p: p, gen: p.gen, key: key}, g, nil
+		return h, g, nil
 	}
-	return l.overLimit(ctx, sh, e, mayWait, start)
+	return l.overLimit(ctx, sh, e, mayWait, start, onReclaim)
 }
 
 // overLimit handles a request for a key at its limit (or with others
 // already queued). It is called with sh.mu held and releases it.
-func (l *Limiter[K]) overLimit(ctx context.Context, sh *shard[K], e *entry[K], mayWait bool, start *time.Time) (Permit[K], grant, error) {
+func (l *Limiter[K]) overLimit(ctx context.Context, sh *shard[K], e *entry[K], mayWait bool, start *time.Time, onReclaim func()) (Permit[K], grant, error) {
 	key := e.key
 	if l.s.Shadow {
 		if !l.takeGlobal() {
@@ -180,14 +216,17 @@ func (l *Limiter[K]) overLimit(ctx context.Context, sh *shard[K], e *entry[K], m
 			l.observe(key, Refused, 0)
 			return Permit[K]{}, grant{}, ErrGlobalLimited
 		}
-		g := grant{e.limit, e.inUse}
+		g := grant{limit: e.limit, local: e.inUse}
 		p := sh.take(e, l.now.Load())
+		p.onReclaim = onReclaim
+		g.stored = p.stored
+		h := Permit[K]{p: p, gen: p.gen, key: key, shadow: true} // under the lock, as above
 		e.refused++
 		sh.stats.granted++
 		sh.stats.shadowRefused++
 		sh.mu.Unlock()
 		l.observe(key, ShadowRefused, 0)
-		return Permit[K]{p: p, gen: p.gen, key: key, shadow: true}, g, nil
+		return h, g, nil
 	}
 	if !mayWait || l.s.QueueSize == 0 {
 		e.refused++
@@ -210,7 +249,13 @@ func (l *Limiter[K]) overLimit(ctx context.Context, sh *shard[K], e *entry[K], m
 	if start.IsZero() {
 		*start = l.s.Clock.Now()
 	}
-	return l.wait(ctx, sh, e, w, *start)
+	p, g, err := l.wait(ctx, sh, e, w, *start)
+	if err == nil && onReclaim != nil {
+		// Handed over by a release, under its lock, while this request
+		// waited.
+		p.OnReclaim(onReclaim)
+	}
+	return p, g, err
 }
 
 // takeGlobal takes one unit of the global cap, if there is one.
@@ -330,8 +375,9 @@ func (l *Limiter[K]) AcquireOver(key K) Permit[K] {
 	e := sh.lookup(h, key, limit)
 	p := sh.take(e, l.now.Load())
 	p.stored = false
+	handle := Permit[K]{p: p, gen: p.gen, key: key} // under the lock, as in acquireLocal
 	sh.stats.granted++
 	sh.mu.Unlock()
 	l.observe(key, Granted, 0)
-	return Permit[K]{p: p, gen: p.gen, key: key}
+	return handle
 }

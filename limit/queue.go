@@ -49,8 +49,9 @@ func (sh *shard[K]) admitWaiters(e *entry[K]) {
 		}
 		w := e.head
 		e.remove(w)
-		w.grant = grant{e.limit, e.inUse}
+		w.grant = grant{limit: e.limit, local: e.inUse}
 		p := sh.take(e, sh.l.now.Load())
+		w.grant.stored = p.stored
 		sh.stats.granted++
 		w.permit = Permit[K]{p: p, gen: p.gen, key: e.key}
 		w.handed = true
