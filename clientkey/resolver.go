@@ -39,6 +39,26 @@ func (r *Resolver) ClientAddr(req *http.Request) netip.Addr {
 	return r.ClientAddrFrom(peer, req.Header)
 }
 
+// KeyFromPeer returns [Resolver.Key] of req, and whether that key was
+// found from req.RemoteAddr alone: the peer's address was read and r reads
+// no forwarding header from it (it is not a trusted proxy, or r reads no
+// header). Every request with the same RemoteAddr then has the same key,
+// so that a caller may remember it for that RemoteAddr; a key found in a
+// forwarding header must not be, since a proxy sends many clients'
+// requests over one connection.
+func (r *Resolver) KeyFromPeer(req *http.Request) (k Key, fromPeer bool) {
+	var keyer Keyer
+	if r != nil {
+		keyer = r.Keyer
+	}
+	peer, ok := parseHostAddr(req.RemoteAddr)
+	if !ok {
+		return Key{}, false
+	}
+	fromPeer = r == nil || r.Header.canonicalName() == "" || !r.Trusted.Contains(peer)
+	return keyer.FromAddr(r.ClientAddrFrom(peer, req.Header)), fromPeer
+}
+
 // Key returns the key of the client that sent req: r.Keyer applied to
 // [Resolver.ClientAddr]. It is the zero Key when RemoteAddr cannot be read.
 func (r *Resolver) Key(req *http.Request) Key {

@@ -311,3 +311,43 @@ func refSplit(line string, quotes bool) []string {
 	}
 	return append(out, cur.String())
 }
+
+// TestKeyFromPeer checks that KeyFromPeer's key is Key's, and that it
+// says the key came from the peer alone exactly when no forwarding header
+// was read: never for a trusted proxy whose header the resolver reads.
+func TestKeyFromPeer(t *testing.T) {
+	xff := &clientkey.Resolver{Trusted: testTrusted, Header: clientkey.HeaderXForwardedFor}
+	fwd := &clientkey.Resolver{Trusted: testTrusted, Header: clientkey.HeaderForwarded}
+	noHeader := &clientkey.Resolver{Trusted: testTrusted}
+	cases := []struct {
+		name     string
+		res      *clientkey.Resolver
+		remote   string
+		fromPeer bool
+	}{
+		{"untrusted peer", xff, "203.0.113.5:80", true},
+		{"untrusted IPv6 peer", xff, "[2001:db8:1::5]:80", true},
+		{"trusted proxy, X-Forwarded-For read", xff, "10.0.0.1:80", false},
+		{"trusted proxy, Forwarded read", fwd, "10.0.0.1:80", false},
+		{"trusted IPv4-mapped proxy", xff, "[::ffff:10.0.0.1]:80", false},
+		{"trusted proxy, no header read", noHeader, "10.0.0.1:80", true},
+		{"nil resolver", nil, "10.0.0.1:80", true},
+		{"bare address", xff, "203.0.113.5", true},
+		{"unreadable RemoteAddr", xff, "@", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.RemoteAddr = tc.remote
+			r.Header.Set("X-Forwarded-For", "198.51.100.1")
+			r.Header.Set("Forwarded", "for=198.51.100.1")
+			k, fromPeer := tc.res.KeyFromPeer(r)
+			if want := tc.res.Key(r); k != want {
+				t.Errorf("key %v, want Key's %v", k, want)
+			}
+			if fromPeer != tc.fromPeer {
+				t.Errorf("fromPeer %v, want %v", fromPeer, tc.fromPeer)
+			}
+		})
+	}
+}

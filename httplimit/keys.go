@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"hash/maphash"
 	"net/http"
 	"net/textproto"
 	"strings"
@@ -32,11 +33,23 @@ func invalidKey(*http.Request) string { return "" }
 // peer address with the default Keyer.
 //
 // The key strings of recently seen clients are cached in a small fixed
-// table, so that a steady client costs no allocation.
+// table, so that a steady client costs no allocation; and so is the key of
+// each recent RemoteAddr whose forwarding header res does not read (an
+// untrusted peer), so that the requests of a kept-alive connection are
+// keyed by comparing one string.
 func ByClientIP(res *clientkey.Resolver) KeyFunc {
-	c := new(keyCache)
+	c := &keyCache{seed: maphash.MakeSeed()}
 	return func(r *http.Request) string {
-		return c.string(res.Key(r))
+		slot := &c.peers[maphash.String(c.seed, r.RemoteAddr)&(keyCacheSize-1)]
+		if e := slot.Load(); e != nil && e.remoteAddr == r.RemoteAddr {
+			return e.key
+		}
+		k, fromPeer := res.KeyFromPeer(r)
+		key := c.string(k)
+		if fromPeer {
+			slot.Store(&peerKey{remoteAddr: r.RemoteAddr, key: key})
+		}
+		return key
 	}
 }
 
@@ -128,10 +141,19 @@ func ByHeader(name string) KeyFunc {
 }
 
 // keyCache is a small direct-mapped table from client keys to their
-// strings. A miss formats the key (one allocation) and stores it; a
-// collision just replaces the slot, so memory is fixed.
+// strings, and another from RemoteAddrs to the key strings they stand
+// for. A miss formats the key (one allocation) and stores it; a collision
+// just replaces the slot, so memory is fixed. Entries are compared whole,
+// so a slot never answers for another client.
 type keyCache struct {
 	slots [keyCacheSize]atomic.Pointer[cachedKey]
+	peers [keyCacheSize]atomic.Pointer[peerKey]
+	seed  maphash.Seed
+}
+
+type peerKey struct {
+	remoteAddr string
+	key        string
 }
 
 const keyCacheSize = 1024 // a power of two

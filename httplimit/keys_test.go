@@ -1,8 +1,11 @@
 package httplimit_test
 
 import (
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/seed-a07d1050/portcullis/clientkey"
@@ -71,6 +74,51 @@ func TestByClientIPAllocatesNothingForAKnownClient(t *testing.T) {
 		key(r)
 		if n := testing.AllocsPerRun(100, func() { key(r) }); n != 0 {
 			t.Errorf("%s: %v allocations per key, want 0", remote, n)
+		}
+	}
+}
+
+// TestByClientIPRemembersOnlyWhatThePeerDecides sends, over one
+// RemoteAddr, requests whose forwarding header names a different client
+// each time: from a trusted proxy every request must be keyed by its own
+// header (a proxy carries many clients over one connection, so nothing
+// may be remembered for its RemoteAddr), from an untrusted peer by the
+// peer alone. Then it fills the cache far past its size with distinct
+// RemoteAddrs and checks each is still keyed as itself.
+func TestByClientIPRemembersOnlyWhatThePeerDecides(t *testing.T) {
+	proxies, err := clientkey.ParseProxySet([]string{"10.0.0.0/8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := httplimit.ByClientIP(&clientkey.Resolver{Trusted: proxies, Header: clientkey.HeaderXForwardedFor})
+	for i := range 50 {
+		client := "198.51.100." + strconv.Itoa(i+1)
+		for _, tc := range []struct{ remote, want string }{
+			{"10.1.2.3:5000", client},       // trusted: the header decides
+			{"192.0.2.7:5000", "192.0.2.7"}, // untrusted: the header is ignored
+		} {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.RemoteAddr = tc.remote
+			r.Header.Set("X-Forwarded-For", client)
+			if got := key(r); got != tc.want {
+				t.Fatalf("request %d from %s for %s: key %q, want %q", i, tc.remote, client, got, tc.want)
+			}
+		}
+	}
+
+	var remotes []string
+	for i := range 5000 {
+		remotes = append(remotes, "192.0."+strconv.Itoa(i/250)+"."+strconv.Itoa(i%250)+":"+strconv.Itoa(1000+i))
+	}
+	plain := httplimit.ByClientIP(nil)
+	for round := range 3 {
+		for _, i := range rand.Perm(len(remotes)) {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.RemoteAddr = remotes[i]
+			want := remotes[i][:strings.LastIndexByte(remotes[i], ':')]
+			if got := plain(r); got != want {
+				t.Fatalf("round %d: %s keyed %q, want %q", round, remotes[i], got, want)
+			}
 		}
 	}
 }
