@@ -95,7 +95,7 @@ func pick(routes []*route, host, path string) *route {
 // in Host too).
 func requestHost(r *http.Request) string {
 	h := r.Host
-	if host, _, err := net.SplitHostPort(h); err == nil {
+	if host, ok := hostOfHostPort(h); ok {
 		h = host
 	} else if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
 		h = h[1 : len(h)-1]
@@ -105,6 +105,18 @@ func requestHost(r *http.Request) string {
 		h = strings.ToLower(h)
 	}
 	return h
+}
+
+// hostOfHostPort returns the host of hostport as net.SplitHostPort splits
+// it, and whether it did. Without a colon there is no port to split, and
+// SplitHostPort's error would cost an allocation for every request whose
+// Host is a plain name, which is most.
+func hostOfHostPort(hostport string) (string, bool) {
+	if strings.IndexByte(hostport, ':') < 0 {
+		return "", false
+	}
+	host, _, err := net.SplitHostPort(hostport)
+	return host, err == nil
 }
 
 func hasUpper(s string) bool {

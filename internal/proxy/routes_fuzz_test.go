@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -22,6 +23,10 @@ func FuzzPick(f *testing.F) {
 		{name: "exact", prefix: "/", hosts: []hostPattern{parseHostPattern("example.com"), parseHostPattern("2001:db8::1")}},
 	}
 	f.Fuzz(func(t *testing.T, host, path string) {
+		wantHost, _, err := net.SplitHostPort(host)
+		if got, ok := hostOfHostPort(host); ok != (err == nil) || (ok && got != wantHost) {
+			t.Fatalf("hostOfHostPort(%q) = %q, %v; net.SplitHostPort gives %q, %v", host, got, ok, wantHost, err)
+		}
 		req := httptest.NewRequest("GET", "/", nil)
 		req.Host = host
 		h := requestHost(req)

@@ -77,6 +77,10 @@ func TestRequestHost(t *testing.T) {
 		{"example.com.", "example.com"},
 		{"[2001:DB8::1]:443", "2001:db8::1"},
 		{"[2001:db8::1]", "2001:db8::1"},
+		{"localhost", "localhost"},
+		{"localhost:", "localhost"},
+		{"2001:db8::1", "2001:db8::1"},
+		{"a:b:c", "a:b:c"},
 		{"", ""},
 	}
 	for _, tt := range tests {
@@ -85,6 +89,12 @@ func TestRequestHost(t *testing.T) {
 		if got := requestHost(req); got != tt.want {
 			t.Errorf("requestHost(%q) = %q, want %q", tt.in, got, tt.want)
 		}
+	}
+	// The usual Host, a lower-case name without a port, costs nothing.
+	req := httptest.NewRequest("GET", "/", nil)
+	req.Host = "example.com"
+	if n := testing.AllocsPerRun(100, func() { requestHost(req) }); n != 0 {
+		t.Errorf("requestHost(%q): %v allocations, want 0", req.Host, n)
 	}
 }
 
