@@ -43,10 +43,11 @@ func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
 const maxSimpleFields = 64
 
 // fastResponse is a Response read by simpleResponse and its body, in one
-// allocation.
+// allocation, with room for the values of a header of the usual size.
 type fastResponse struct {
-	resp http.Response
-	body fixedBody
+	resp   http.Response
+	body   fixedBody
+	values [8]string // the header's values, when they fit
 }
 
 // simpleResponse parses the response head at the start of buf, or returns
@@ -100,7 +101,10 @@ func simpleResponse(buf []byte, req *http.Request) *fastResponse {
 	resp.StatusCode = code
 	resp.Request = req
 	h := make(http.Header, fields)
-	strs := make([]string, fields)
+	strs := r.values[:]
+	if fields > len(strs) {
+		strs = make([]string, fields)
+	}
 	clLines := 0
 	for pos := lineEnd + 2; pos < len(s); {
 		n := bytes.IndexByte(head[pos:], '\r')

@@ -240,8 +240,8 @@ func TestReadResponseAllocations(t *testing.T) {
 		})
 	}
 	fast, std := measure(readResponse), measure(http.ReadResponse)
-	if fast > 5 || fast >= std {
-		t.Errorf("readResponse: %.0f allocations, http.ReadResponse %.0f; want at most 5 and fewer", fast, std)
+	if fast > 4 || fast >= std {
+		t.Errorf("readResponse: %.0f allocations, http.ReadResponse %.0f; want at most 4 and fewer", fast, std)
 	}
 	t.Logf("allocations per response: readResponse %.0f, http.ReadResponse %.0f", fast, std)
 }
