@@ -3,6 +3,8 @@ package proxy_test
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
+	"sync"
 	"testing"
 )
 
@@ -118,4 +120,62 @@ listeners:
 			}
 		}
 	}
+}
+
+// TestForwardingHeadersNeverCrossClients sends requests from eight client
+// addresses at once, each over its own kept-alive connection, and checks
+// that every request reaches the upstream naming its own client: the
+// requests going upstream, and the values of their forwarding fields, are
+// pooled and reused from one exchange to the next, and the address texts
+// are cached, so a mix-up would show here as another client's address.
+func TestForwardingHeadersNeverCrossClients(t *testing.T) {
+	bothServers(t, testForwardingHeadersNeverCrossClients)
+}
+
+func testForwardingHeadersNeverCrossClients(t *testing.T) {
+	d := startDaemon(t, `
+admin: {listen: "127.0.0.1:0"}
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    routes:
+      - upstreams: ["{{backend}}"]
+`)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		ip := "127.0.0." + strconv.Itoa(10+i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := d.client(ip)
+			for n := range 150 {
+				got, err := upstreamHeaders(c, d.url("web", "/headers"))
+				if err != nil {
+					t.Errorf("request %d from %s: %v", n, ip, err)
+					return
+				}
+				if got["X-Real-Ip"] != ip || got["X-Forwarded-For"] != ip {
+					t.Errorf("request %d from %s reached the upstream as X-Real-Ip %q, X-Forwarded-For %q", n, ip, got["X-Real-Ip"], got["X-Forwarded-For"])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// upstreamHeaders gets url, a backend's /headers, and returns the fields
+// the upstream saw; unlike headersVia it may run on any goroutine.
+func upstreamHeaders(c *http.Client, url string) (map[string]string, error) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	got := map[string]string{}
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+		return nil, err
+	}
+	return got, nil
 }

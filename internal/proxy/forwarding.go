@@ -115,13 +115,17 @@ func (fw forwarding) write(out http.Header, in *http.Request) {
 	peer := peerAddr(in)
 	trusted := fw.trusts(peer)
 	strip(out, trusted)
-	fw.set(out, in, peer, trusted)
+	fw.set(out, in, peer, trusted, nil)
 }
 
 // set writes the daemon's forwarding headers into out for the request in
 // from peer, whose forwarding headers are believed when trusted, replacing
 // any out holds.
-func (fw forwarding) set(out http.Header, in *http.Request, peer netip.Addr, trusted bool) {
+//
+// The values are kept in vals when it has room for them (5), so that a
+// caller that owns out and vals for the request's lifetime, as the relay's
+// pooled outbound requests do, allocates nothing for them.
+func (fw forwarding) set(out http.Header, in *http.Request, peer netip.Addr, trusted bool, vals []string) {
 	var buf [4]netip.Addr
 	path := fw.res.PathFrom(buf[:0], peer, in.Header)
 	if len(path) == 0 {
@@ -139,8 +143,11 @@ func (fw forwarding) set(out http.Header, in *http.Request, peer netip.Addr, tru
 			host = v
 		}
 	}
-	// One allocation for every value, each field its own slice of it.
-	vals := make([]string, 5)
+	// At most one allocation for every value, each field its own slice of
+	// it.
+	if len(vals) < 5 {
+		vals = make([]string, 5)
+	}
 	client := fw.texts.text(plain(path[0]))
 	vals[0], vals[1], vals[2], vals[3] = client, client, proto, host
 	if len(path) > 1 {

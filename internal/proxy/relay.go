@@ -77,6 +77,7 @@ type outbound struct {
 	header http.Header
 	hook   func(int, http.Header) error // got1xx, made once
 	pooled bool                         // goes back to outbounds when done
+	fwd    [5]string                    // the forwarding fields' values
 
 	w    http.ResponseWriter
 	mu   sync.Mutex // guards w's header against a late 1xx from the fallback
@@ -95,6 +96,7 @@ func (o *outbound) release() {
 		return
 	}
 	clear(o.header)
+	o.fwd = [5]string{}
 	o.req = http.Request{}
 	o.w = nil
 	outbounds.Put(o)
@@ -182,7 +184,7 @@ func (rl *relay) outbound(w http.ResponseWriter, r *http.Request, u *upstream, u
 		}
 	}
 	out.Header = h
-	rl.fw.set(h, r, peer, trusted)
+	rl.fw.set(h, r, peer, trusted, o.fwd[:])
 	if httpguts.HeaderValuesContainsToken(r.Header["Te"], "trailers") {
 		h["Te"] = []string{"trailers"}
 	}
