@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/seed-a07d1050/portcullis/internal/httpfield"
 )
 
 // bufferBeforeChunkingSize is how much of a body the server holds before
@@ -64,7 +66,8 @@ type response struct {
 	writeContinueMu  sync.Mutex
 	canWriteContinue atomic.Bool
 
-	keys    []string // sorting scratch
+	keys    []string          // sorting scratch
+	fields  []httpfield.Field // sorting scratch of WriteHeaderFields
 	clenBuf [20]byte
 	hexBuf  [18]byte
 	dateBuf [len(http.TimeFormat)]byte
@@ -145,7 +148,60 @@ func (w *response) WriteHeader(code int) {
 	}
 	w.wroteHeader = true
 	w.status = code
-	w.takeSnapshot()
+	w.takeSnapshot(nil)
+	w.readContentLength()
+}
+
+// WriteHeaderFields writes the head of a final response as WriteHeader(code)
+// would after each of fields had been added to the header (Header().Add,
+// in order), without putting them in the header map: a proxy passes an
+// upstream's header on so without building a map for it. The fields'
+// names must be in canonical form. They are not in Header() afterwards.
+// For an informational status, or when the header or the fields declare
+// trailers (whose values the server reads from the header map once the
+// handler returns), the fields are added to the map and WriteHeader is
+// called.
+func (w *response) WriteHeaderFields(code int, fields []httpfield.Field) {
+	if code < 200 || w.declaresTrailers(fields) {
+		for _, f := range fields {
+			w.header[f.Name] = append(w.header[f.Name], f.Value)
+		}
+		w.WriteHeader(code)
+		return
+	}
+	if w.c.hijackedFast() {
+		w.c.srv.logger().Debug("http1: WriteHeader on a hijacked connection")
+		return
+	}
+	if w.wroteHeader {
+		w.c.srv.logger().Debug("http1: superfluous WriteHeader call", "code", code)
+		return
+	}
+	checkWriteHeaderCode(code)
+	w.disableWriteContinue()
+	w.wroteHeader = true
+	w.status = code
+	w.takeSnapshot(fields)
+	w.readContentLength()
+}
+
+// declaresTrailers reports whether the header or fields name trailers:
+// a Trailer field, or a name with http.TrailerPrefix.
+func (w *response) declaresTrailers(fields []httpfield.Field) bool {
+	if _, ok := w.header["Trailer"]; ok {
+		return true
+	}
+	for _, f := range fields {
+		if f.Name == "Trailer" || strings.HasPrefix(f.Name, http.TrailerPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// readContentLength takes the Content-Length of the header as written,
+// dropping it from the header when it is not a valid length.
+func (w *response) readContentLength() {
 	if w.snap.hasCL && w.snap.clValue != "" {
 		v, err := strconv.ParseInt(w.snap.clValue, 10, 64)
 		if err == nil && v >= 0 {
@@ -163,8 +219,10 @@ func checkWriteHeaderCode(code int) {
 	}
 }
 
-// takeSnapshot serializes the handler's header into w.snap.
-func (w *response) takeSnapshot() {
+// takeSnapshot serializes the handler's header into w.snap, merged with
+// fields (see WriteHeaderFields) as if they had been added to it: the
+// names sorted, and under each name the header's values, then the fields'.
+func (w *response) takeSnapshot(fields []httpfield.Field) {
 	s := &w.snap
 	keys := w.keys[:0]
 	for k := range w.header {
@@ -172,38 +230,116 @@ func (w *response) takeSnapshot() {
 	}
 	slices.Sort(keys)
 	w.keys = keys[:0]
+	fs := w.sortFields(fields)
 	buf := s.buf[:0]
-	for _, k := range keys {
-		vv := w.header[k]
-		if strings.HasPrefix(k, http.TrailerPrefix) {
-			s.trailerPrefix = true
-			continue
+	for i, j := 0, 0; i < len(keys) || j < len(fs); {
+		var k string
+		var vv []string
+		if j == len(fs) || i < len(keys) && keys[i] <= fs[j].Name {
+			k, vv = keys[i], w.header[keys[i]]
+			i++
+		} else {
+			k = fs[j].Name
 		}
-		start := len(buf)
-		buf = appendHeaderLines(buf, k, vv)
-		sp := span{start, len(buf)}
-		switch k {
-		case "Content-Length":
-			s.hasCL, s.cl, s.clValue = true, sp, first(vv)
-		case "Transfer-Encoding":
-			s.hasTE, s.te, s.teValue = true, sp, first(vv)
-		case "Connection":
-			s.hasConn, s.conn, s.connValue = true, sp, first(vv)
-		case "Content-Type":
-			s.hasCT, s.ct = true, sp
-		case "Date":
-			s.hasDate = true
-		case "Content-Encoding":
-			s.hasCE = first(vv) != ""
-		case "Trailer":
-			s.trailerDecl = s.trailerDecl || len(vv) > 0
-			for _, v := range vv {
-				forEachElement(v, w.declareTrailer)
-			}
+		j0 := j
+		for j < len(fs) && fs[j].Name == k {
+			j++
 		}
+		buf = w.snapshotName(buf, k, vv, fs[j0:j])
 	}
 	s.buf = buf
-	s.switches = first(w.header["Upgrade"]) != "" && httpguts.HeaderValuesContainsToken(w.header["Connection"], "Upgrade")
+	upgrade, _ := firstValue(w.header["Upgrade"], fieldsNamed(fs, "Upgrade"))
+	s.switches = upgrade != "" && (httpguts.HeaderValuesContainsToken(w.header["Connection"], "Upgrade") ||
+		fieldsContainToken(fieldsNamed(fs, "Connection"), "Upgrade"))
+	clear(fs) // serialized: the connection keeps no upstream's strings
+}
+
+// snapshotName appends to buf the lines of the name k, whose values are
+// vv and then those of fs, and notes in w.snap what the head's final form
+// depends on.
+func (w *response) snapshotName(buf []byte, k string, vv []string, fs []httpfield.Field) []byte {
+	s := &w.snap
+	if strings.HasPrefix(k, http.TrailerPrefix) {
+		s.trailerPrefix = true
+		return buf
+	}
+	start := len(buf)
+	buf = appendHeaderLines(buf, k, vv)
+	buf = appendFieldLines(buf, k, fs)
+	sp := span{start, len(buf)}
+	v0, _ := firstValue(vv, fs)
+	switch k {
+	case "Content-Length":
+		s.hasCL, s.cl, s.clValue = true, sp, v0
+	case "Transfer-Encoding":
+		s.hasTE, s.te, s.teValue = true, sp, v0
+	case "Connection":
+		s.hasConn, s.conn, s.connValue = true, sp, v0
+	case "Content-Type":
+		s.hasCT, s.ct = true, sp
+	case "Date":
+		s.hasDate = true
+	case "Content-Encoding":
+		s.hasCE = v0 != ""
+	case "Trailer":
+		s.trailerDecl = s.trailerDecl || len(vv)+len(fs) > 0
+		for _, v := range vv {
+			forEachElement(v, w.declareTrailer)
+		}
+		for _, f := range fs {
+			forEachElement(f.Value, w.declareTrailer)
+		}
+	}
+	return buf
+}
+
+// sortFields returns fields sorted by name, those of one name in the order
+// given, in a slice of the response's own.
+func (w *response) sortFields(fields []httpfield.Field) []httpfield.Field {
+	if len(fields) == 0 {
+		return nil
+	}
+	fs := append(w.fields[:0], fields...)
+	w.fields = fs
+	// Insertion sort: stable, and a response has a few fields.
+	for i := 1; i < len(fs); i++ {
+		for j := i; j > 0 && fs[j].Name < fs[j-1].Name; j-- {
+			fs[j], fs[j-1] = fs[j-1], fs[j]
+		}
+	}
+	return fs
+}
+
+// firstValue returns the first of the values vv and then those of fs.
+func firstValue(vv []string, fs []httpfield.Field) (string, bool) {
+	switch {
+	case len(vv) > 0:
+		return vv[0], true
+	case len(fs) > 0:
+		return fs[0].Value, true
+	}
+	return "", false
+}
+
+// fieldsNamed returns the run of fs, sorted by name, named k.
+func fieldsNamed(fs []httpfield.Field, k string) []httpfield.Field {
+	i, _ := slices.BinarySearchFunc(fs, k, func(f httpfield.Field, k string) int { return strings.Compare(f.Name, k) })
+	j := i
+	for j < len(fs) && fs[j].Name == k {
+		j++
+	}
+	return fs[i:j]
+}
+
+// fieldsContainToken reports whether a value of fs has token in its
+// comma-separated list, as httpguts.HeaderValuesContainsToken does.
+func fieldsContainToken(fs []httpfield.Field, token string) bool {
+	for _, f := range fs {
+		if httpguts.HeaderValuesContainsToken([]string{f.Value}, token) {
+			return true
+		}
+	}
+	return false
 }
 
 func first(vv []string) string {
@@ -217,17 +353,33 @@ func first(vv []string) string {
 // does: names that are not tokens are dropped, CR and LF in values become
 // spaces and values are trimmed.
 func appendHeaderLines(buf []byte, k string, vv []string) []byte {
-	if !httpguts.ValidHeaderFieldName(k) {
+	if len(vv) == 0 || !httpguts.ValidHeaderFieldName(k) {
 		return buf
 	}
 	for _, v := range vv {
-		v = cleanValue(v)
-		buf = append(buf, k...)
-		buf = append(buf, ": "...)
-		buf = append(buf, v...)
-		buf = append(buf, "\r\n"...)
+		buf = appendHeaderLine(buf, k, v)
 	}
 	return buf
+}
+
+// appendFieldLines is appendHeaderLines for the values of fields, all
+// named k.
+func appendFieldLines(buf []byte, k string, fs []httpfield.Field) []byte {
+	if len(fs) == 0 || !httpguts.ValidHeaderFieldName(k) {
+		return buf
+	}
+	for _, f := range fs {
+		buf = appendHeaderLine(buf, k, f.Value)
+	}
+	return buf
+}
+
+func appendHeaderLine(buf []byte, k, v string) []byte {
+	v = cleanValue(v)
+	buf = append(buf, k...)
+	buf = append(buf, ": "...)
+	buf = append(buf, v...)
+	return append(buf, "\r\n"...)
 }
 
 var headerNewlineToSpace = strings.NewReplacer("\n", " ", "\r", " ")

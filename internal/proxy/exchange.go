@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/clientkey"
+
+	"github.com/seed-a07d1050/portcullis/internal/httpfield"
 )
 
 // exchangeOpts are the per-exchange settings of an HTTP listener.
@@ -224,6 +226,40 @@ func (w *exchangeWriter) Write(b []byte) (int, error) {
 func (w *exchangeWriter) Flush() {
 	w.progress()
 	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// headerFieldsWriter is a writer that takes a final response's head as a
+// list of fields, without a header map: internal/http1's.
+type headerFieldsWriter interface {
+	WriteHeaderFields(code int, fields []httpfield.Field)
+}
+
+// fieldsTarget returns the writer under w when it takes a response's head
+// as fields, or nil.
+func (w *exchangeWriter) fieldsTarget() headerFieldsWriter {
+	fw, _ := w.ResponseWriter.(headerFieldsWriter)
+	return fw
+}
+
+// writeHeaderFields is WriteHeader for a head given as fields, passed on
+// to to, the writer fieldsTarget returned.
+func (w *exchangeWriter) writeHeaderFields(code int, fields []httpfield.Field, to headerFieldsWriter) {
+	if code >= 200 || code == http.StatusSwitchingProtocols {
+		w.status.CompareAndSwap(0, int32(code))
+	}
+	w.progress()
+	to.WriteHeaderFields(code, fields)
+}
+
+// exchangeWriterOf returns the exchangeWriter w is, or nil.
+func exchangeWriterOf(w http.ResponseWriter) *exchangeWriter {
+	switch x := w.(type) {
+	case *hijackableWriter:
+		return &x.exchangeWriter
+	case *exchangeWriter:
+		return x
+	}
+	return nil
 }
 
 // Unwrap returns the wrapped writer, for http.ResponseController.

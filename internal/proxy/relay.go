@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/httpfield"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
@@ -79,6 +80,13 @@ type outbound struct {
 	pooled bool                         // goes back to outbounds when done
 	fwd    [5]string                    // the forwarding fields' values
 
+	// When the client's writer takes a response's head as fields: the
+	// exchange's writer, the writer under it, and the fields the upstream
+	// reader fills (see uptransport.SendOptions.Fields).
+	ew     *exchangeWriter
+	fw     headerFieldsWriter
+	fields []httpfield.Field
+
 	w    http.ResponseWriter
 	mu   sync.Mutex // guards w's header against a late 1xx from the fallback
 	done bool       // the final response is in: no more 1xx
@@ -97,6 +105,9 @@ func (o *outbound) release() {
 	}
 	clear(o.header)
 	o.fwd = [5]string{}
+	clear(o.fields)
+	o.fields = o.fields[:0]
+	o.ew, o.fw = nil, nil
 	o.req = http.Request{}
 	o.w = nil
 	outbounds.Put(o)
@@ -128,7 +139,7 @@ func (rl *relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rl.switchProtocols(w, r, resp, upType)
 		return
 	}
-	rl.respond(w, r, resp)
+	rl.respond(w, r, resp, o)
 	o.release()
 }
 
@@ -193,7 +204,15 @@ func (rl *relay) outbound(w http.ResponseWriter, r *http.Request, u *upstream, u
 		h["Upgrade"] = []string{upType}
 	}
 	o.pooled = rl.t.FastPath(out)
-	if !o.pooled {
+	if o.pooled {
+		// The answer's head is passed on as fields when the client's
+		// writer takes them: no header map built, copied and iterated.
+		if ew := exchangeWriterOf(w); ew != nil {
+			if fw := ew.fieldsTarget(); fw != nil {
+				o.ew, o.fw = ew, fw
+			}
+		}
+	} else {
 		// The fallback may still read the request after this handler
 		// returned (http.Transport writes bodies on a goroutine of its
 		// own), when the server reuses the values of r's header for the
@@ -220,6 +239,9 @@ func (rl *relay) send(ctx context.Context, o *outbound, u *upstream) (*http.Resp
 	// The header is the client's, which the server's parser checked, with
 	// the forwarding fields, made of checked values, added.
 	opts := uptransport.SendOptions{HeadTimeout: rl.timeout, Got1xx: o.hook, HeaderValid: true}
+	if o.fw != nil {
+		opts.Fields = &o.fields
+	}
 	req := &o.req
 	resp, err := rl.t.Send(ctx, req, opts)
 	for tries := 1; err != nil && isRefused(err) && tries < len(rl.pool.ups); tries++ {
@@ -273,29 +295,40 @@ func (o *outbound) got1xx(code int, header http.Header) error {
 	return nil
 }
 
-// respond writes resp, a final response other than 101, to w.
-func (rl *relay) respond(w http.ResponseWriter, r *http.Request, resp *http.Response) {
-	removeHopHeaders(resp.Header)
+// respond writes resp, a final response other than 101, to w. A head that
+// came as fields (resp.Header nil, see SendOptions.Fields) goes to the
+// writer o found for them.
+func (rl *relay) respond(w http.ResponseWriter, r *http.Request, resp *http.Response, o *outbound) {
 	dst := w.Header()
-	for k, vv := range resp.Header {
-		if old, ok := dst[k]; ok {
-			dst[k] = append(old[:len(old):len(old)], vv...)
-		} else {
-			dst[k] = vv
+	announced := 0
+	var flush bool
+	if resp.Header == nil {
+		kept := cutHopFields(o.fields)
+		flush = resp.ContentLength == -1 || isEventStreamType(firstField(kept, "Content-Type"))
+		o.ew.writeHeaderFields(resp.StatusCode, kept, o.fw)
+	} else {
+		removeHopHeaders(resp.Header)
+		for k, vv := range resp.Header {
+			if old, ok := dst[k]; ok {
+				dst[k] = append(old[:len(old):len(old)], vv...)
+			} else {
+				dst[k] = vv
+			}
 		}
-	}
-	// The "Trailer" field was removed above, as a hop-by-hop field; the
-	// trailers the upstream announced are announced again.
-	announced := len(resp.Trailer)
-	if announced > 0 {
-		keys := make([]string, 0, announced)
-		for k := range resp.Trailer {
-			keys = append(keys, k)
+		// The "Trailer" field was removed above, as a hop-by-hop field;
+		// the trailers the upstream announced are announced again.
+		announced = len(resp.Trailer)
+		if announced > 0 {
+			keys := make([]string, 0, announced)
+			for k := range resp.Trailer {
+				keys = append(keys, k)
+			}
+			dst.Add("Trailer", strings.Join(keys, ", "))
 		}
-		dst.Add("Trailer", strings.Join(keys, ", "))
+		flush = resp.ContentLength == -1 || isEventStream(resp.Header)
+		w.WriteHeader(resp.StatusCode)
 	}
-	w.WriteHeader(resp.StatusCode)
-	if err := rl.copyBody(w, resp); err != nil {
+	if err := rl.copyBody(w, resp, flush); err != nil {
 		resp.Body.Close()
 		rl.log.Debug("upstream body copy failed", "path", r.URL.Path, "error", err)
 		// The head is out: all that can be done is to cut the response
@@ -321,15 +354,15 @@ func (rl *relay) respond(w http.ResponseWriter, r *http.Request, resp *http.Resp
 	}
 }
 
-// copyBody copies the body of resp to w, flushing after every write for
-// server-sent events and bodies of unknown length, so that a stream
-// reaches the client as the upstream sends it; a known length is written
+// copyBody copies the body of resp to w, flushing after every write when
+// flushEach (server-sent events and bodies of unknown length), so that a
+// stream reaches the client as the upstream sends it; a known length is written
 // as the server's buffer fills, so that a small response leaves in one
 // write with its head. It returns the first write error, or read error
 // other than EOF.
-func (rl *relay) copyBody(w http.ResponseWriter, resp *http.Response) error {
+func (rl *relay) copyBody(w http.ResponseWriter, resp *http.Response, flushEach bool) error {
 	var flush func() error
-	if resp.ContentLength == -1 || isEventStream(resp.Header) {
+	if flushEach {
 		flush = http.NewResponseController(w).Flush
 	}
 	buf := rl.bufs.Get()
@@ -362,8 +395,45 @@ func isEventStream(h http.Header) bool {
 	if len(ct) == 0 {
 		return false
 	}
-	base, _, _ := strings.Cut(ct[0], ";")
+	return isEventStreamType(ct[0])
+}
+
+// isEventStreamType reports whether the Content-Type ct is
+// text/event-stream.
+func isEventStreamType(ct string) bool {
+	base, _, _ := strings.Cut(ct, ";")
 	return strings.EqualFold(textproto.TrimString(base), "text/event-stream")
+}
+
+// firstField returns the value of the first of fields named name, or "".
+func firstField(fields []httpfield.Field, name string) string {
+	for _, f := range fields {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return ""
+}
+
+// cutHopFields removes from fields, in place, the hop-by-hop fields, as
+// removeHopHeaders removes them from a header: those a Connection field
+// names, then the fixed list. It returns what is left.
+func cutHopFields(fields []httpfield.Field) []httpfield.Field {
+	var buf [8]string
+	named := buf[:0]
+	for _, f := range fields {
+		if f.Name != "Connection" {
+			continue
+		}
+		for token := range strings.SplitSeq(f.Value, ",") {
+			if token = textproto.TrimString(token); token != "" {
+				named = append(named, canonicalToken(token))
+			}
+		}
+	}
+	return slices.DeleteFunc(fields, func(f httpfield.Field) bool {
+		return isHopHeader(f.Name) || slices.Contains(named, f.Name)
+	})
 }
 
 // switchProtocols completes a protocol switch the upstream accepted with

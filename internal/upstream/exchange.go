@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/httpfield"
 )
 
 // aLongTimeAgo is a deadline in the past: setting it makes blocked I/O on a
@@ -41,7 +43,7 @@ func (t *Transport) roundTripFast(ctx context.Context, req *http.Request, opts S
 		deadline = time.Now().Add(opts.HeadTimeout)
 	}
 	addr := hostPort(req.URL.Host)
-	head := requestHead{req: req, method: method, target: target, host: host, got1xx: opts.Got1xx}
+	head := requestHead{req: req, method: method, target: target, host: host, got1xx: opts.Got1xx, fields: opts.Fields}
 	c := t.takeIdle(addr)
 	if c != nil {
 		resp, retry, err := t.exchange(ctx, c, head, deadline, true)
@@ -112,6 +114,7 @@ type requestHead struct {
 	req                  *http.Request
 	method, target, host string
 	got1xx               func(int, http.Header) error // nil: the trace hook of the context, if any
+	fields               *[]httpfield.Field           // SendOptions.Fields
 }
 
 // Exchange states: live until the body reaches EOF or fails (ended) or the
@@ -280,7 +283,7 @@ func (x *exchange) readHead(head requestHead) (*http.Response, error) {
 		}
 	}
 	for {
-		resp, err := readResponse(x.br, head.req)
+		resp, err := readResponse(x.br, head.req, head.fields)
 		if err != nil {
 			return nil, err
 		}

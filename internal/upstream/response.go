@@ -6,8 +6,11 @@ import (
 	"io"
 	"net/http"
 	"net/textproto"
+	"slices"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/seed-a07d1050/portcullis/internal/httpfield"
 )
 
 // readResponse reads a response head from br as http.ReadResponse(br, req)
@@ -18,7 +21,10 @@ import (
 // http.ReadResponse's allocations; everything else goes to
 // http.ReadResponse. TestReadResponseMatchesNetHTTP and FuzzReadResponse
 // hold the two to the same result.
-func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+//
+// With fields not nil, a head read here has its header set in *fields
+// rather than in a map, and resp.Header is nil (see SendOptions.Fields).
+func readResponse(br *bufio.Reader, req *http.Request, fields *[]httpfield.Field) (*http.Response, error) {
 	if br.Buffered() == 0 {
 		if _, err := br.Peek(1); err != nil {
 			// What http.ReadResponse answers when the status line cannot
@@ -30,7 +36,7 @@ func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
 		}
 	}
 	buf, _ := br.Peek(br.Buffered())
-	if resp := simpleResponse(buf, req); resp != nil {
+	if resp := simpleResponse(buf, req, fields); resp != nil {
 		_, _ = br.Discard(int(resp.body.headLen))
 		resp.body.r = br
 		return &resp.resp, nil
@@ -59,7 +65,10 @@ type fastResponse struct {
 // Transfer-Encoding, Trailer or Pragma. Anything else, malformed or merely
 // rare, is left to http.ReadResponse, so that every decision about a
 // response's framing and validity stays net/http's.
-func simpleResponse(buf []byte, req *http.Request) *fastResponse {
+//
+// With fields not nil, the header goes to *fields, replacing what it held,
+// and resp.Header is nil.
+func simpleResponse(buf []byte, req *http.Request, fields *[]httpfield.Field) *fastResponse {
 	if req != nil && req.Method == http.MethodHead {
 		return nil
 	}
@@ -83,8 +92,8 @@ func simpleResponse(buf []byte, req *http.Request) *fastResponse {
 			}
 		}
 	}
-	fields := lines - 1
-	if fields < 1 || fields > maxSimpleFields {
+	nfields := lines - 1
+	if nfields < 1 || nfields > maxSimpleFields {
 		return nil
 	}
 	code, ok := simpleStatusLine(head)
@@ -100,12 +109,20 @@ func simpleResponse(buf []byte, req *http.Request) *fastResponse {
 	resp.Status = s[9:lineEnd]
 	resp.StatusCode = code
 	resp.Request = req
-	h := make(http.Header, fields)
-	strs := r.values[:]
-	if fields > len(strs) {
-		strs = make([]string, fields)
+	var h http.Header
+	var strs []string
+	if fields == nil {
+		h = make(http.Header, nfields)
+		strs = r.values[:]
+		if nfields > len(strs) {
+			strs = make([]string, nfields)
+		}
+	} else {
+		*fields = (*fields)[:0]
 	}
 	clLines := 0
+	var cl string
+	closes := false // a Connection field names "close"
 	for pos := lineEnd + 2; pos < len(s); {
 		n := bytes.IndexByte(head[pos:], '\r')
 		line := s[pos : pos+n]
@@ -118,9 +135,15 @@ func simpleResponse(buf []byte, req *http.Request) *fastResponse {
 		case "Transfer-Encoding", "Trailer", "Pragma":
 			return nil
 		case "Content-Length":
-			clLines++
+			if clLines++; clLines == 1 {
+				cl = value
+			}
+		case "Connection":
+			closes = closes || httpguts.HeaderValuesContainsToken([]string{value}, "close")
 		}
-		if vv := h[key]; vv == nil {
+		if fields != nil {
+			*fields = append(*fields, httpfield.Field{Name: key, Value: value})
+		} else if vv := h[key]; vv == nil {
 			vv, strs = strs[:1:1], strs[1:]
 			vv[0] = value
 			h[key] = vv
@@ -131,15 +154,19 @@ func simpleResponse(buf []byte, req *http.Request) *fastResponse {
 	if clLines != 1 {
 		return nil
 	}
-	length, ok := plainLength(h["Content-Length"][0])
+	length, ok := plainLength(cl)
 	if !ok {
 		return nil
 	}
 	// As net/http's shouldClose: "Connection: close" ends the connection
 	// and is not kept in the header.
-	if httpguts.HeaderValuesContainsToken(h["Connection"], "close") {
+	if closes {
 		resp.Close = true
-		delete(h, "Connection")
+		if fields != nil {
+			*fields = slices.DeleteFunc(*fields, func(f httpfield.Field) bool { return f.Name == "Connection" })
+		} else {
+			delete(h, "Connection")
+		}
 	}
 	resp.Header = h
 	resp.ContentLength = length

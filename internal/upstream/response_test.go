@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/seed-a07d1050/portcullis/internal/httpfield"
 )
 
 // responseCorpus are response heads (and bodies) of every kind: the common
@@ -158,16 +160,43 @@ func readWith(read func(*bufio.Reader, *http.Request) (*http.Response, error), i
 	return o
 }
 
-// checkSameAsNetHTTP fails t unless readResponse and http.ReadResponse
-// read in the same way for every reader kind and request method.
+// readMap is readResponse with the header in a map.
+func readMap(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+	return readResponse(br, req, nil)
+}
+
+// readFields is readResponse asked for the header as a list of fields,
+// the list then added to a map when it is the header (resp.Header nil),
+// so that its result compares with http.ReadResponse's. The list starts
+// with a stale field, which must not survive.
+func readFields(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+	fields := []httpfield.Field{{Name: "Stale", Value: "from an earlier response"}}
+	resp, err := readResponse(br, req, &fields)
+	if resp != nil && resp.Header == nil {
+		resp.Header = http.Header{}
+		for _, f := range fields {
+			resp.Header[f.Name] = append(resp.Header[f.Name], f.Value)
+		}
+	}
+	return resp, err
+}
+
+// checkSameAsNetHTTP fails t unless readResponse, with the header in a map
+// and as a list of fields, and http.ReadResponse read in the same way for
+// every reader kind and request method.
 func checkSameAsNetHTTP(t *testing.T, in []byte) {
 	t.Helper()
 	for _, kind := range readerKinds {
 		for _, method := range []string{"GET", "HEAD", "POST"} {
 			want := readWith(http.ReadResponse, in, kind.wrap, method)
-			got := readWith(readResponse, in, kind.wrap, method)
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("%s %s, %q:\nreadResponse      %+v\nhttp.ReadResponse %+v", kind.name, method, in, got, want)
+			for _, read := range []struct {
+				name string
+				f    func(*bufio.Reader, *http.Request) (*http.Response, error)
+			}{{"readResponse", readMap}, {"readResponse (fields)", readFields}} {
+				got := readWith(read.f, in, kind.wrap, method)
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("%s %s, %q:\n%s %+v\nhttp.ReadResponse %+v", kind.name, method, in, read.name, got, want)
+				}
 			}
 		}
 	}
@@ -182,7 +211,7 @@ func TestReadResponseMatchesNetHTTP(t *testing.T) {
 	fast := 0
 	for _, in := range responseCorpus {
 		checkSameAsNetHTTP(t, []byte(in))
-		if i := strings.Index(in, "\r\n\r\n"); i >= 0 && simpleResponse([]byte(in), &http.Request{Method: "GET"}) != nil {
+		if i := strings.Index(in, "\r\n\r\n"); i >= 0 && simpleResponse([]byte(in), &http.Request{Method: "GET"}, nil) != nil {
 			fast++
 		}
 	}
@@ -239,7 +268,7 @@ func TestReadResponseAllocations(t *testing.T) {
 			_, _ = io.Copy(io.Discard, resp.Body)
 		})
 	}
-	fast, std := measure(readResponse), measure(http.ReadResponse)
+	fast, std := measure(readMap), measure(http.ReadResponse)
 	if fast > 4 || fast >= std {
 		t.Errorf("readResponse: %.0f allocations, http.ReadResponse %.0f; want at most 4 and fewer", fast, std)
 	}
@@ -252,7 +281,7 @@ func BenchmarkReadResponse(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		read func(*bufio.Reader, *http.Request) (*http.Response, error)
-	}{{"reader=fast", readResponse}, {"reader=nethttp", http.ReadResponse}} {
+	}{{"reader=fast", readMap}, {"reader=fields", readFieldsOnly}, {"reader=nethttp", http.ReadResponse}} {
 		b.Run(bc.name, func(b *testing.B) {
 			br := bufio.NewReaderSize(nil, 4096)
 			r := bytes.NewReader(in)
@@ -270,9 +299,10 @@ func BenchmarkReadResponse(b *testing.B) {
 	}
 }
 
-// FuzzReadResponse holds readResponse to http.ReadResponse on arbitrary
-// bytes: the same Response, body, error and unread bytes, for every reader
-// kind and request method.
+// FuzzReadResponse holds readResponse, with the header in a map and as a
+// list of fields, to http.ReadResponse on arbitrary bytes: the same
+// Response, body, error and unread bytes, for every reader kind and
+// request method.
 func FuzzReadResponse(f *testing.F) {
 	for _, in := range responseCorpus {
 		f.Add([]byte(in))
@@ -280,4 +310,14 @@ func FuzzReadResponse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		checkSameAsNetHTTP(t, in)
 	})
+}
+
+// benchFields is the list readFieldsOnly reuses, as a proxy reuses one per
+// connection.
+var benchFields []httpfield.Field
+
+// readFieldsOnly is readResponse with the header as a list of fields,
+// reused from one response to the next.
+func readFieldsOnly(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+	return readResponse(br, req, &benchFields)
 }

@@ -6,6 +6,8 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/httpfield"
 )
 
 // SendOptions are the settings of one [Transport.Send]. The zero value is
@@ -30,6 +32,16 @@ type SendOptions struct {
 	// accepted, with valid fields added: the fast path then does not check
 	// them again. False checks them, as RoundTrip does.
 	HeaderValid bool
+
+	// Fields, if not nil, asks for the header of a final response whose
+	// head the fast path reads itself (see readResponse) as a list of
+	// fields instead of a map: *Fields is set to them, in the order they
+	// came, and resp.Header is nil. The list is the response's header only
+	// when resp.Header is nil; any other response has its header in
+	// resp.Header, and *Fields may then hold anything. A caller that
+	// passes on the response's header as it is (a proxy) is spared a map
+	// built and copied for every response.
+	Fields *[]httpfield.Field
 }
 
 // Send sends req as RoundTrip does, with ctx in place of req.Context() and
