@@ -342,13 +342,6 @@ func fieldsContainToken(fs []httpfield.Field, token string) bool {
 	return false
 }
 
-func first(vv []string) string {
-	if len(vv) > 0 {
-		return vv[0]
-	}
-	return ""
-}
-
 // appendHeaderLines appends "k: v\r\n" for each value, as Header.Write
 // does: names that are not tokens are dropped, CR and LF in values become
 // spaces and values are trimmed.

@@ -17,9 +17,8 @@ import (
 // deadlines set on them, split into sets and clears.
 type deadlineCountingListener struct {
 	net.Listener
-	mu            sync.Mutex
-	sets, clears  int
-	lastDeadlines []time.Time
+	mu           sync.Mutex
+	sets, clears int
 }
 
 func (l *deadlineCountingListener) Accept() (net.Conn, error) {
