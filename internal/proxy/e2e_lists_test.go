@@ -304,7 +304,13 @@ listeners:
 		t.Errorf("the upstream accepted %d connections, want the 2 allowed ones", n)
 	}
 	for _, name := range []string{"db", "behind"} {
+		// A proxied connection is counted until the daemon has seen both
+		// sides end, just after the client's side closed.
 		ls := d.listener(name)
+		for deadline := time.Now().Add(5 * time.Second); ls.Connections.Open != 0 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+			ls = d.listener(name)
+		}
 		if ls.Connections.Open != 0 || ls.Connections.Refused.ClientCap != 0 {
 			t.Errorf("%s: counts %+v after the test", name, ls.Connections)
 		}
