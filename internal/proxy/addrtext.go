@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"hash/maphash"
 	"net/netip"
 	"sync/atomic"
 )
@@ -13,7 +14,10 @@ import (
 // asked for: a client that forces collisions only costs itself misses.
 type addrTexts struct {
 	slots [addrTextSlots]atomic.Pointer[addrText]
+	seed  maphash.Seed
 }
+
+func newAddrTexts() *addrTexts { return &addrTexts{seed: maphash.MakeSeed()} }
 
 const addrTextSlots = 512 // a power of two
 
@@ -27,28 +31,11 @@ func (t *addrTexts) text(a netip.Addr) string {
 	if t == nil {
 		return a.String()
 	}
-	slot := &t.slots[hashAddr(a)&(addrTextSlots-1)]
+	slot := &t.slots[maphash.Comparable(t.seed, a)&(addrTextSlots-1)]
 	if e := slot.Load(); e != nil && e.addr == a {
 		return e.text
 	}
 	e := &addrText{addr: a, text: a.String()}
 	slot.Store(e)
 	return e.text
-}
-
-// hashAddr mixes the 16 bytes of a (an IPv4 address in its mapped form;
-// the zone, which the daemon's forwarding addresses never have, is left to
-// the comparison).
-func hashAddr(a netip.Addr) uint64 {
-	b := a.As16()
-	var hi, lo uint64
-	for i := range 8 {
-		hi = hi<<8 | uint64(b[i])
-		lo = lo<<8 | uint64(b[8+i])
-	}
-	h := hi*0x9E3779B97F4A7C15 ^ lo*0xC2B2AE3D27D4EB4F
-	if a.Is4() {
-		h ^= 0x5bd1e995 // an IPv4 address and its mapped IPv6 form print apart
-	}
-	return h ^ h>>29
 }

@@ -22,7 +22,7 @@ func TestAddrTextsAnswerOnlyTheirAddress(t *testing.T) {
 		v4 := netip.AddrFrom4([4]byte{b[0], b[1], b[2], b[3]})
 		addrs = append(addrs, v6, v4, netip.AddrFrom16(v4.As16())) // and v4's mapped form
 	}
-	tab := new(addrTexts)
+	tab := newAddrTexts()
 	for round := range 3 {
 		for _, i := range rng.Perm(len(addrs)) {
 			a := addrs[i]
@@ -40,7 +40,7 @@ func TestAddrTextsAnswerOnlyTheirAddress(t *testing.T) {
 // TestPerExchangeHelpersAllocateNothing checks that a known client's
 // address text and a copy buffer taken and given back cost no allocation.
 func TestPerExchangeHelpersAllocateNothing(t *testing.T) {
-	tab := new(addrTexts)
+	tab := newAddrTexts()
 	a := netip.MustParseAddr("192.0.2.7")
 	tab.text(a)
 	if n := testing.AllocsPerRun(100, func() { _ = tab.text(a) }); n != 0 {

@@ -160,7 +160,7 @@ func (b *tableBuilder) route(rc *config.Route, client *limiter) (*routeState, ht
 		return nil, nil, fmt.Errorf("proxy: listener %s route %s: %w", b.lc.Name, rc.Name, err)
 	}
 	rs := &routeState{name: rc.Name}
-	fw := forwarding{res: b.id.resolver, texts: new(addrTexts)}
+	fw := forwarding{res: b.id.resolver, texts: newAddrTexts()}
 	rl := newRelay(p, fw, b.transport, rc.UpstreamTimeout, b.bufs, b.deps.log)
 	rl.metrics = b.routeMetrics(rc.Name)
 	var h http.Handler = rl
