@@ -124,12 +124,7 @@ func (w *response) reset(req *http.Request, b *body, wantsClose, wants10KA bool)
 func (w *response) Header() http.Header { return w.header }
 
 func (w *response) WriteHeader(code int) {
-	if w.c.hijackedFast() {
-		w.c.srv.logger().Debug("http1: WriteHeader on a hijacked connection")
-		return
-	}
-	if w.wroteHeader {
-		w.c.srv.logger().Debug("http1: superfluous WriteHeader call", "code", code)
+	if !w.headerWritable(code) {
 		return
 	}
 	checkWriteHeaderCode(code)
@@ -169,12 +164,7 @@ func (w *response) WriteHeaderFields(code int, fields []httpfield.Field) {
 		w.WriteHeader(code)
 		return
 	}
-	if w.c.hijackedFast() {
-		w.c.srv.logger().Debug("http1: WriteHeader on a hijacked connection")
-		return
-	}
-	if w.wroteHeader {
-		w.c.srv.logger().Debug("http1: superfluous WriteHeader call", "code", code)
+	if !w.headerWritable(code) {
 		return
 	}
 	checkWriteHeaderCode(code)
@@ -183,6 +173,20 @@ func (w *response) WriteHeaderFields(code int, fields []httpfield.Field) {
 	w.status = code
 	w.takeSnapshot(fields)
 	w.readContentLength()
+}
+
+// headerWritable reports whether a head may still be written: not on a
+// hijacked connection, not twice (both logged, as net/http logs them).
+func (w *response) headerWritable(code int) bool {
+	if w.c.hijackedFast() {
+		w.c.srv.logger().Debug("http1: WriteHeader on a hijacked connection")
+		return false
+	}
+	if w.wroteHeader {
+		w.c.srv.logger().Debug("http1: superfluous WriteHeader call", "code", code)
+		return false
+	}
+	return true
 }
 
 // declaresTrailers reports whether the header or fields name trailers:
