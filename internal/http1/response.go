@@ -252,7 +252,7 @@ func (w *response) takeSnapshot(fields []httpfield.Field) {
 		buf = w.snapshotName(buf, k, vv, fs[j0:j])
 	}
 	s.buf = buf
-	upgrade, _ := firstValue(w.header["Upgrade"], fieldsNamed(fs, "Upgrade"))
+	upgrade := firstValue(w.header["Upgrade"], fieldsNamed(fs, "Upgrade"))
 	s.switches = upgrade != "" && (httpguts.HeaderValuesContainsToken(w.header["Connection"], "Upgrade") ||
 		fieldsContainToken(fieldsNamed(fs, "Connection"), "Upgrade"))
 	clear(fs) // serialized: the connection keeps no upstream's strings
@@ -271,7 +271,7 @@ func (w *response) snapshotName(buf []byte, k string, vv []string, fs []httpfiel
 	buf = appendHeaderLines(buf, k, vv)
 	buf = appendFieldLines(buf, k, fs)
 	sp := span{start, len(buf)}
-	v0, _ := firstValue(vv, fs)
+	v0 := firstValue(vv, fs)
 	switch k {
 	case "Content-Length":
 		s.hasCL, s.cl, s.clValue = true, sp, v0
@@ -315,14 +315,14 @@ func (w *response) sortFields(fields []httpfield.Field) []httpfield.Field {
 }
 
 // firstValue returns the first of the values vv and then those of fs.
-func firstValue(vv []string, fs []httpfield.Field) (string, bool) {
+func firstValue(vv []string, fs []httpfield.Field) string {
 	switch {
 	case len(vv) > 0:
-		return vv[0], true
+		return vv[0]
 	case len(fs) > 0:
-		return fs[0].Value, true
+		return fs[0].Value
 	}
-	return "", false
+	return ""
 }
 
 // fieldsNamed returns the run of fs, sorted by name, named k.
