@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -48,7 +49,8 @@ import (
 // (name them in PORTCULLIS_BENCH_DAEMONS, a space-separated list that
 // replaces the default set). Setting
 // PORTCULLIS_BENCH_CPUPROFILE=prefix makes each daemon write a CPU profile
-// to prefix.NAME.
+// to prefix.NAME, and PORTCULLIS_BENCH_MEMPROFILE=prefix an allocation
+// profile (every 4 KiB allocated sampled) to prefix.NAME.
 func BenchmarkDaemon(b *testing.B) {
 	names := []string{"fast", "nethttp", "fast-rp", "nethttp-rp", "fast-log"}
 	if s := os.Getenv("PORTCULLIS_BENCH_DAEMONS"); s != "" {
@@ -89,6 +91,10 @@ func runBenchChild(name string) int {
 			return 1
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if prefix := os.Getenv("PORTCULLIS_BENCH_MEMPROFILE"); prefix != "" && name != "backend" {
+		runtime.MemProfileRate = 4096
+		defer writeAllocProfile(prefix + "." + name)
 	}
 	if name == "backend" {
 		srv, err := backend.StartConfig("127.0.0.1:0", backend.Config{})
@@ -350,5 +356,19 @@ func benchDaemons(b *testing.B, names []string) {
 			b.ReportMetric(float64(cpu[i])/float64(cpu[0]), name+"/"+names[0]+"-cpu")
 			b.ReportMetric(wall[0].Seconds()/wall[i].Seconds(), name+"/"+names[0]+"-req/s")
 		}
+	}
+}
+
+// writeAllocProfile writes the allocations profile to path, for
+// PORTCULLIS_BENCH_MEMPROFILE.
+func writeAllocProfile(path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	defer f.Close()
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 	}
 }
