@@ -182,7 +182,14 @@ func (w *exchangeWriter) progress() {
 	if w.dl == nil {
 		return
 	}
-	now := time.Now()
+	w.progressAt(time.Now())
+}
+
+// progressAt is progress for a caller that has just read the clock.
+func (w *exchangeWriter) progressAt(now time.Time) {
+	if w.dl == nil {
+		return
+	}
 	if now.UnixNano()-w.extended.Load() < int64(w.send/8) {
 		return
 	}
@@ -242,12 +249,13 @@ func (w *exchangeWriter) fieldsTarget() headerFieldsWriter {
 }
 
 // writeHeaderFields is WriteHeader for a head given as fields, passed on
-// to to, the writer fieldsTarget returned.
-func (w *exchangeWriter) writeHeaderFields(code int, fields []httpfield.Field, to headerFieldsWriter) {
+// to to, the writer fieldsTarget returned, by a caller that read the clock
+// at now, just before.
+func (w *exchangeWriter) writeHeaderFields(code int, fields []httpfield.Field, to headerFieldsWriter, now time.Time) {
 	if code >= 200 || code == http.StatusSwitchingProtocols {
 		w.status.CompareAndSwap(0, int32(code))
 	}
-	w.progress()
+	w.progressAt(now)
 	to.WriteHeaderFields(code, fields)
 }
 

@@ -122,7 +122,7 @@ func (rl *relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u := rl.pool.pickExcept(nil)
 	o := rl.outbound(w, r, u, upType)
 	sent := time.Now()
-	resp, err := rl.send(r.Context(), o, u)
+	resp, err := rl.send(r.Context(), o, u, sent)
 	o.mu.Lock()
 	o.done = true
 	o.mu.Unlock()
@@ -134,12 +134,13 @@ func (rl *relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rl.fail(w, r, err)
 		return
 	}
-	rl.answered(w, time.Since(sent))
+	now := time.Now()
+	rl.answered(w, now.Sub(sent))
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		rl.switchProtocols(w, r, resp, upType)
 		return
 	}
-	rl.respond(w, r, resp, o)
+	rl.respond(w, r, resp, o, now)
 	o.release()
 }
 
@@ -235,10 +236,10 @@ func (rl *relay) outbound(w http.ResponseWriter, r *http.Request, u *upstream, u
 // next upstream, once more per upstream of the route. A refused
 // connection means the upstream received nothing, so the retry cannot
 // repeat an effect.
-func (rl *relay) send(ctx context.Context, o *outbound, u *upstream) (*http.Response, error) {
+func (rl *relay) send(ctx context.Context, o *outbound, u *upstream, now time.Time) (*http.Response, error) {
 	// The header is the client's, which the server's parser checked, with
 	// the forwarding fields, made of checked values, added.
-	opts := uptransport.SendOptions{HeadTimeout: rl.timeout, Got1xx: o.hook, HeaderValid: true}
+	opts := uptransport.SendOptions{HeadTimeout: rl.timeout, Got1xx: o.hook, HeaderValid: true, Now: now}
 	if o.fw != nil {
 		opts.Fields = &o.fields
 	}
@@ -260,6 +261,7 @@ func (rl *relay) send(ctx context.Context, o *outbound, u *upstream) (*http.Resp
 		url.Scheme, url.Host = u.scheme, u.host
 		retry.URL = &url
 		req = &retry
+		opts.Now = time.Time{} // the clock has moved on since
 		resp, err = rl.t.Send(ctx, req, opts)
 	}
 	if err != nil && isRefused(err) {
@@ -295,17 +297,17 @@ func (o *outbound) got1xx(code int, header http.Header) error {
 	return nil
 }
 
-// respond writes resp, a final response other than 101, to w. A head that
-// came as fields (resp.Header nil, see SendOptions.Fields) goes to the
-// writer o found for them.
-func (rl *relay) respond(w http.ResponseWriter, r *http.Request, resp *http.Response, o *outbound) {
+// respond writes resp, a final response other than 101, that came at now,
+// to w. A head that came as fields (resp.Header nil, see
+// SendOptions.Fields) goes to the writer o found for them.
+func (rl *relay) respond(w http.ResponseWriter, r *http.Request, resp *http.Response, o *outbound, now time.Time) {
 	dst := w.Header()
 	announced := 0
 	var flush bool
 	if resp.Header == nil {
 		kept := cutHopFields(o.fields)
 		flush = resp.ContentLength == -1 || isEventStreamType(firstField(kept, "Content-Type"))
-		o.ew.writeHeaderFields(resp.StatusCode, kept, o.fw)
+		o.ew.writeHeaderFields(resp.StatusCode, kept, o.fw, now)
 	} else {
 		removeHopHeaders(resp.Header)
 		for k, vv := range resp.Header {

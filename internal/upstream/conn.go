@@ -102,15 +102,14 @@ func (c *conn) Read(p []byte) (int, error) {
 }
 
 // headDeadline sets the deadline of an exchange's head on the connection:
-// want, or a deadline already set that falls no more than
-// deadlineSlack(want) after it, so that a busy connection does not set one
-// for every exchange. A zero want clears any deadline.
-func (c *conn) headDeadline(want time.Time) {
+// want, or a deadline already set that falls no more than slack after it,
+// so that a busy connection does not set one for every exchange. A zero
+// want clears any deadline.
+func (c *conn) headDeadline(want time.Time, slack time.Duration) {
 	if want.IsZero() {
 		c.clearDeadline()
 		return
 	}
-	slack := deadlineSlack(time.Until(want))
 	if !c.deadline.IsZero() && !c.deadline.Before(want) && !c.deadline.After(want.Add(slack)) {
 		return
 	}

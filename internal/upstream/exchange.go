@@ -38,13 +38,18 @@ func (t *Transport) roundTripFast(ctx context.Context, req *http.Request, opts S
 			return nil, err
 		}
 	}
+	now := opts.Now
+	if now.IsZero() {
+		now = t.idle.now()
+	}
 	var deadline time.Time
 	if opts.HeadTimeout > 0 {
-		deadline = time.Now().Add(opts.HeadTimeout)
+		deadline = now.Add(opts.HeadTimeout)
 	}
 	addr := hostPort(req.URL.Host)
-	head := requestHead{req: req, method: method, target: target, host: host, got1xx: opts.Got1xx, fields: opts.Fields}
-	c := t.takeIdle(addr)
+	head := requestHead{req: req, method: method, target: target, host: host, got1xx: opts.Got1xx, fields: opts.Fields,
+		slack: deadlineSlack(opts.HeadTimeout)}
+	c := t.takeIdle(addr, now)
 	if c != nil {
 		resp, retry, err := t.exchange(ctx, c, head, deadline, true)
 		if !retry {
@@ -68,9 +73,9 @@ const maxProbes = 4
 // whatever the request: one the upstream closed, reset or timed out (408),
 // or on which bytes arrived that no request asked for, is closed, counted,
 // and never carries a request.
-func (t *Transport) takeIdle(addr string) *conn {
+func (t *Transport) takeIdle(addr string, now time.Time) *conn {
 	for range maxProbes {
-		c := t.idle.take(addr)
+		c := t.idle.take(addr, now)
 		if c == nil {
 			return nil
 		}
@@ -115,6 +120,7 @@ type requestHead struct {
 	method, target, host string
 	got1xx               func(int, http.Header) error // nil: the trace hook of the context, if any
 	fields               *[]httpfield.Field           // SendOptions.Fields
+	slack                time.Duration                // how late the head's deadline may be: deadlineSlack of the timeout
 }
 
 // Exchange states: live until the body reaches EOF or fails (ended) or the
@@ -158,7 +164,7 @@ type exchange struct {
 func (t *Transport) exchange(ctx context.Context, c *conn, head requestHead, deadline time.Time, reused bool) (resp *http.Response, retry bool, err error) {
 	x := &exchange{t: t, c: c, ctx: ctx, reused: reused}
 	c.beginExchange(t.cfg.MaxResponseHeaderBytes)
-	c.headDeadline(deadline)
+	c.headDeadline(deadline, head.slack)
 	x.deadline = !deadline.IsZero()
 	// Registered after the head deadline is set, so that the past deadline
 	// the watch sets is never overwritten by it.

@@ -530,3 +530,48 @@ func TestIdleCapTotalSameHost(t *testing.T) {
 		t.Fatalf("stats %+v: sequential requests dialled again", s)
 	}
 }
+
+// TestSendCountsFromNow checks that SendOptions.Now is the clock reading
+// the exchange goes by: the head's deadline counts from it, and an idle
+// connection is judged by it.
+func TestSendCountsFromNow(t *testing.T) {
+	t.Run("head deadline", func(t *testing.T) {
+		checkNoLeak(t)
+		srv, _ := hangingServer(t, "")
+		tr := newTransport(t, Config{})
+		req, _ := http.NewRequest(http.MethodGet, srv.url(), nil)
+		// A guard: if Now were ignored, the context would end first, and
+		// the error would not be ErrHeadTimeout.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err := tr.Send(ctx, req, SendOptions{HeadTimeout: 10 * time.Second, Now: time.Now().Add(-11 * time.Second)})
+		if !errors.Is(err, ErrHeadTimeout) {
+			t.Fatalf("err = %v, want ErrHeadTimeout: the deadline counts from Now", err)
+		}
+		if s := tr.Stats(); s.Idle != 0 {
+			t.Fatalf("a timed-out connection was pooled: %+v", s)
+		}
+	})
+	t.Run("idle expiry", func(t *testing.T) {
+		srv := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+		tr := newTransport(t, Config{IdleConnTimeout: time.Minute})
+		send := func(now time.Time) {
+			t.Helper()
+			req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+			resp, err := tr.Send(context.Background(), req, SendOptions{Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, resp)
+		}
+		send(time.Time{})
+		send(time.Now().Add(30 * time.Second)) // still fresh then: reused
+		if n := tr.Stats().Dials; n != 1 {
+			t.Fatalf("%d dials, want 1: the connection was fresh at Now", n)
+		}
+		send(time.Now().Add(2 * time.Minute)) // expired by then: a new one
+		if n := tr.Stats().Dials; n != 2 {
+			t.Fatalf("%d dials, want 2: the connection had expired at Now", n)
+		}
+	})
+}

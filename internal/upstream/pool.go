@@ -57,12 +57,9 @@ func (p *idlePool) unlink(c *conn) {
 }
 
 // take returns the newest idle connection to addr, or nil when there is
-// none or it has expired; then it closes it and every older one of addr.
-func (p *idlePool) take(addr string) *conn {
-	var now time.Time
-	if p.timeout > 0 {
-		now = p.now()
-	}
+// none or it has expired at now; then it closes it and every older one of
+// addr.
+func (p *idlePool) take(addr string, now time.Time) *conn {
 	p.mu.Lock()
 	stack := p.hosts[addr]
 	if len(stack) == 0 {

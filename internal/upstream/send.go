@@ -42,6 +42,13 @@ type SendOptions struct {
 	// passes on the response's header as it is (a proxy) is spared a map
 	// built and copied for every response.
 	Fields *[]httpfield.Field
+
+	// Now, if not zero, is when the caller sends the request, read from
+	// the clock just before Send: the head's deadline counts from it,
+	// and idle connections are judged by it. Zero means Send reads the
+	// clock itself. A caller that times the exchange anyway spares Send
+	// its own reading.
+	Now time.Time
 }
 
 // Send sends req as RoundTrip does, with ctx in place of req.Context() and
