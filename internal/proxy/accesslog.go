@@ -292,11 +292,11 @@ func appendAccessLine(b []byte, json bool, t time.Time, f *accessFields) ([]byte
 	t = t.Round(0)
 	if json {
 		w.b = append(w.b, `{"time":"`...)
-		w.b = t.AppendFormat(w.b, time.RFC3339Nano)
+		w.b = jsonStamps.append(w.b, t)
 		w.b = append(w.b, `","level":"INFO","msg":"access"`...)
 	} else {
 		w.b = append(w.b, "time="...)
-		w.b = t.AppendFormat(w.b, "2006-01-02T15:04:05.000Z07:00")
+		w.b = textStamps.append(w.b, t)
 		w.b = append(w.b, " level=INFO msg=access"...)
 	}
 	w.str("listener", f.listener)
