@@ -123,7 +123,7 @@ var lineBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b 
 // and ended now with status.
 func logAccess(o *exchangeOpts, r *http.Request, st *exchangeState, status int, start, now time.Time) {
 	f := accessFields{
-		listener: o.listener, client: o.res.ClientAddr(r), peer: r.RemoteAddr,
+		listener: o.listener, client: o.clients.client(r), peer: r.RemoteAddr,
 		keys: st.keys[:st.nkeys], route: st.route,
 		method: r.Method, host: r.Host, path: r.URL.Path, proto: r.Proto,
 		status: status, bytes: st.bytes.Load(), duration: now.Sub(start), upstream: st.upstream,

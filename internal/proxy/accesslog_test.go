@@ -311,5 +311,5 @@ func BenchmarkAccessLog(b *testing.B) {
 // benchExchangeOpts are the options of a listener that logs to a and
 // trusts no proxy, as the daemon builds them.
 func benchExchangeOpts(a *accessLogger) exchangeOpts {
-	return exchangeOpts{listener: "web", log: a, res: &clientkey.Resolver{Header: clientkey.HeaderXForwardedFor}}
+	return exchangeOpts{listener: "web", log: a, clients: newAccessClients(&clientkey.Resolver{Header: clientkey.HeaderXForwardedFor})}
 }
