@@ -313,3 +313,32 @@ func BenchmarkAccessLog(b *testing.B) {
 func benchExchangeOpts(a *accessLogger) exchangeOpts {
 	return exchangeOpts{listener: "web", log: a, clients: newAccessClients(&clientkey.Resolver{Header: clientkey.HeaderXForwardedFor})}
 }
+
+// TestPlainValueEveryByte checks plainValue's table byte by byte, at the
+// start, middle and end of values: a value it calls plain must be one
+// both of slog's handlers write as it is, and it declines only the bytes
+// its comment names beyond those slog quotes or escapes.
+func TestPlainValueEveryByte(t *testing.T) {
+	for c := range 256 {
+		b := string([]byte{byte(c)})
+		want := slogWritesPlain(b) && slogWritesPlain("a"+b+"b") &&
+			c != '<' && c != '>' && c != '&' && c != 0x7f
+		for _, v := range []string{b, "a" + b, b + "a", "ab" + b + "cd/", "/abcdefgh" + b, b + "abcdefghij/"} {
+			if got := plainValue(v); got != want {
+				t.Errorf("plainValue(%q) = %v, want %v", v, got, want)
+				break
+			}
+		}
+	}
+	if plainValue("") {
+		t.Error(`plainValue("") = true: slog quotes an empty value`)
+	}
+}
+
+// slogWritesPlain reports whether both of slog's handlers write v as it is.
+func slogWritesPlain(v string) bool {
+	var text, json bytes.Buffer
+	slog.New(slog.NewTextHandler(&text, nil)).Info("m", "k", v)
+	slog.New(slog.NewJSONHandler(&json, nil)).Info("m", "k", v)
+	return strings.HasSuffix(text.String(), " k="+v+"\n") && strings.HasSuffix(json.String(), `,"k":"`+v+`"}`+"\n")
+}
