@@ -3,14 +3,17 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/seed-a07d1050/portcullis/clientkey"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 )
 
@@ -278,4 +281,64 @@ func FuzzAccessLine(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkAccessLog is the cost of one access line as the daemon writes
+// it, from the exchange's fields to the batch, in each format; the batch
+// goes to io.Discard, so the write system call is not in it.
+func BenchmarkAccessLog(b *testing.B) {
+	for _, format := range []config.LogFormat{config.LogText, config.LogJSON} {
+		b.Run(string(format), func(b *testing.B) {
+			level := new(slog.LevelVar)
+			lb := newLineBuffer(io.Discard)
+			a := &accessLogger{log: NewLogger(config.Log{Format: format}, lb, level), out: lb, level: level, json: format == config.LogJSON}
+			o := benchExchangeOpts(a)
+			r := httptest.NewRequest("GET", "http://app.test/api/items", nil)
+			r.RemoteAddr = "127.0.0.10:41234"
+			st := &exchangeState{}
+			st.bytes.Store(13)
+			st.route = "r"
+			st.addKey("127.0.0.10")
+			start := time.Now()
+			for b.Loop() {
+				logAccess(&o, r, st, 200, start, time.Now())
+			}
+			lb.Flush()
+		})
+	}
+}
+
+// benchExchangeOpts are the options of a listener that logs to a and
+// trusts no proxy, as the daemon builds them.
+func benchExchangeOpts(a *accessLogger) exchangeOpts {
+	return exchangeOpts{listener: "web", log: a, clients: newAccessClients(&clientkey.Resolver{Header: clientkey.HeaderXForwardedFor})}
+}
+
+// TestPlainValueEveryByte checks plainValue's table byte by byte, at the
+// start, middle and end of values: a value it calls plain must be one
+// both of slog's handlers write as it is, and it declines only the bytes
+// its comment names beyond those slog quotes or escapes.
+func TestPlainValueEveryByte(t *testing.T) {
+	for c := range 256 {
+		b := string([]byte{byte(c)})
+		want := slogWritesPlain(b) && slogWritesPlain("a"+b+"b") &&
+			c != '<' && c != '>' && c != '&' && c != 0x7f
+		for _, v := range []string{b, "a" + b, b + "a", "ab" + b + "cd/", "/abcdefgh" + b, b + "abcdefghij/"} {
+			if got := plainValue(v); got != want {
+				t.Errorf("plainValue(%q) = %v, want %v", v, got, want)
+				break
+			}
+		}
+	}
+	if plainValue("") {
+		t.Error(`plainValue("") = true: slog quotes an empty value`)
+	}
+}
+
+// slogWritesPlain reports whether both of slog's handlers write v as it is.
+func slogWritesPlain(v string) bool {
+	var text, json bytes.Buffer
+	slog.New(slog.NewTextHandler(&text, nil)).Info("m", "k", v)
+	slog.New(slog.NewJSONHandler(&json, nil)).Info("m", "k", v)
+	return strings.HasSuffix(text.String(), " k="+v+"\n") && strings.HasSuffix(json.String(), `,"k":"`+v+`"}`+"\n")
 }

@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/seed-a07d1050/portcullis/clientkey"
-
 	"github.com/seed-a07d1050/portcullis/internal/httpfield"
 )
 
@@ -20,9 +18,9 @@ type exchangeOpts struct {
 	// metrics are the series of the listener's requests that no route
 	// takes; nil: no metrics (tests).
 	metrics *routeMetrics
-	// res resolves the client the limits count, for the access line; nil:
-	// the peer.
-	res *clientkey.Resolver
+	// clients finds the client the limits count, for the access line;
+	// nil: the peer.
+	clients *accessClients
 	// send is the write-progress bound: an exchange whose client accepts no
 	// byte of the response for this long ends (nginx's send_timeout).
 	// Zero means none.

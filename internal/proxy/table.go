@@ -134,10 +134,11 @@ func (b *tableBuilder) build() (*routeTable, error) {
 func (b *tableBuilder) exchangeOpts() exchangeOpts {
 	o := exchangeOpts{
 		listener: b.lc.Name, send: b.lc.SendTimeout, whole: b.lc.WriteTimeout,
-		metrics: b.routeMetrics(""), res: b.id.resolver,
+		metrics: b.routeMetrics(""),
 	}
 	if b.accessLog {
 		o.log = b.access
+		o.clients = newAccessClients(b.id.resolver)
 	}
 	return o
 }
