@@ -153,9 +153,9 @@ func checkParse(t *testing.T, err error, wantErr string, got, want any) {
 
 // FuzzCaddyfile feeds arbitrary Caddyfile text to both parsers: they may
 // refuse it, but never panic, and what they accept survives a JSON round
-// trip unchanged. ci:fuzztime 50000x (each execution runs Caddy's
-// adapter, and CI's cold build of Caddy with fuzzing instrumentation
-// already takes minutes).
+// trip unchanged. ci:fuzztime 50000x when .ci/run fuzzes it (FUZZ_CADDY=1:
+// each execution runs Caddy's adapter, and the build of Caddy with fuzzing
+// instrumentation takes minutes on a cold machine).
 func FuzzCaddyfile(f *testing.F) {
 	for _, s := range []string{
 		"portcullis 16", "portcullis {\n level ipv6 48 max 256\n override 192.0.2.0/24 512\n}",

@@ -51,6 +51,7 @@ func FuzzParseKey(f *testing.F) {
 	})
 }
 
+// ci:fuzztime 100000x: it reads forwarding headers a client sends.
 func FuzzXForwardedFor(f *testing.F) {
 	addWalkSeeds(f, xffCases)
 	f.Fuzz(func(t *testing.T, header, peer string) {
@@ -58,6 +59,7 @@ func FuzzXForwardedFor(f *testing.F) {
 	})
 }
 
+// ci:fuzztime 100000x: it reads forwarding headers a client sends.
 func FuzzForwarded(f *testing.F) {
 	addWalkSeeds(f, forwardedCases)
 	f.Fuzz(func(t *testing.T, header, peer string) {

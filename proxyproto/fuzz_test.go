@@ -13,6 +13,7 @@ import (
 // FuzzReadHeader checks that ReadHeader never panics, never consumes more
 // than the header, and that every header it returns is written back by the
 // encoder of its version into bytes that read as the same header.
+// ci:fuzztime 100000x: it reads what a client or load balancer sends.
 func FuzzReadHeader(f *testing.F) {
 	f.Add([]byte("PROXY TCP4 192.0.2.7 198.51.100.1 1234 443\r\nGET /"))
 	f.Add([]byte("PROXY TCP6 2001:db8::7 2001:db8::1 1234 443\r\n"))

@@ -145,6 +145,7 @@ func TestTargetOf(t *testing.T) {
 	}
 }
 
+// ci:fuzztime 100000x: it reads the target a proxy client asks for.
 func FuzzParseTarget(f *testing.F) {
 	for _, s := range []string{
 		"example.com:443", "EXAMPLE.com.", "[2001:db8::1]:80", "[::ffff:1.2.3.4]", "1.2.3.4:5",

@@ -13,6 +13,7 @@ import (
 // net/http sleeps 500 ms before closing (a long body under "OPTIONS *", a
 // body that ended long before its Content-Length) are avoided, or the
 // fuzzer would starve; TestDifferentialInProcess covers both.
+// ci:fuzztime 100000x: it reads what a client sends.
 func FuzzServer(f *testing.F) {
 	for _, tc := range append(append([]corpusCase{}, hostileCorpus...), bufferEdgeCorpus...) {
 		f.Add([]byte(tc.raw), uint8(0))

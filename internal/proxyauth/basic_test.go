@@ -40,6 +40,7 @@ func TestParseBasic(t *testing.T) {
 // FuzzParseBasic checks parseBasic against net/http's Request.BasicAuth,
 // on the values both are meant to read alike: a single space after the
 // scheme and credentials within the length bound.
+// ci:fuzztime 100000x: it reads the credentials a proxy client sends.
 func FuzzParseBasic(f *testing.F) {
 	for _, s := range []string{basic("a", "b"), "basic YTpi", "Basic  YTpi", "Basic", "BASIC YTpi", "Basic \u212a"} {
 		f.Add(s)

@@ -14,6 +14,7 @@ import (
 // back, with net/http's server parser, to the method, target, Host and
 // header field it was given, and that one it refuses is refused with
 // ErrInvalidRequest, never a panic.
+// ci:fuzztime 100000x: it reads what a client sends, as it goes upstream.
 func FuzzRequestHead(f *testing.F) {
 	f.Add("GET", "/a/b", "q=1", "example.test:8080", "X-Test", "value")
 	f.Add("POST", "/", "", "[::1]:80", "Idempotency-Key", "k")

@@ -303,6 +303,7 @@ func BenchmarkReadResponse(b *testing.B) {
 // list of fields, to http.ReadResponse on arbitrary bytes: the same
 // Response, body, error and unread bytes, for every reader kind and
 // request method.
+// ci:fuzztime 100000x: it reads what an upstream sends.
 func FuzzReadResponse(f *testing.F) {
 	for _, in := range responseCorpus {
 		f.Add([]byte(in))
