@@ -21,8 +21,10 @@ ARG TARGETARCH
 # CGO_ENABLED=0: a static binary that needs no libc in the final image.
 # -trimpath: no build machine paths in the binary. The context has no .git
 # (see .dockerignore), so "portcullis version" reports no VCS revision.
+# -pgo: optimized with the daemon's CPU profile (docs/performance.md,
+# "Profile-guided optimization").
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -buildvcs=false -ldflags="-s -w" -o /out/portcullis ./cmd/portcullis
+    go build -trimpath -buildvcs=false -pgo=cmd/portcullis/release.pgo -ldflags="-s -w" -o /out/portcullis ./cmd/portcullis
 RUN mkdir -p /out/etc/portcullis && cp examples/container.yaml /out/etc/portcullis/portcullis.yaml
 
 # distroless/static: CA certificates (for https upstreams and Redis over

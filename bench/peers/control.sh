@@ -39,7 +39,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-(cd "$REPO" && go build -o "$TMP/portcullis" ./cmd/portcullis && go build -o "$TMP/backend" ./bench/peers/backend)
+(cd "$REPO" && go build -pgo=cmd/portcullis/release.pgo -o "$TMP/portcullis" ./cmd/portcullis && go build -o "$TMP/backend" ./bench/peers/backend)
 P=$TMP/portcullis
 "$TMP/backend" -listen 127.0.0.1:18680 >/dev/null 2>&1 & PIDS+=($!)
 "$P" run --listen 127.0.0.1:18681 --upstream http://127.0.0.1:18680 --max-conns-per-client 64 --syn-filter >/dev/null 2>&1 & PIDS+=($!)

@@ -341,7 +341,7 @@ main() {
 	load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 	log "building into $TMP/bin (load average $load_start)"
 	mkdir -p "$TMP/bin"
-	(cd "$REPO" && go build -o "$TMP/bin/portcullis" ./cmd/portcullis &&
+	(cd "$REPO" && go build -pgo=cmd/portcullis/release.pgo -o "$TMP/bin/portcullis" ./cmd/portcullis &&
 		go build -o "$TMP/bin/backend" ./bench/peers/backend &&
 		go build -o "$TMP/bin/profiled" ./bench/peers/profiled &&
 		go build -o "$TMP/bin/floor" ./bench/floor &&
