@@ -203,6 +203,8 @@ func dechunk(t *testing.T, resp string) string {
 	}
 }
 
+const continue100 = "HTTP/1.1 100 Continue\r\n\r\n"
+
 var dateLine = regexp.MustCompile(`(?m)^Date: .*\r$`)
 
 // exchangeRaw sends raw on a new connection to addr and returns every
@@ -263,6 +265,12 @@ listeners:
 			if gotReq != wantReq {
 				t.Errorf("the upstream received\n%s\nthrough the relay, and\n%s\nthrough ReverseProxy", gotReq, wantReq)
 			}
+			// ReverseProxy behind net/http's server may send the client
+			// two 100 Continue answers: the server's own, sent when the
+			// body is first read, and the upstream's, forwarded when it
+			// arrives after that read. Which comes first is a race; the
+			// relay sends exactly one, so compare against one.
+			wantResp = strings.Replace(wantResp, continue100+continue100, continue100, 1)
 			if strings.HasPrefix(tc.name, "stream: ") {
 				// How a stream's parts are cut into chunks depends on
 				// when they arrive: compare the heads and the data.
