@@ -13,6 +13,9 @@
 // above this floor is its own work (HTTP objects, limits, routing, metrics);
 // what the floor spends is the Go runtime's and the kernel's share.
 //
+// [ServeAdmitting] adds to the probing floor the admission work a data path
+// working on bytes would still do (see [Admission]).
+//
 // Only bodyless requests and responses with a Content-Length are relayed,
 // as the benchmarks send and their backend answers; anything else closes
 // the connection.

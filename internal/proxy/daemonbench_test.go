@@ -15,11 +15,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/seed-a07d1050/portcullis/internal/backend"
 	"github.com/seed-a07d1050/portcullis/internal/benchclient"
 	"github.com/seed-a07d1050/portcullis/internal/benchfloor"
 	"github.com/seed-a07d1050/portcullis/internal/proccpu"
 	"github.com/seed-a07d1050/portcullis/internal/proxy"
+	"github.com/seed-a07d1050/portcullis/limit"
+	"github.com/seed-a07d1050/portcullis/promlimit"
 )
 
 // BenchmarkDaemon compares builds of the daemon's data path in one run:
@@ -44,7 +48,10 @@ import (
 // portcullis_http_* series and the upstream histogram); fast-nolimits is
 // fast with every limit off (benchLimitsOff); floor and floor-probe are
 // internal/benchfloor, the least a Go proxy can do per request (without and
-// with the daemon's peek at a kept upstream connection); nginx and haproxy are
+// with the daemon's peek at a kept upstream connection); floor-admit is
+// floor-probe with the work a data path relaying bytes could not skip
+// (benchfloor.ServeAdmitting with benchLimitsOn's limits: see
+// benchAdmission); nginx and haproxy are
 // those proxies with their bench/peers configurations, when installed
 // (name them in PORTCULLIS_BENCH_DAEMONS, a space-separated list that
 // replaces the default set). Setting
@@ -107,8 +114,8 @@ func runBenchChild(name string) int {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		return 0
 	}
-	if name == "floor" || name == "floor-probe" {
-		return runFloor(name == "floor-probe")
+	if name == "floor" || name == "floor-probe" || name == "floor-admit" {
+		return runFloor(name)
 	}
 	server, rest, _ := strings.Cut(name, "-")
 	limits := benchLimitsOn
@@ -147,18 +154,56 @@ func runBenchChild(name string) int {
 }
 
 // runFloor serves internal/benchfloor in front of the backend until
-// standard input closes.
-func runFloor(probe bool) int {
+// standard input closes: floor, floor-probe, or floor-admit (the probing
+// floor with benchAdmission's work).
+func runFloor(name string) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer ln.Close()
-	go func() { _ = benchfloor.Serve(ln, os.Getenv("PORTCULLIS_BENCH_BACKEND"), probe) }()
+	backend := os.Getenv("PORTCULLIS_BENCH_BACKEND")
+	switch name {
+	case "floor-admit":
+		a, err := benchAdmission()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		go func() { _ = benchfloor.ServeAdmitting(ln, backend, a) }()
+	default:
+		go func() { _ = benchfloor.Serve(ln, backend, name == "floor-probe") }()
+	}
 	fmt.Println(ln.Addr())
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	return 0
+}
+
+// benchAdmission is the admission work of benchLimitsOn for
+// benchfloor.ServeAdmitting: the client limit, the shadow limit and the
+// route's limit with its queue, each reporting to a wait histogram as the
+// daemon's do, on benchRequest's host and path, with the daemon's request
+// metrics.
+func benchAdmission() (*benchfloor.Admission, error) {
+	a := &benchfloor.Admission{Host: "bench.example", PathPrefix: "/"}
+	for _, cfg := range []limit.Config[string]{
+		{Permits: 256},
+		{Permits: 128, Shadow: true},
+		{Permits: 128, QueueSize: 64, QueueTimeout: time.Second},
+	} {
+		cfg.Observer = promlimit.ObserverFor[string](promlimit.NewWaitHistogram(promlimit.Opts{Subsystem: "exchanges"}, nil))
+		l, err := limit.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		a.Limiters = append(a.Limiters, l)
+	}
+	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "requests_total"}, []string{"listener", "route", "code"})
+	a.Requests = reqs.WithLabelValues("web", "r", "200")
+	a.Duration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "duration_seconds"})
+	a.Upstream = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "upstream_seconds"})
+	return a, nil
 }
 
 // nopTB lets a child process use parseConfig, which reports through a

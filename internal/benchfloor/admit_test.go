@@ -1,0 +1,158 @@
+package benchfloor
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/seed-a07d1050/portcullis/internal/backend"
+	"github.com/seed-a07d1050/portcullis/limit"
+)
+
+// startAdmitting serves ServeAdmitting with two limiters of permits each
+// in front of a backend that answers after delay, and returns its address
+// and admission.
+func startAdmitting(t *testing.T, permits int, delay time.Duration) (string, *Admission) {
+	t.Helper()
+	be, err := backend.StartConfig("127.0.0.1:0", backend.Config{Delay: delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	a := &Admission{
+		Host: "floor.test", PathPrefix: "/bytes",
+		Requests: prometheus.NewCounter(prometheus.CounterOpts{Name: "requests_total"}),
+		Duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "duration_seconds"}),
+		Upstream: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "upstream_seconds"}),
+	}
+	for range 2 {
+		l, err := limit.New(limit.Config[string]{Permits: permits})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Limiters = append(a.Limiters, l)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = ServeAdmitting(ln, be.Addr(), a); close(done) }()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return ln.Addr().String(), a
+}
+
+// TestAdmittingRelays: requests of the route on a kept-alive connection
+// are answered, counted, and leave no permit held.
+func TestAdmittingRelays(t *testing.T) {
+	addr, a := startAdmitting(t, 1, 0)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for i := range 3 {
+		if _, err := io.WriteString(c, "GET /bytes?n=100 HTTP/1.1\r\nHost: floor.test\r\nConnection: keep-alive\r\nAccept: */*\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != 200 || int64(len(body)) != resp.ContentLength || len(body) == 0 {
+			t.Fatalf("request %d: %d, %d of %d body bytes, %v", i, resp.StatusCode, len(body), resp.ContentLength, err)
+		}
+	}
+	var m dto.Metric
+	if err := a.Requests.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetCounter().GetValue(); got != 3 {
+		t.Errorf("requests counted = %v, want 3", got)
+	}
+	waitNoPermits(t, a)
+}
+
+// TestAdmittingRefuses: what the model does not relay (another route,
+// a body, a bad head, a client over its permits) closes the connection
+// unanswered and leaves no permit held.
+func TestAdmittingRefuses(t *testing.T) {
+	addr, a := startAdmitting(t, 1, 300*time.Millisecond)
+	for _, req := range []string{
+		"GET /other HTTP/1.1\r\nHost: floor.test\r\n\r\n",
+		"GET /bytes?n=1 HTTP/1.1\r\nHost: other.test\r\n\r\n",
+		"GET /bytes?n=1 HTTP/1.1\r\nHost: floor.test\r\nHost: floor.test\r\n\r\n",
+		"GET /bytes?n=1 HTTP/1.0\r\nHost: floor.test\r\n\r\n",
+		"POST /bytes HTTP/1.1\r\nHost: floor.test\r\nContent-Length: 0\r\n\r\n",
+		"GET /bytes?n=1 HTTP/1.1\r\nHost: floor.test\r\nX: a\r\n b\r\n\r\n",
+		"GET /bytes?n=1 HTTP/1.1\r\nHost : floor.test\r\n\r\n",
+	} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, req); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := io.ReadAll(c); len(b) != 0 || err != nil {
+			t.Errorf("%q: read %q, %v; want the connection closed unanswered", req, b, err)
+		}
+		c.Close()
+	}
+	// Over the limit: the first client holds the only permit of each
+	// limiter while the
+	// backend waits.
+	first, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	first.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(first, "GET /bytes?n=1 HTTP/1.1\r\nHost: floor.test\r\n\r\n")
+	waitHeld(t, a, len(a.Limiters))
+	second, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	second.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(second, "GET /bytes?n=1 HTTP/1.1\r\nHost: floor.test\r\n\r\n")
+	if b, err := io.ReadAll(second); len(b) != 0 || err != nil {
+		t.Errorf("over the limit: read %q, %v; want the connection closed unanswered", b, err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(first), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the first client: %v, %v", resp, err)
+	}
+	waitNoPermits(t, a)
+}
+
+func held(a *Admission) int {
+	n := 0
+	for _, l := range a.Limiters {
+		n += l.Totals().InUse
+	}
+	return n
+}
+
+func waitHeld(t *testing.T, a *Admission, want int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); held(a) != want; {
+		if time.Now().After(deadline) {
+			t.Fatalf("permits held = %d, want %d", held(a), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func waitNoPermits(t *testing.T, a *Admission) { t.Helper(); waitHeld(t, a, 0) }
