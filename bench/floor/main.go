@@ -3,7 +3,12 @@
 // nginx and HAProxy (see docs/performance.md). It is not a proxy to deploy:
 // it parses, checks, limits and logs nothing.
 //
-// Usage: floor -listen ADDR -upstream HOST:PORT [-probe]
+// Usage: floor -listen ADDR -upstream HOST:PORT [-probe | -admit]
+//
+// With -admit it probes and also does the admission work a data path
+// working on bytes could not skip (benchfloor.ServeAdmitting with
+// benchfloor.NewAdmission): what such a path could reach, beside what the
+// daemon spends.
 //
 // It prints "ready ADDR" once it listens and serves until SIGINT or
 // SIGTERM. Exit status: 0 after a signal, 1 when it cannot listen, 2 for bad
@@ -30,6 +35,7 @@ func run(args []string) int {
 	listen := fs.String("listen", "127.0.0.1:18490", "TCP address to serve on")
 	upstream := fs.String("upstream", "", "HOST:PORT of the backend")
 	probe := fs.Bool("probe", false, "peek at a kept upstream connection before each reuse, as the daemon does")
+	admit := fs.Bool("admit", false, "probe, and do the admission work of a byte-level data path (the head checked, three limits, forwarding fields, metrics)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -37,13 +43,25 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "floor: -upstream is required")
 		return 2
 	}
+	var a *benchfloor.Admission
+	if *admit {
+		var err error
+		if a, err = benchfloor.NewAdmission(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	fmt.Println("ready", ln.Addr())
-	go func() { _ = benchfloor.Serve(ln, *upstream, *probe) }()
+	if a != nil {
+		go func() { _ = benchfloor.ServeAdmitting(ln, *upstream, a) }()
+	} else {
+		go func() { _ = benchfloor.Serve(ln, *upstream, *probe) }()
+	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	<-sigs

@@ -11,16 +11,19 @@
 #   --duration D  measured window of each run (default 10s)
 #   --warmup D    attacker alone before each attack window (default 3s)
 #   --proxies L   which proxies to run (default "portcullis portcullis-nethttp
-#                 portcullis-log nginx haproxy"). portcullis is the daemon as
-#                 shipped (its own HTTP/1.1 server); portcullis-nethttp the same
-#                 with http1_server: net/http (bench/peers/portcullis-nethttp.yaml);
-#                 portcullis-log the same as portcullis with the access log on
-#                 (bench/peers/portcullis-log.yaml, lines to a file);
-#                 portcullis-syn adds --syn-filter, dropping an over-cap client's
-#                 SYNs in the kernel; portcullis-rst refuses with RST
-#                 (bench/peers/portcullis-rst.yaml); floor is bench/floor, the
-#                 least a Go proxy does per request (throughput scenario
-#                 only: it limits nothing), a reference for the daemon's cost
+#                 portcullis-log nginx haproxy floor floor-admit"). portcullis is
+#                 the daemon with every limit on and the access log off
+#                 (bench/peers/portcullis.yaml: its own HTTP/1.1 server);
+#                 portcullis-nethttp the same with http1_server: net/http
+#                 (portcullis-nethttp.yaml); portcullis-log the same as
+#                 portcullis with the access log on (portcullis-log.yaml, lines
+#                 to a file); portcullis-syn adds syn_filter, dropping an
+#                 over-cap client's SYNs in the kernel (portcullis-syn.yaml);
+#                 portcullis-rst refuses with RST (portcullis-rst.yaml); floor
+#                 is bench/floor, the least a Go proxy does per request, and
+#                 floor-admit bench/floor -admit, the floor plus the admission
+#                 work a byte-level data path could not skip (throughput
+#                 scenario only, both: references for the daemon's cost)
 #   --no-profile  skip the pprof CPU profiles of Portcullis
 #   --no-throughput  skip the throughput scenario (attacks only)
 #   --no-attacks  skip the attack scenarios and their baseline (throughput only)
@@ -36,15 +39,15 @@
 # install nginx-light and haproxy). It never starts or stops a system service:
 # every process it starts runs in the foreground from a config under a temp
 # directory, and is stopped by its PID when the script ends, however it ends.
-# Traffic goes to 127.0.0.1 only. A full run of the six default proxies
-# (floor in the throughput scenario only) takes about 16 minutes; with
-# --no-attacks, about 6.
+# Traffic goes to 127.0.0.1 only. A full run of the seven default proxies
+# (the two floors in the throughput scenario only) takes about 17 minutes;
+# with --no-attacks, about 7.
 set -euo pipefail
 
 ROUNDS=3
 DURATION=10s
 WARMUP=3s
-PROXIES="portcullis portcullis-nethttp portcullis-log nginx haproxy floor"
+PROXIES="portcullis portcullis-nethttp portcullis-log nginx haproxy floor floor-admit"
 PROFILE=1
 THROUGHPUT=1
 ATTACKS=1
@@ -73,7 +76,7 @@ while (($#)); do
 	shift
 done
 for p in $PROXIES; do
-	case $p in portcullis | portcullis-nethttp | portcullis-log | portcullis-syn | portcullis-rst | nginx | haproxy | floor) ;;
+	case $p in portcullis | portcullis-nethttp | portcullis-log | portcullis-syn | portcullis-rst | nginx | haproxy | floor | floor-admit) ;;
 	*) echo "run.sh: unknown proxy $p" >&2; exit 2 ;;
 	esac
 done
@@ -87,11 +90,11 @@ done
 HOST=127.0.0.1
 BACKEND_PORT=18480
 declare -A PORT=([portcullis]=18481 [nginx]=18482 [haproxy]=18483 [profiled]=18484 [portcullis-rst]=18486 [portcullis-syn]=18487
-	[portcullis-nethttp]=18488 [portcullis-log]=18489 [floor]=18490 [direct]=$BACKEND_PORT)
+	[portcullis-nethttp]=18488 [portcullis-log]=18489 [floor]=18490 [floor-admit]=18491 [direct]=$BACKEND_PORT)
 PPROF_PORT=18485
 ATTACK_CONNS=3000
 LEGIT_CLIENTS=18 # fresh connections, one per address, in the attack scenarios
-CAP=64
+CAP=64 # max_conns_per_client of every proxy (the portcullis*.yaml files say it too)
 
 TMP=$(mktemp -d /tmp/portcullis-peers.XXXXXX)
 RAW=$TMP/raw
@@ -187,17 +190,13 @@ start_proxy() {
 	local p=$1 addr=$HOST:${PORT[$1]}
 	port_free "${PORT[$p]}" || { echo "run.sh: port ${PORT[$p]} is in use" >&2; exit 1; }
 	case $p in
-	portcullis)
-		start portcullis "$TMP/bin/portcullis" run --listen "$addr" \
-			--upstream "http://$HOST:$BACKEND_PORT" --max-conns-per-client "$CAP" ;;
-	portcullis-syn)
-		start portcullis-syn "$TMP/bin/portcullis" run --listen "$addr" --syn-filter \
-			--upstream "http://$HOST:$BACKEND_PORT" --max-conns-per-client "$CAP" ;;
-	portcullis-rst | portcullis-nethttp | portcullis-log)
+	portcullis | portcullis-syn | portcullis-rst | portcullis-nethttp | portcullis-log)
 		render "$REPO/bench/peers/$p.yaml" "$addr" >"$TMP/$p.yaml"
 		start "$p" "$TMP/bin/portcullis" run --config "$TMP/$p.yaml" ;;
 	floor)
 		start floor "$TMP/bin/floor" -listen "$addr" -upstream "$HOST:$BACKEND_PORT" -probe ;;
+	floor-admit)
+		start floor-admit "$TMP/bin/floor" -listen "$addr" -upstream "$HOST:$BACKEND_PORT" -admit ;;
 	nginx)
 		mkdir -p "$TMP/nginx"
 		render "$REPO/bench/peers/nginx.conf" "$addr" >"$TMP/nginx.conf"
@@ -298,8 +297,8 @@ rotate() {
 profile_portcullis() {
 	local server=$1 suffix=$2
 	log "profiling Portcullis (http1_server $server) under the throughput scenario"
-	start profiled "$TMP/bin/profiled" -listen "$HOST:${PORT[profiled]}" -http1-server "$server" \
-		-upstream "http://$HOST:$BACKEND_PORT" -max-conns-per-client "$CAP" -pprof "$HOST:$PPROF_PORT"
+	render "$REPO/bench/peers/portcullis$suffix.yaml" "$HOST:${PORT[profiled]}" >"$TMP/profiled.yaml"
+	start profiled "$TMP/bin/profiled" -config "$TMP/profiled.yaml" -pprof "$HOST:$PPROF_PORT"
 	wait_http "http://$HOST:${PORT[profiled]}/"
 	local secs=${DURATION%s}
 	"$TMP/bin/portcullis" siege -json -scenario throughput -clients 16 -conns-per-client 16 \
@@ -361,7 +360,7 @@ main() {
 		fi
 		((ATTACKS)) || continue
 		for p in $(rotate "$r"); do
-			[[ $p == floor ]] && continue # it limits nothing: throughput only
+			[[ $p == floor* ]] && continue # references, not proxies to attack: throughput only
 			baseline "$p" "$r"
 			attack "$p" slowloris "$r"
 			attack "$p" slow-requests "$r"

@@ -3,6 +3,7 @@ package benchfloor
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"strconv"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/clientkey"
 	"github.com/seed-a07d1050/portcullis/internal/http1"
 	"github.com/seed-a07d1050/portcullis/limit"
+	"github.com/seed-a07d1050/portcullis/promlimit"
 )
 
 // Admission is the work per request that a data path relaying bytes,
@@ -29,14 +31,43 @@ type Admission struct {
 	// the response is written.
 	Limiters []*limit.Limiter[string]
 
-	// Host and PathPrefix are the route: a request for another host or
-	// path is not relayed.
+	// Host and PathPrefix are the route: a request for another host
+	// (any host when Host is empty, but one there must be) or path is not
+	// relayed.
 	Host, PathPrefix string
 
 	// Requests, Duration and Upstream are the request metrics: a count, the
 	// time from head to response written, and the time the upstream took.
 	Requests           prometheus.Counter
 	Duration, Upstream prometheus.Observer
+}
+
+// NewAdmission returns the admission of the daemon's benchmark
+// configuration (internal/proxy's BenchmarkDaemon; in bench/peers, the
+// limits "portcullis run" sets by default): a client limit of 256 permits,
+// a shadow limit of 128, and the route's limit of 128 with a queue of 64,
+// each reporting to a wait histogram as the daemon's limiters do; a
+// request counter and two histograms as the daemon's request metrics; any
+// host, every path.
+func NewAdmission() (*Admission, error) {
+	a := &Admission{PathPrefix: "/"}
+	for _, cfg := range []limit.Config[string]{
+		{Permits: 256},
+		{Permits: 128, Shadow: true},
+		{Permits: 128, QueueSize: 64, QueueTimeout: time.Second},
+	} {
+		cfg.Observer = promlimit.ObserverFor[string](promlimit.NewWaitHistogram(promlimit.Opts{Subsystem: "exchanges"}, nil))
+		l, err := limit.New(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("floor: %w", err)
+		}
+		a.Limiters = append(a.Limiters, l)
+	}
+	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "requests_total"}, []string{"listener", "route", "code"})
+	a.Requests = reqs.WithLabelValues("web", "default", "200")
+	a.Duration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "duration_seconds"})
+	a.Upstream = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "upstream_seconds"})
+	return a, nil
 }
 
 // ServeAdmitting is [Serve] with the work of a (probing the kept upstream
@@ -148,7 +179,7 @@ func (ac *admitConn) admit(b []byte) bool {
 		h = append(h, line...)
 		return true
 	})
-	if !ok || host == nil || !bytes.Equal(host, []byte(ac.a.Host)) {
+	if !ok || host == nil || ac.a.Host != "" && !bytes.Equal(host, []byte(ac.a.Host)) {
 		return false
 	}
 	// The Host line goes right after the request line: the fields copied

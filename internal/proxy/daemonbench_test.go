@@ -15,15 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/seed-a07d1050/portcullis/internal/backend"
 	"github.com/seed-a07d1050/portcullis/internal/benchclient"
 	"github.com/seed-a07d1050/portcullis/internal/benchfloor"
 	"github.com/seed-a07d1050/portcullis/internal/proccpu"
 	"github.com/seed-a07d1050/portcullis/internal/proxy"
-	"github.com/seed-a07d1050/portcullis/limit"
-	"github.com/seed-a07d1050/portcullis/promlimit"
 )
 
 // BenchmarkDaemon compares builds of the daemon's data path in one run:
@@ -181,28 +177,13 @@ func runFloor(name string) int {
 }
 
 // benchAdmission is the admission work of benchLimitsOn for
-// benchfloor.ServeAdmitting: the client limit, the shadow limit and the
-// route's limit with its queue, each reporting to a wait histogram as the
-// daemon's do, on benchRequest's host and path, with the daemon's request
-// metrics.
+// benchfloor.ServeAdmitting, on benchRequest's host.
 func benchAdmission() (*benchfloor.Admission, error) {
-	a := &benchfloor.Admission{Host: "bench.example", PathPrefix: "/"}
-	for _, cfg := range []limit.Config[string]{
-		{Permits: 256},
-		{Permits: 128, Shadow: true},
-		{Permits: 128, QueueSize: 64, QueueTimeout: time.Second},
-	} {
-		cfg.Observer = promlimit.ObserverFor[string](promlimit.NewWaitHistogram(promlimit.Opts{Subsystem: "exchanges"}, nil))
-		l, err := limit.New(cfg)
-		if err != nil {
-			return nil, err
-		}
-		a.Limiters = append(a.Limiters, l)
+	a, err := benchfloor.NewAdmission()
+	if err != nil {
+		return nil, err
 	}
-	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "requests_total"}, []string{"listener", "route", "code"})
-	a.Requests = reqs.WithLabelValues("web", "r", "200")
-	a.Duration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "duration_seconds"})
-	a.Upstream = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "upstream_seconds"})
+	a.Host = "bench.example"
 	return a, nil
 }
 

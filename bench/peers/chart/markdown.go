@@ -63,6 +63,12 @@ func writeThroughput(b *bytes.Buffer, rows []ThroughputRow) {
 			"reverse proxy does per keep-alive request, with the daemon's system calls per request and nothing else "+
 			"(no HTTP objects, limits, routing, metrics or logs). What Portcullis spends above it is the daemon's own work.\n\n")
 	}
+	if slices.ContainsFunc(rows, func(r ThroughputRow) bool { return r.Proxy == floorAdmit }) {
+		fmt.Fprintf(b, "`floor-admit` is not a proxy to deploy either: it is `bench/floor -admit`, the floor plus the admission "+
+			"work a data path relaying bytes could not skip (the head checked by the daemon's parser, the route, the three "+
+			"limits of bench/peers/portcullis.yaml, the forwarding fields, the answer's head checked and filtered, the request "+
+			"metrics): what such a path could reach.\n\n")
+	}
 }
 
 func writeProtection(b *bytes.Buffer, rows []ProtectionRow) {

@@ -22,6 +22,7 @@ var proxyColors = map[string]color.Color{
 	"nginx":              color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
 	"haproxy":            color.RGBA{R: 0xd6, G: 0x5f, B: 0x0e, A: 0xff},
 	floor:                color.Gray{Y: 0x99},
+	floorAdmit:           color.Gray{Y: 0xbb},
 }
 
 const barWidth = 18 // points

@@ -17,12 +17,21 @@ const (
 )
 
 // proxyOrder is the order of proxies in tables and charts.
-var proxyOrder = []string{"portcullis", "portcullis-nethttp", "portcullis-log", "portcullis-syn", "portcullis-rst", "nginx", "haproxy", floor}
+var proxyOrder = []string{"portcullis", "portcullis-nethttp", "portcullis-log", "portcullis-syn", "portcullis-rst", "nginx", "haproxy", floor, floorAdmit}
 
 // floor is internal/benchfloor (bench/floor): the least a Go proxy does per
 // request, a reference for the throughput scenario only. It limits
 // nothing, so it has no place in the attack scenarios.
 const floor = "floor"
+
+// floorAdmit is bench/floor -admit: the floor plus the admission work a
+// data path relaying bytes could not skip, what such a path could reach. A
+// reference for the throughput scenario only, as the floor is.
+const floorAdmit = "floor-admit"
+
+// isReference reports whether p is one of the floors, which are measured
+// in the throughput scenario only and checked against no target.
+func isReference(p string) bool { return p == floor || p == floorAdmit }
 
 // attackScenarios are the scenarios with an attacker, in table order.
 var attackScenarios = []string{scSlowloris, scSlowRequests}
@@ -107,7 +116,7 @@ func summarize(meta Meta, runs []Run) Summary {
 	}
 	for _, sc := range attackScenarios {
 		for _, p := range s.Proxies {
-			if p != floor {
+			if !isReference(p) {
 				s.Protection = append(s.Protection, protectionRow(idx, p, sc))
 			}
 		}

@@ -195,26 +195,26 @@ func TestBuildFailsWithoutRuns(t *testing.T) {
 	}
 }
 
-// TestFloorIsThroughputOnly: the floor reference gets a throughput row and
-// no attack rows, and no target is checked on it.
-func TestFloorIsThroughputOnly(t *testing.T) {
+// TestFloorsAreThroughputOnly: the floor references get a throughput row
+// each and no attack rows, and no target is checked on them.
+func TestFloorsAreThroughputOnly(t *testing.T) {
 	var runs []Run
-	for _, p := range []string{"portcullis", floor} {
+	for _, p := range []string{"portcullis", floor, floorAdmit} {
 		runs = append(runs, Run{RunMeta: RunMeta{Proxy: p, Scenario: scThroughput, Round: 1, WallNS: 1e9, CPUTicks: 10},
 			Report: report(1000, 1000, time.Millisecond, nil)})
 	}
 	s := summarize(Meta{}, runs)
-	if len(s.Throughput) != 2 || s.Throughput[1].Proxy != floor {
-		t.Fatalf("throughput rows %+v, want portcullis then floor", s.Throughput)
+	if len(s.Throughput) != 3 || s.Throughput[1].Proxy != floor || s.Throughput[2].Proxy != floorAdmit {
+		t.Fatalf("throughput rows %+v, want portcullis, floor, floor-admit", s.Throughput)
 	}
 	for _, r := range s.Protection {
-		if r.Proxy == floor {
-			t.Fatalf("an attack row for the floor: %+v", r)
+		if isReference(r.Proxy) {
+			t.Fatalf("an attack row for a floor: %+v", r)
 		}
 	}
 	for _, c := range s.Targets {
 		if strings.Contains(c.Target, floor) {
-			t.Fatalf("a target checked on the floor: %+v", c)
+			t.Fatalf("a target checked on a floor: %+v", c)
 		}
 	}
 }

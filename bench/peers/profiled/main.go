@@ -1,13 +1,12 @@
-// Command profiled runs the Portcullis daemon (internal/proxy) as
-// "portcullis run --listen ADDR --upstream URL --max-conns-per-client N"
-// does (or with http1_server: net/http, for -http1-server net/http), and
-// serves net/http/pprof on a second loopback address, so that
-// bench/peers can take a CPU profile of the proxy under load. The daemon has
-// no pprof endpoint of its own; this program exists only for that profile and
-// is never what the benchmark table measures.
+// Command profiled runs the Portcullis daemon (internal/proxy) from a
+// configuration file, as "portcullis run --config FILE" does, and serves
+// net/http/pprof on a second loopback address, so that bench/peers can take
+// a CPU profile of the proxy under load, with the configuration the table
+// measures (bench/peers/portcullis.yaml or portcullis-nethttp.yaml). The
+// daemon has no pprof endpoint of its own; this program exists only for that
+// profile and is never what the benchmark table measures.
 //
-// Usage: profiled -listen ADDR -upstream URL [-max-conns-per-client N]
-// [-http1-server fast|net/http] -pprof ADDR
+// Usage: profiled -config FILE -pprof ADDR
 //
 // It serves until SIGINT or SIGTERM. Exit status: 0 after a signal, 1 when it
 // cannot start, 2 for bad flags.
@@ -40,23 +39,17 @@ func main() {
 
 func run(args []string) int {
 	fs := flag.NewFlagSet("profiled", flag.ContinueOnError)
-	listen := fs.String("listen", "", "serve HTTP on this host:port")
-	upstream := fs.String("upstream", "", "send requests to this http URL")
-	maxConns := fs.Int("max-conns-per-client", 0, "connections one client may hold (0: 64)")
+	file := fs.String("config", "", "the daemon's configuration file")
 	pprofAddr := fs.String("pprof", "127.0.0.1:0", "serve /debug/pprof/ on this host:port")
-	server := fs.String("http1-server", "fast", "what serves HTTP/1.1: fast or net/http (the listener's http1_server)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	cfg := &config.Config{Listeners: []config.Listener{{
-		Name:              "http",
-		Protocol:          config.ProtocolHTTP,
-		Listen:            *listen,
-		MaxConnsPerClient: *maxConns,
-		HTTP1Server:       config.HTTP1Server(*server),
-		Routes:            []config.Route{{Name: "default", Upstreams: []string{*upstream}}},
-	}}}
-	if err := cfg.Validate(); err != nil {
+	if *file == "" {
+		fmt.Fprintln(os.Stderr, "profiled: -config is required")
+		return 2
+	}
+	cfg, err := config.Load(*file)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "profiled:", err)
 		return 2
 	}
