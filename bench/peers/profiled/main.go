@@ -53,7 +53,7 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "profiled:", err)
 		return 2
 	}
-	srv, err := proxy.Start(cfg, proxy.Options{})
+	srv, err := proxy.Start(cfg, proxy.Options{LogOutput: os.Stderr}) // as cmd/portcullis starts it
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "profiled:", err)
 		return 1
