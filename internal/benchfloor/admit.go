@@ -43,8 +43,8 @@ type Admission struct {
 }
 
 // NewAdmission returns the admission of the daemon's benchmark
-// configuration (internal/proxy's BenchmarkDaemon; in bench/peers, the
-// limits "portcullis run" sets by default): a client limit of 256 permits,
+// configuration (internal/proxy's benchLimitsOn, bench/peers'
+// portcullis.yaml): a client limit of 256 permits,
 // a shadow limit of 128, and the route's limit of 128 with a queue of 64,
 // each reporting to a wait histogram as the daemon's limiters do; a
 // request counter and two histograms as the daemon's request metrics; any
@@ -95,12 +95,14 @@ type admitConn struct {
 	permits []limit.Permit[string]
 }
 
+// serve relays the requests of client c that a admits, until either side
+// closes or a request is not admitted.
 func (a *Admission) serve(c net.Conn, upstream string) {
 	defer c.Close()
-	ap := clientkey.FromNetAddr(c.RemoteAddr())
-	addr, _ := netipOf(c.RemoteAddr())
+	key := clientkey.FromNetAddr(c.RemoteAddr())
+	host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
 	ac := &admitConn{
-		a: a, key: ap.String(), client: []byte(addr),
+		a: a, key: key.String(), client: []byte(host),
 		in: make([]byte, 8<<10), out: make([]byte, 16<<10),
 		head: make([]byte, 0, 8<<10), resp: make([]byte, 0, 16<<10),
 		permits: make([]limit.Permit[string], 0, len(a.Limiters)),
@@ -329,10 +331,4 @@ func asciiFold(b []byte, s string) bool {
 		}
 	}
 	return true
-}
-
-// netipOf returns the host of a TCP address as text.
-func netipOf(a net.Addr) (string, error) {
-	host, _, err := net.SplitHostPort(a.String())
-	return host, err
 }
