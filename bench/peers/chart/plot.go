@@ -25,7 +25,18 @@ var proxyColors = map[string]color.Color{
 	floorAdmit:           color.Gray{Y: 0xbb},
 }
 
-const barWidth = 18 // points
+const barWidth = 18 // points, at most
+
+// panelDataWidth is about how wide, in points, the data area of one panel
+// is: a third of the 20-inch canvas, less the pads and the Y axis.
+const panelDataWidth = 380
+
+// barWidthFor returns the width of one bar in a panel of groups groups of
+// n bars each: barWidth, or narrower when a group's bars would not fit in
+// its share of the panel and would run into the next group's.
+func barWidthFor(groups, n int) vg.Length {
+	return vg.Points(min(barWidth, 0.8*panelDataWidth/float64(groups*n)))
+}
 
 // panel is one bar chart: groups along x, one bar per proxy in each group.
 type panel struct {
@@ -126,6 +137,7 @@ func (pn panel) plot(proxies []string) (*plot.Plot, error) {
 	p.Legend.Top = true
 	p.Legend.Left = true
 	n := len(proxies)
+	w := barWidthFor(len(pn.groups), n)
 	top := pn.refLine
 	for i, proxy := range proxies {
 		vals := make(plotter.Values, len(pn.groups))
@@ -135,13 +147,13 @@ func (pn panel) plot(proxies []string) (*plot.Plot, error) {
 				top = max(top, vals[g])
 			}
 		}
-		bars, err := plotter.NewBarChart(vals, vg.Points(barWidth))
+		bars, err := plotter.NewBarChart(vals, w)
 		if err != nil {
 			return nil, err
 		}
 		bars.Color = proxyColors[proxy]
 		bars.LineStyle.Width = 0
-		bars.Offset = vg.Points(barWidth * (float64(i) - float64(n-1)/2))
+		bars.Offset = w * vg.Length(float64(i)-float64(n-1)/2)
 		p.Add(bars)
 		p.Legend.Add(proxy, bars)
 	}
