@@ -52,26 +52,7 @@ func startAdmitting(t *testing.T, permits int, delay time.Duration) (string, *Ad
 // are answered, counted, and leave no permit held.
 func TestAdmittingRelays(t *testing.T) {
 	addr, a := startAdmitting(t, 1, 0)
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	br := bufio.NewReader(c)
-	for i := range 3 {
-		if _, err := io.WriteString(c, "GET /bytes?n=100 HTTP/1.1\r\nHost: floor.test\r\nConnection: keep-alive\r\nAccept: */*\r\n\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatalf("request %d: %v", i, err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		if err != nil || resp.StatusCode != 200 || int64(len(body)) != resp.ContentLength || len(body) == 0 {
-			t.Fatalf("request %d: %d, %d of %d body bytes, %v", i, resp.StatusCode, len(body), resp.ContentLength, err)
-		}
-	}
+	getWhole(t, addr, "GET /bytes?n=100 HTTP/1.1\r\nHost: floor.test\r\nConnection: keep-alive\r\nAccept: */*\r\n\r\n", 3)
 	var m dto.Metric
 	if err := a.Requests.Write(&m); err != nil {
 		t.Fatal(err)

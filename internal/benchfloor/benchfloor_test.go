@@ -2,6 +2,7 @@ package benchfloor
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -33,26 +34,34 @@ func startFloor(t *testing.T, probe bool) string {
 // the backend's whole answer.
 func TestRelaysKeepAliveRequests(t *testing.T) {
 	for _, probe := range []bool{false, true} {
-		addr := startFloor(t, probe)
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
+		t.Run(fmt.Sprintf("probe=%v", probe), func(t *testing.T) {
+			getWhole(t, startFloor(t, probe), "GET / HTTP/1.1\r\nHost: floor.test\r\n\r\n", 3)
+		})
+	}
+}
+
+// getWhole sends req count times on one connection to addr and fails t
+// unless each gets a 200 with its whole, non-empty body.
+func getWhole(t *testing.T, addr, req string, count int) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for i := range count {
+		if _, err := io.WriteString(c, req); err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(10 * time.Second))
-		br := bufio.NewReader(c)
-		for i := range 3 {
-			if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: floor.test\r\n\r\n"); err != nil {
-				t.Fatal(err)
-			}
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatalf("probe %v, request %d: %v", probe, i, err)
-			}
-			body, err := io.ReadAll(resp.Body)
-			if err != nil || resp.StatusCode != 200 || int64(len(body)) != resp.ContentLength || len(body) == 0 {
-				t.Fatalf("probe %v, request %d: %d, %d of %d body bytes, %v", probe, i, resp.StatusCode, len(body), resp.ContentLength, err)
-			}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != 200 || int64(len(body)) != resp.ContentLength || len(body) == 0 {
+			t.Fatalf("request %d: %d, %d of %d body bytes, %v", i, resp.StatusCode, len(body), resp.ContentLength, err)
 		}
 	}
 }
