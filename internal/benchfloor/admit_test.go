@@ -77,40 +77,18 @@ func TestAdmittingRefuses(t *testing.T) {
 		"GET /bytes?n=1 HTTP/1.1\r\nHost: floor.test\r\nX: a\r\n b\r\n\r\n",
 		"GET /bytes?n=1 HTTP/1.1\r\nHost : floor.test\r\n\r\n",
 	} {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.WriteString(c, req); err != nil {
-			t.Fatal(err)
-		}
-		if b, err := io.ReadAll(c); len(b) != 0 || err != nil {
-			t.Errorf("%q: read %q, %v; want the connection closed unanswered", req, b, err)
-		}
-		c.Close()
+		expectClosed(t, addr, req)
 	}
 	// Over the limit: the first client holds the only permit of each
-	// limiter while the
-	// backend waits.
-	first, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// limiter while the backend waits.
+	const req = "GET /bytes?n=1 HTTP/1.1\r\nHost: floor.test\r\n\r\n"
+	first := dialFor(t, addr)
 	defer first.Close()
-	first.SetDeadline(time.Now().Add(10 * time.Second))
-	io.WriteString(first, "GET /bytes?n=1 HTTP/1.1\r\nHost: floor.test\r\n\r\n")
-	waitHeld(t, a, len(a.Limiters))
-	second, err := net.Dial("tcp", addr)
-	if err != nil {
+	if _, err := io.WriteString(first, req); err != nil {
 		t.Fatal(err)
 	}
-	defer second.Close()
-	second.SetDeadline(time.Now().Add(10 * time.Second))
-	io.WriteString(second, "GET /bytes?n=1 HTTP/1.1\r\nHost: floor.test\r\n\r\n")
-	if b, err := io.ReadAll(second); len(b) != 0 || err != nil {
-		t.Errorf("over the limit: read %q, %v; want the connection closed unanswered", b, err)
-	}
+	waitHeld(t, a, len(a.Limiters))
+	expectClosed(t, addr, req)
 	resp, err := http.ReadResponse(bufio.NewReader(first), nil)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("the first client: %v, %v", resp, err)

@@ -44,12 +44,8 @@ func TestRelaysKeepAliveRequests(t *testing.T) {
 // unless each gets a 200 with its whole, non-empty body.
 func getWhole(t *testing.T, addr, req string, count int) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialFor(t, addr)
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
 	br := bufio.NewReader(c)
 	for i := range count {
 		if _, err := io.WriteString(c, req); err != nil {
@@ -69,19 +65,31 @@ func getWhole(t *testing.T, addr, req string, count int) {
 // TestClosesOnWhatItDoesNotRelay: a request with a body is not relayed;
 // the connection is closed instead.
 func TestClosesOnWhatItDoesNotRelay(t *testing.T) {
-	c, err := net.Dial("tcp", startFloor(t, false))
+	expectClosed(t, startFloor(t, false), "POST / HTTP/1.1\r\nHost: floor.test\r\nContent-Length: 2\r\n\r\nhi")
+}
+
+// dialFor dials addr with a deadline of 10 s on the connection.
+func dialFor(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
-	req := "POST / HTTP/1.1\r\nHost: floor.test\r\nContent-Length: 2\r\n\r\nhi"
+	return c
+}
+
+// expectClosed sends req on a new connection to addr and fails t unless
+// the connection is closed without an answer.
+func expectClosed(t *testing.T, addr, req string) {
+	t.Helper()
+	c := dialFor(t, addr)
+	defer c.Close()
 	if _, err := io.WriteString(c, req); err != nil {
 		t.Fatal(err)
 	}
-	got, err := io.ReadAll(c)
-	if err != nil || len(got) != 0 {
-		t.Fatalf("read %q, %v; want the connection closed without an answer", got, err)
+	if got, err := io.ReadAll(c); err != nil || len(got) != 0 {
+		t.Errorf("%q: read %q, %v; want the connection closed without an answer", req, got, err)
 	}
 }
 
