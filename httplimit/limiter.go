@@ -140,6 +140,34 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request, lim *limit.Limit
 	return p, true
 }
 
+// TryAdmit does for r what the handler [Limiter.Wrap] returns does before
+// it calls next, for a caller that serves the requests it can by other
+// means (a data path working on bytes) and sends the others through that
+// handler: it takes r's permit if one is free now within the limit, and
+// otherwise does nothing at all, so that the handler can then queue,
+// refuse or admit r in shadow mode and count that once.
+//
+// It returns r's key and permit, to be released when the exchange ends,
+// and true; "", no permit and true when the Limiter does not apply to r
+// (its Key function returned ""); or false, with nothing counted: the key
+// is at its limit or others wait for it, r asks for a tunnel (CONNECT, an
+// upgrade), the Limiter shares its counts through a Store, or it is
+// closed. onReclaim, if not nil, runs if the permit is reclaimed
+// (Config.ReclaimAfter), and should end the exchange as the handler's
+// reclaim does: it cuts the connection's reads and writes.
+// Config.OnAdmit is not called: the caller records the admission.
+func (l *Limiter) TryAdmit(r *http.Request, onReclaim func()) (string, limit.Permit[string], bool) {
+	key := l.s.Key(r)
+	if key == "" {
+		return "", limit.Permit[string]{}, true
+	}
+	if isTunnel(r) {
+		return key, limit.Permit[string]{}, false
+	}
+	p, err := l.exchanges.AcquireWith(context.Background(), key, limit.AcquireOptions{Quiet: true, OnReclaim: onReclaim})
+	return key, p, err == nil
+}
+
 func (h *handler) serveTunnel(w http.ResponseWriter, r *http.Request, key string) {
 	l := h.l
 	p, ok := l.admit(w, r, l.exchanges, key, nil)

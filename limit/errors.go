@@ -23,6 +23,10 @@ var (
 	// ErrStore means the shared Store could not decide and its failure
 	// policy refuses. The returned error also wraps the Store's error.
 	ErrStore = errors.New("limit: shared store failed")
+
+	// ErrQuietStore means a quiet request (AcquireOptions.Quiet) was made
+	// of a limiter with a Store, which cannot answer without asking it.
+	ErrQuietStore = errors.New("limit: a limiter with a store cannot grant quietly")
 )
 
 // ErrGlobalLimited is returned when Config.GlobalPermits permits are held
@@ -38,7 +42,7 @@ func (globalLimited) Is(target error) bool { return target == ErrLimited }
 // [Limiter.TryAcquire] stands for, as the limiter counts it: [Refused],
 // [QueueFull], [QueueTimeout] or [StoreFailed]; [Abandoned] for any other
 // error (the request's context ended while it waited). It returns 0 for
-// [ErrClosed], which no event counts. Middleware names its refusals with
+// [ErrClosed] and [ErrQuietStore], which no event counts. Middleware names its refusals with
 // it, so that logs and metrics agree.
 func RefusalKind(err error) EventKind {
 	switch {
@@ -50,7 +54,7 @@ func RefusalKind(err error) EventKind {
 		return QueueTimeout
 	case errors.Is(err, ErrStore):
 		return StoreFailed
-	case errors.Is(err, ErrClosed):
+	case errors.Is(err, ErrClosed), errors.Is(err, ErrQuietStore):
 		return 0
 	}
 	return Abandoned

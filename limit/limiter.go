@@ -111,11 +111,26 @@ type AcquireOptions struct {
 	// holder that always arranges for its work to end on reclaim takes the
 	// key's lock once per permit instead of twice.
 	OnReclaim func()
+	// Quiet asks only for a permit that is free now and within the limit,
+	// and leaves no trace when there is none: NoWait is implied, a shadow
+	// limiter refuses instead of granting over its limit, and a refusal is
+	// neither counted (Snapshot, Stats) nor observed. A granted permit is
+	// counted and observed as any other. It is for a caller that will send
+	// a refused request down another path, which then asks again and
+	// counts the refusal (or the queueing, or the shadow grant) once.
+	// A limiter with a Store cannot answer quietly: it refuses every quiet
+	// request with [ErrQuietStore].
+	Quiet bool
 }
 
 // AcquireWith is Acquire, or with o.NoWait TryAcquire, that also does what
-// o asks as the permit is granted. Its results are theirs.
+// o asks as the permit is granted. Its results are theirs; with o.Quiet a
+// refusal is [ErrLimited] (or [ErrGlobalLimited]), [ErrClosed] or
+// [ErrQuietStore].
 func (l *Limiter[K]) AcquireWith(ctx context.Context, key K, o AcquireOptions) (Permit[K], error) {
+	if o.Quiet {
+		return l.acquireQuiet(key, o.OnReclaim)
+	}
 	if o.NoWait {
 		ctx = context.Background()
 	}
@@ -124,6 +139,40 @@ func (l *Limiter[K]) AcquireWith(ctx context.Context, key K, o AcquireOptions) (
 
 func (l *Limiter[K]) acquire(ctx context.Context, key K, mayWait bool) (Permit[K], error) {
 	return l.acquireWith(ctx, key, mayWait, nil)
+}
+
+// acquireQuiet is AcquireWith for AcquireOptions.Quiet.
+func (l *Limiter[K]) acquireQuiet(key K, onReclaim func()) (Permit[K], error) {
+	if l.closed.Load() {
+		return Permit[K]{}, ErrClosed
+	}
+	if l.s.Store != nil {
+		return Permit[K]{}, ErrQuietStore
+	}
+	limit := l.s.permits
+	if l.s.PermitsFor != nil {
+		limit = l.s.limitFor(key)
+	}
+	sh, h := l.shard(key)
+	sh.mu.Lock()
+	e := sh.lookup(h, key, limit)
+	if e.inUse >= e.limit || e.head != nil {
+		sh.forgetIfIdle(e)
+		sh.mu.Unlock()
+		return Permit[K]{}, ErrLimited
+	}
+	if !l.takeGlobal() {
+		sh.forgetIfIdle(e)
+		sh.mu.Unlock()
+		return Permit[K]{}, ErrGlobalLimited
+	}
+	p := sh.take(e, l.now.Load())
+	p.onReclaim = onReclaim
+	ph := Permit[K]{p: p, gen: p.gen, key: key} // under the lock, as in acquireLocal
+	sh.stats.granted++
+	sh.mu.Unlock()
+	l.observe(key, Granted, 0)
+	return ph, nil
 }
 
 func (l *Limiter[K]) acquireWith(ctx context.Context, key K, mayWait bool, onReclaim func()) (Permit[K], error) {
