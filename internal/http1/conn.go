@@ -64,6 +64,12 @@ type conn struct {
 	// under watchMu.
 	handlerRD    time.Time
 	handlerTimer *time.Timer
+
+	// ex is the Exchange offered to Server.Exchanges, made for the
+	// connection's first offered request and reused (exchange.go).
+	ex *Exchange
+	// closedNow: Server.Close closed the connection (see closeNow).
+	closedNow atomic.Bool
 }
 
 func (s *Server) newConn(rwc net.Conn, base context.Context) *conn {
@@ -119,6 +125,12 @@ func (c *conn) serve() {
 			buf = buf[:runtime.Stack(buf, false)]
 			c.srv.logger().Error("http1: panic serving", "remote", c.remoteAddr, "panic", fmt.Sprint(err), "stack", string(buf))
 		}
+		if ex := c.ex; ex != nil && ex.inside {
+			// A panic in ServeExchange, or in the handler it gave Serve.
+			if x, _ := ex.stop(); x != nil && inFlight == nil {
+				inFlight = x
+			}
+		}
 		if inFlight != nil {
 			inFlight.cancel(context.Canceled)
 			c.resp.disableWriteContinue()
@@ -172,9 +184,15 @@ func (c *conn) serve() {
 			c.refuse(err)
 			return
 		}
-		x := newRequestContext(c)
-		inFlight = x
-		if !c.serveRequest(x, t0) {
+		var ok bool
+		if c.srv.Exchanges != nil && c.offerable() {
+			ok = c.offer(t0, &inFlight)
+		} else {
+			x := newRequestContext(c)
+			inFlight = x
+			ok = c.serveRequest(x, t0, nil, nil)
+		}
+		if !ok {
 			return
 		}
 		inFlight = nil
@@ -183,7 +201,6 @@ func (c *conn) serve() {
 		if c.srv.shuttingDown() {
 			return
 		}
-		var ok bool
 		if t0, ok = c.awaitRequest(now); !ok {
 			return
 		}
@@ -293,9 +310,34 @@ func (c *conn) refuse(err error) {
 	}
 }
 
+// fillTemplate sets the connection's template request to the request
+// whose head was just read, with body as its Body, and returns it. It
+// has no context: serveRequest hands the handler a copy with one.
+func (c *conn) fillTemplate(body io.ReadCloser) *http.Request {
+	rr := &c.rr
+	t := &c.tmpl
+	t.Method = rr.method
+	t.RequestURI = rr.target
+	t.Proto = rr.proto
+	t.ProtoMajor, t.ProtoMinor = rr.major, rr.minor
+	t.Host = rr.host
+	t.ContentLength = rr.contentLength
+	t.Close = rr.close
+	t.Body = body
+	t.Trailer = rr.trailer
+	t.TransferEncoding = nil
+	if rr.chunked {
+		rr.te[0] = "chunked"
+		t.TransferEncoding = rr.te[:1:1]
+	}
+	return t
+}
+
 // serveRequest serves the request whose head was just read, and reports
-// whether the connection may read another.
-func (c *conn) serveRequest(x *requestContext, t0 time.Time) bool {
+// whether the connection may read another. h is the handler, nil for the
+// server's (see handler); ex is the Exchange the request was offered to
+// (declined, or materialized by its Serve), nil when it was not offered.
+func (c *conn) serveRequest(x *requestContext, t0 time.Time, ex *Exchange, h http.Handler) bool {
 	rr := &c.rr
 	if err, ok := c.baseErr.Load().(error); ok {
 		x.cancel(err)
@@ -306,22 +348,7 @@ func (c *conn) serveRequest(x *requestContext, t0 time.Time) bool {
 		b = &body{rr: rr, resp: &c.resp, ctx: x, chunked: rr.chunked, remain: rr.contentLength, closing: rr.close}
 		reqBody = b
 	}
-	t := &c.tmpl
-	t.Method = rr.method
-	t.RequestURI = rr.target
-	t.Proto = rr.proto
-	t.ProtoMajor, t.ProtoMinor = rr.major, rr.minor
-	t.Host = rr.host
-	t.ContentLength = rr.contentLength
-	t.Close = rr.close
-	t.Body = reqBody
-	t.Trailer = rr.trailer
-	t.TransferEncoding = nil
-	if rr.chunked {
-		rr.te[0] = "chunked"
-		t.TransferEncoding = rr.te[:1:1]
-	}
-	req := t.WithContext(x)
+	req := c.fillTemplate(reqBody).WithContext(x)
 	if b != nil {
 		b.trailer = &req.Trailer
 	}
@@ -330,7 +357,7 @@ func (c *conn) serveRequest(x *requestContext, t0 time.Time) bool {
 	wants10KA := rr.major == 1 && rr.minor == 0 && hasToken(conn, "keep-alive")
 	w := &c.resp
 	w.reset(req, b, wantsClose, wants10KA)
-	if rr.h2Upgrade {
+	if rr.h2Upgrade || ex != nil && ex.closeAfter.Load() {
 		w.closeAfterReply = true
 	}
 
@@ -357,6 +384,9 @@ func (c *conn) serveRequest(x *requestContext, t0 time.Time) bool {
 	if d := c.srv.WriteTimeout; d > 0 {
 		c.writeDeadlineIn(time.Now(), d)
 	}
+	if ex != nil {
+		ex.abortAgain()
+	}
 
 	c.watchMu.Lock()
 	c.inflight.Store(x)
@@ -367,7 +397,10 @@ func (c *conn) serveRequest(x *requestContext, t0 time.Time) bool {
 		b.armOnEOF = true
 	}
 
-	c.handler(req).ServeHTTP(w, req)
+	if h == nil {
+		h = c.handler(req)
+	}
+	h.ServeHTTP(w, req)
 
 	c.disarm()
 	x.cancel(context.Canceled)
@@ -375,16 +408,7 @@ func (c *conn) serveRequest(x *requestContext, t0 time.Time) bool {
 		return false
 	}
 	w.finishRequest()
-	if c.srv.WriteTimeout <= 0 && !c.wd.IsZero() {
-		// A handler set one. Left for the next request when it was set
-		// with a slack, so that a handler setting one for every request
-		// moves it only when it must.
-		if c.wdWithin {
-			c.wdLeft = true
-		} else {
-			c.setWriteDeadline(time.Time{})
-		}
-	}
+	c.handlerWriteDeadlineDone()
 	if !w.shouldReuseConnection() {
 		if w.bodyLimitHit || w.closedRequestBodyEarly() {
 			c.closeWriteAndWait()
@@ -392,6 +416,21 @@ func (c *conn) serveRequest(x *requestContext, t0 time.Time) bool {
 		return false
 	}
 	return true
+}
+
+// handlerWriteDeadlineDone, once a handler (or an exchange) has written
+// its response, clears the write deadline it set, or leaves it for the
+// next request when it was set with a slack, so that a handler setting
+// one for every request moves it only when it must.
+func (c *conn) handlerWriteDeadlineDone() {
+	if c.srv.WriteTimeout > 0 || c.wd.IsZero() {
+		return
+	}
+	if c.wdWithin {
+		c.wdLeft = true
+	} else {
+		c.setWriteDeadline(time.Time{})
+	}
 }
 
 func (c *conn) handler(req *http.Request) http.Handler {
@@ -530,7 +569,7 @@ type connWriter struct{ c *conn }
 func (w connWriter) Write(p []byte) (int, error) {
 	if w.c.wdLeft {
 		// Left by the last request's handler, not renewed by this one's.
-		w.c.setWriteDeadline(time.Time{})
+		w.c.clearLeftWriteDeadline()
 	}
 	n, err := w.c.rwc.Write(p)
 	if err != nil && w.c.werr == nil {
@@ -551,6 +590,7 @@ func (c *conn) cancelInflight() {
 // the handler in flight, which may be waiting on its context and on
 // nothing that reads the connection, sees it cancelled.
 func (c *conn) closeNow() {
+	c.closedNow.Store(true) // for an exchange's context made after this
 	_ = c.rwc.Close()
 	c.cancelInflight()
 }

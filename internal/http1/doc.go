@@ -25,6 +25,20 @@
 // passes it on to an http.Server. [Server.Shutdown] and [Server.Close]
 // behave as http.Server's.
 //
+// # Serving with bytes
+//
+// A Server whose [Server.Exchanges] is set offers it each request
+// without a body or Expect before building an http.Request: the hook
+// reads the parsed head ([Exchange.Head]) or its bytes ([Exchange.RawHead],
+// [Exchange.Fields]) and either answers with bytes of its own through the
+// connection's buffered writer ([Exchange.Write]), with the request's
+// context, write deadlines, [Exchange.Abort] and [Exchange.CloseAfter] at
+// hand, at no allocation per request (one with its context); or hands
+// the request to a handler ([Exchange.Serve]); or declines it, and the
+// request goes to Handler as if the hook were not there. Keep-alive,
+// timeouts, the client-gone watch, Shutdown and Close, and panics apply to
+// an exchange as to a handler.
+//
 // # What it accepts and refuses
 //
 // Every request head and body is read exactly as net/http's server reads

@@ -13,14 +13,7 @@ import (
 // whatever its connections were doing: idle, in a handler, watched by a
 // background read, pipelined, or half-sent.
 func TestGoroutinesEnd(t *testing.T) {
-	// Start the process-wide kernel watch first: it lives on.
-	warm := &Server{Handler: http.NotFoundHandler()}
-	c := dial(t, serve(t, warm))
-	roundTrip(t, c, bufio.NewReader(c), get, "GET")
-	_ = c.Close()
-	_ = warm.Close()
-	time.Sleep(50 * time.Millisecond)
-	base := runtime.NumGoroutine()
+	base := goroutineBase(t)
 
 	entered := make(chan struct{}, 8)
 	hnd := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -56,6 +49,26 @@ func TestGoroutinesEnd(t *testing.T) {
 			_ = c.Close()
 		}
 	}
+	waitGoroutines(t, base)
+}
+
+// goroutineBase starts the process-wide kernel watch, which lives on, and
+// returns how many goroutines run: the count a leak check comes back to.
+func goroutineBase(t *testing.T) int {
+	t.Helper()
+	warm := &Server{Handler: http.NotFoundHandler()}
+	c := dial(t, serve(t, warm))
+	roundTrip(t, c, bufio.NewReader(c), get, "GET")
+	_ = c.Close()
+	_ = warm.Close()
+	time.Sleep(50 * time.Millisecond)
+	return runtime.NumGoroutine()
+}
+
+// waitGoroutines fails the test unless the goroutines are back to base
+// within 5 s.
+func waitGoroutines(t *testing.T, base int) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for runtime.NumGoroutine() > base {
 		if time.Now().After(deadline) {

@@ -117,6 +117,10 @@ type requestReader struct {
 	spareLines []prevLine // the line list prev does not use, swapped in turn
 	te         [1]string
 	lastPOST   bool // the last request was a POST: skip up to 4 CR/LF before the next
+
+	// head is the last head read, as received: in the input buffer, valid
+	// until the buffer is next filled (Exchange.RawHead).
+	head []byte
 }
 
 func (rr *requestReader) init(src io.Reader, limit int) {
@@ -157,9 +161,11 @@ func (rr *requestReader) readHead() error {
 	rr.skipLeadingCRLF()
 	p := &rr.p
 	p.reset(&rr.prev)
+	rr.head = nil
 	for {
 		b := rr.in.bytes()
 		if !p.line0 && len(rr.prev.head) > 0 && len(b) >= len(rr.prev.head) && bytes.Equal(b[:len(rr.prev.head)], rr.prev.head) {
+			rr.head = b[:len(rr.prev.head)]
 			rr.reuseHead()
 			rr.in.discard(len(rr.prev.head))
 			return rr.checkRequest()
@@ -191,6 +197,7 @@ func (rr *requestReader) readHead() error {
 		}
 	}
 	b := rr.in.bytes()[:p.headLen]
+	rr.head = b
 	rr.materialize(b)
 	rr.rememberHead(b)
 	rr.in.discard(p.headLen)

@@ -400,8 +400,14 @@ func cleanValue(v string) string {
 // writeHeaderLines writes the handler's current header sorted, for a 1xx
 // response; framing fields are left out when noFraming.
 func (w *response) writeHeaderLines(bw *bufio.Writer, noFraming bool) {
+	w.writeLinesOf(bw, w.header, noFraming)
+}
+
+// writeLinesOf writes h sorted, as writeHeaderLines writes the handler's
+// header, with w's scratch space.
+func (w *response) writeLinesOf(bw *bufio.Writer, h http.Header, noFraming bool) {
 	keys := w.keys[:0]
-	for k := range w.header {
+	for k := range h {
 		if noFraming && (k == "Content-Length" || k == "Transfer-Encoding") {
 			continue
 		}
@@ -411,7 +417,7 @@ func (w *response) writeHeaderLines(bw *bufio.Writer, noFraming bool) {
 	w.keys = keys[:0]
 	buf := w.snap.buf[:0]
 	for _, k := range keys {
-		buf = appendHeaderLines(buf, k, w.header[k])
+		buf = appendHeaderLines(buf, k, h[k])
 	}
 	_, _ = bw.Write(buf)
 	w.snap.buf = buf[:0]
@@ -821,6 +827,19 @@ var dateCache atomic.Pointer[dateValue]
 type dateValue struct {
 	sec int64
 	b   [len(http.TimeFormat)]byte
+}
+
+// AppendDate appends the current time as an HTTP Date field's value (RFC
+// 9110 IMF-fixdate), as the server writes it, to dst.
+func AppendDate(dst []byte) []byte { return appendDate(dst) }
+
+// AppendStatusLine appends the HTTP/1.1 status line of code, with its line
+// end, as the server writes it, to dst.
+func AppendStatusLine(dst []byte, code int) []byte {
+	if code >= 100 && code < 600 {
+		return append(dst, statusLines[1][code]...)
+	}
+	return append(dst, statusLine(true, code)...)
 }
 
 func appendDate(dst []byte) []byte {

@@ -22,6 +22,13 @@ type Server struct {
 	// means http.DefaultServeMux.
 	Handler http.Handler
 
+	// Exchanges, if not nil, is offered every request whose head was read
+	// and accepted, before the server builds an http.Request for it (see
+	// [ExchangeHandler] and [Exchange], which says which requests are
+	// offered), on the connection's goroutine. What it declines goes to
+	// Handler. Nil: every request goes to Handler.
+	Exchanges ExchangeHandler
+
 	// ReadHeaderTimeout bounds reading a request head: the first head of a
 	// connection from its start (after the TLS handshake), later ones from
 	// their first bytes. Zero means ReadTimeout; zero for both means none.
