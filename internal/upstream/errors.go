@@ -7,7 +7,8 @@ import (
 
 // ErrInvalidRequest is wrapped by the error of a fast-path request that
 // cannot be written as valid HTTP/1.1: a bad method, request target, Host or
-// header field name or value. Nothing was sent and no connection was used.
+// header field name or value; or of a [Head] that fails the checks of
+// [Transport.SendHead]. Nothing was sent and no connection was used.
 var ErrInvalidRequest = errors.New("upstream: invalid request")
 
 // ErrHeadTooLarge is wrapped by the error of an exchange whose response

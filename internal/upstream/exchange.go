@@ -21,10 +21,8 @@ import (
 // connection return at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
-// roundTripFast sends a fast-path request on a checked idle connection or a
-// new one, and once more on a new connection when the reused one turns out
-// to have been closed, or answers 408, before the request reached the
-// upstream (see [Transport.exchange]).
+// roundTripFast sends a fast-path request: it validates req and hands its
+// head, written by writeRequest, to [Transport.send].
 //
 // ctx is the request's context (req.Context() for RoundTrip); see
 // SendOptions for opts.
@@ -38,6 +36,18 @@ func (t *Transport) roundTripFast(ctx context.Context, req *http.Request, opts S
 			return nil, err
 		}
 	}
+	head := requestHead{req: req, method: method, target: target, host: host,
+		replayable: isReplayable(req), close: wantsClose(req)}
+	return t.send(ctx, hostPort(req.URL.Host), head, opts)
+}
+
+// send sends a validated head to addr on a checked idle connection or a
+// new one, and once more on a new connection when the reused one turns out
+// to have been closed, or answers 408, before the request reached the
+// upstream (see [Transport.exchange]). It is the fast path of Send,
+// RoundTrip and SendHead alike; see SendOptions for opts.
+func (t *Transport) send(ctx context.Context, addr string, head requestHead, opts SendOptions) (*http.Response, error) {
+	head.got1xx, head.fields, head.slack = opts.Got1xx, opts.Fields, deadlineSlack(opts.HeadTimeout)
 	now := opts.Now
 	if now.IsZero() {
 		now = t.idle.now()
@@ -46,9 +56,6 @@ func (t *Transport) roundTripFast(ctx context.Context, req *http.Request, opts S
 	if opts.HeadTimeout > 0 {
 		deadline = now.Add(opts.HeadTimeout)
 	}
-	addr := hostPort(req.URL.Host)
-	head := requestHead{req: req, method: method, target: target, host: host, got1xx: opts.Got1xx, fields: opts.Fields,
-		slack: deadlineSlack(opts.HeadTimeout)}
 	c := t.takeIdle(addr, now)
 	if c != nil {
 		resp, retry, err := t.exchange(ctx, c, head, deadline, true)
@@ -57,7 +64,8 @@ func (t *Transport) roundTripFast(ctx context.Context, req *http.Request, opts S
 		}
 		t.retries.Add(1)
 	}
-	if c, err = t.dial(ctx, addr, deadline); err != nil {
+	c, err := t.dial(ctx, addr, deadline)
+	if err != nil {
 		return nil, err
 	}
 	resp, _, err := t.exchange(ctx, c, head, deadline, false)
@@ -114,13 +122,19 @@ func (t *Transport) dial(ctx context.Context, addr string, deadline time.Time) (
 	return newConn(nc, addr), nil
 }
 
-// requestHead is a validated fast-path request.
+// requestHead is a validated fast-path request: the head to write, either
+// serialized from req (Send, RoundTrip) or given as bytes (SendHead), and
+// what the exchange decides by it, decided once from whichever was given.
 type requestHead struct {
-	req                  *http.Request
-	method, target, host string
-	got1xx               func(int, http.Header) error // nil: the trace hook of the context, if any
-	fields               *[]httpfield.Field           // SendOptions.Fields
-	slack                time.Duration                // how late the head's deadline may be: deadlineSlack of the timeout
+	req          *http.Request                // Send: the request, written by writeRequest; nil for SendHead
+	raw          []byte                       // SendHead: the head, written as it is; nil for Send
+	method       string                       // as in the request line: a response to HEAD has no body
+	target, host string                       // Send: req's request target and Host, for writeRequest
+	replayable   bool                         // may be sent again once a reused connection failed (isReplayable)
+	close        bool                         // the request forbids reusing its connection (wantsClose)
+	got1xx       func(int, http.Header) error // nil: the trace hook of the context, if any
+	fields       *[]httpfield.Field           // SendOptions.Fields
+	slack        time.Duration                // how late the head's deadline may be: deadlineSlack of the timeout
 }
 
 // Exchange states: live until the body reaches EOF or fails (ended) or the
@@ -176,16 +190,16 @@ func (t *Transport) exchange(ctx context.Context, c *conn, head requestHead, dea
 	x.br = readerPool.Get().(*bufio.Reader)
 	x.br.Reset(c)
 	resp, err = x.readHead(head)
+	// A held head was sent by the first read, or never will be.
+	c.pending = nil
 	if bw != nil {
-		// The held head was sent by the first read, or never will be.
-		c.pending = nil
 		putWriter(bw)
 	}
 	if c.sendErr != nil {
 		return x.writeFailed(head, c.sendErr)
 	}
 	if err != nil {
-		return nil, x.isStale(c.readErr) && isReplayable(head.req), x.fail("read response head", err)
+		return nil, x.isStale(c.readErr) && head.replayable, x.fail("read response head", err)
 	}
 	if x.deadline {
 		if !bodyBuffered(resp, x.br) {
@@ -197,10 +211,10 @@ func (t *Transport) exchange(ctx context.Context, c *conn, head requestHead, dea
 			return nil, false, x.fail("read response head", ctx.Err())
 		}
 	}
-	if resp.StatusCode == http.StatusRequestTimeout && x.reused && !x.informed && ctx.Err() == nil && isReplayable(head.req) {
+	if resp.StatusCode == http.StatusRequestTimeout && x.reused && !x.informed && ctx.Err() == nil && head.replayable {
 		return nil, true, x.fail("read response head", errReusedTimedOut)
 	}
-	x.reusable = resp.ProtoAtLeast(1, 1) && !resp.Close && !wantsClose(head.req)
+	x.reusable = resp.ProtoAtLeast(1, 1) && !resp.Close && !head.close
 	if resp.Body == http.NoBody {
 		x.end(stateEnded, x.reusable)
 		return resp, false, nil
@@ -251,7 +265,16 @@ func (x *exchange) abort() { x.c.nc.SetDeadline(aLongTimeAgo) }
 // here: the connection holds it, and the first read of the answer sends it
 // (see conn.sendThenRead). writeHead then returns the writer, whose buffer
 // the held head is, for the caller to give back once that read is done.
+// A head given as bytes is held as it is, whatever its length, or written
+// at once when the connection is not a plain socket; the connection holds
+// the caller's bytes only until that first read.
 func (x *exchange) writeHead(head requestHead) (held *bufio.Writer, err error) {
+	if head.raw != nil {
+		x.c.holdHead = x.c.raw != nil && x.c.nwritten == 0
+		_, err = x.c.Write(head.raw)
+		x.c.holdHead = false
+		return nil, err
+	}
 	bw := writerPool.Get().(*bufio.Writer)
 	bw.Reset(x.c)
 	writeRequest(bw, head.req, head.method, head.target, head.host)
@@ -275,12 +298,13 @@ func putWriter(bw *bufio.Writer) {
 // sent, and reports whether the request may go once more on a new
 // connection, with the error explained.
 func (x *exchange) writeFailed(head requestHead, err error) (_ *http.Response, retry bool, _ error) {
-	retry = x.isStale(err) && (x.c.nwritten == 0 || isReplayable(head.req))
+	retry = x.isStale(err) && (x.c.nwritten == 0 || head.replayable)
 	return nil, retry, x.fail("write request", err)
 }
 
 // readHead reads response heads until a final one, passing informational
-// ones to head.got1xx or else the request's trace hook.
+// ones to head.got1xx or else the request's trace hook. The final one's
+// Request is head.req: Send's request, or nil for SendHead.
 func (x *exchange) readHead(head requestHead) (*http.Response, error) {
 	got1xx := head.got1xx
 	if got1xx == nil {
@@ -289,13 +313,14 @@ func (x *exchange) readHead(head requestHead) (*http.Response, error) {
 		}
 	}
 	for {
-		resp, err := readResponse(x.br, head.req, head.fields)
+		resp, err := readResponse(x.br, head.method, head.fields)
 		if err != nil {
 			return nil, err
 		}
 		code := resp.StatusCode
 		if code < 100 || code > 199 {
 			x.c.liftReadLimit()
+			resp.Request = head.req
 			return resp, nil
 		}
 		if code == http.StatusSwitchingProtocols {

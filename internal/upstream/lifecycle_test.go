@@ -16,7 +16,7 @@ import (
 
 // TestStaleConnectionRetry has the server read the second request on each
 // connection and close it without an answer, as an upstream does that
-// closes an idle connection just as a request arrives.
+// closes an idle connection just as a request arrives; for every sender.
 func TestStaleConnectionRetry(t *testing.T) {
 	cases := []struct {
 		name    string
@@ -32,46 +32,48 @@ func TestStaleConnectionRetry(t *testing.T) {
 		{"POST with Idempotency-Key", http.MethodPost, http.Header{"Idempotency-Key": {"k1"}}, true},
 		{"POST with X-Idempotency-Key", http.MethodPost, http.Header{"X-Idempotency-Key": {"k2"}}, true},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			var requests atomic.Int64
-			srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
-				for n := 1; ; n++ {
-					if _, err := http.ReadRequest(br); err != nil {
-						return
+	for _, via := range senders {
+		for _, tc := range cases {
+			t.Run(via.name+"/"+tc.name, func(t *testing.T) {
+				var requests atomic.Int64
+				srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+					for n := 1; ; n++ {
+						if _, err := http.ReadRequest(br); err != nil {
+							return
+						}
+						requests.Add(1)
+						if n == 2 {
+							return // closes without an answer
+						}
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 					}
-					requests.Add(1)
-					if n == 2 {
-						return // closes without an answer
+				})
+				tr := newTransport(t, Config{})
+				resp, err := sendVia(t, via, tr, http.MethodGet, srv.url(), nil, SendOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				readAll(t, resp)
+				resp, err = sendVia(t, via, tr, tc.method, srv.url(), tc.header, SendOptions{})
+				if !tc.retried {
+					if err == nil {
+						resp.Body.Close()
+						t.Fatalf("%s without idempotency key succeeded: it was sent again", tc.method)
 					}
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+					if n := requests.Load(); n != 2 || tr.Stats().Retries != 0 {
+						t.Fatalf("server got %d requests, stats %+v; want 2 and no retry", n, tr.Stats())
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("request on a stale connection failed: %v", err)
+				}
+				readAll(t, resp)
+				if s := tr.Stats(); s.Retries != 1 || s.Dials != 2 || requests.Load() != 3 {
+					t.Fatalf("stats %+v, %d requests; want 1 retry over 2 connections, 3 requests", s, requests.Load())
 				}
 			})
-			tr := newTransport(t, Config{})
-			resp, err := get(t, tr, srv.url())
-			if err != nil {
-				t.Fatal(err)
-			}
-			readAll(t, resp)
-			resp, err = doReq(t, tr, tc.method, srv.url(), tc.header)
-			if !tc.retried {
-				if err == nil {
-					resp.Body.Close()
-					t.Fatalf("%s without idempotency key succeeded: it was sent again", tc.method)
-				}
-				if n := requests.Load(); n != 2 || tr.Stats().Retries != 0 {
-					t.Fatalf("server got %d requests, stats %+v; want 2 and no retry", n, tr.Stats())
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("request on a stale connection failed: %v", err)
-			}
-			readAll(t, resp)
-			if s := tr.Stats(); s.Retries != 1 || s.Dials != 2 || requests.Load() != 3 {
-				t.Fatalf("stats %+v, %d requests; want 1 retry over 2 connections, 3 requests", s, requests.Load())
-			}
-		})
+		}
 	}
 }
 
@@ -93,13 +95,19 @@ func hangingServer(t *testing.T, prefix string) (srv *rawServer, closed chan str
 var errClientGone = errors.New("client went away")
 
 func TestCancelWhileWaitingForHead(t *testing.T) {
+	for _, via := range senders {
+		t.Run(via.name, func(t *testing.T) { testCancelWhileWaitingForHead(t, via) })
+	}
+}
+
+func testCancelWhileWaitingForHead(t *testing.T, via sender) {
 	checkNoLeak(t)
 	srv, closed := hangingServer(t, "")
 	tr := newTransport(t, Config{})
 	ctx, cancel := context.WithCancelCause(context.Background())
 	time.AfterFunc(50*time.Millisecond, func() { cancel(errClientGone) })
 	start := time.Now()
-	_, err := doReqCtx(t, ctx, tr, http.MethodGet, srv.url(), nil)
+	_, err := sendViaCtx(t, ctx, via, tr, http.MethodGet, srv.url(), nil, SendOptions{})
 	if !errors.Is(err, errClientGone) {
 		t.Fatalf("err = %v, want the context's cause", err)
 	}
@@ -113,12 +121,18 @@ func TestCancelWhileWaitingForHead(t *testing.T) {
 }
 
 func TestCancelWhileReadingBody(t *testing.T) {
+	for _, via := range senders {
+		t.Run(via.name, func(t *testing.T) { testCancelWhileReadingBody(t, via) })
+	}
+}
+
+func testCancelWhileReadingBody(t *testing.T, via sender) {
 	checkNoLeak(t)
 	srv, closed := hangingServer(t, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
 	tr := newTransport(t, Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	resp, err := doReqCtx(t, ctx, tr, http.MethodGet, srv.url(), nil)
+	resp, err := sendViaCtx(t, ctx, via, tr, http.MethodGet, srv.url(), nil, SendOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,11 +220,16 @@ func assertPoolDistinct(t *testing.T, tr *Transport) {
 }
 
 func TestHeadTimeout(t *testing.T) {
+	for _, via := range senders {
+		t.Run(via.name, func(t *testing.T) { testHeadTimeout(t, via) })
+	}
+}
+
+func testHeadTimeout(t *testing.T, via sender) {
 	checkNoLeak(t)
 	srv, closed := hangingServer(t, "")
 	tr := newTransport(t, Config{})
-	rt := tr.WithHeadTimeout(100 * time.Millisecond)
-	_, err := get(t, rt, srv.url())
+	_, err := sendVia(t, via, tr, http.MethodGet, srv.url(), nil, SendOptions{HeadTimeout: 100 * time.Millisecond})
 	var ne net.Error
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrHeadTimeout) || !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("err = %v, want ErrHeadTimeout matching DeadlineExceeded", err)
@@ -361,6 +380,12 @@ func TestCancelAfterWholeBodyBuffered(t *testing.T) {
 // TestCancelWhileWriting blocks the write of a head larger than the socket
 // buffers on a server that never reads, then cancels.
 func TestCancelWhileWriting(t *testing.T) {
+	for _, via := range senders {
+		t.Run(via.name, func(t *testing.T) { testCancelWhileWriting(t, via) })
+	}
+}
+
+func testCancelWhileWriting(t *testing.T, via sender) {
 	checkNoLeak(t)
 	release := make(chan struct{})
 	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
@@ -376,10 +401,8 @@ func TestCancelWhileWriting(t *testing.T) {
 		time.AfterFunc(50*time.Millisecond, func() { cancel(errClientGone) })
 		return c, err
 	}})
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.url(), nil)
-	req.Header.Set("X-Huge", strings.Repeat("a", 32<<20))
 	start := time.Now()
-	_, err := tr.RoundTrip(req)
+	_, err := sendViaCtx(t, ctx, via, tr, http.MethodGet, srv.url(), http.Header{"X-Huge": {strings.Repeat("a", 32<<20)}}, SendOptions{})
 	if !errors.Is(err, errClientGone) || !strings.Contains(err.Error(), "write request") {
 		t.Fatalf("err = %v, want the cause while writing the request", err)
 	}
@@ -535,6 +558,14 @@ func TestIdleCapTotalSameHost(t *testing.T) {
 // the exchange goes by: the head's deadline counts from it, and an idle
 // connection is judged by it.
 func TestSendCountsFromNow(t *testing.T) {
+	for _, via := range senders {
+		if via.name != "RoundTrip" { // which takes no Now
+			t.Run(via.name, func(t *testing.T) { testSendCountsFromNow(t, via) })
+		}
+	}
+}
+
+func testSendCountsFromNow(t *testing.T, via sender) {
 	t.Run("head deadline", func(t *testing.T) {
 		checkNoLeak(t)
 		srv, _ := hangingServer(t, "")
@@ -544,7 +575,7 @@ func TestSendCountsFromNow(t *testing.T) {
 		// the error would not be ErrHeadTimeout.
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
-		_, err := tr.Send(ctx, req, SendOptions{HeadTimeout: 10 * time.Second, Now: time.Now().Add(-11 * time.Second)})
+		_, err := via.send(ctx, tr, req, SendOptions{HeadTimeout: 10 * time.Second, Now: time.Now().Add(-11 * time.Second)})
 		if !errors.Is(err, ErrHeadTimeout) {
 			t.Fatalf("err = %v, want ErrHeadTimeout: the deadline counts from Now", err)
 		}
@@ -558,7 +589,7 @@ func TestSendCountsFromNow(t *testing.T) {
 		send := func(now time.Time) {
 			t.Helper()
 			req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
-			resp, err := tr.Send(context.Background(), req, SendOptions{Now: now})
+			resp, err := via.send(context.Background(), tr, req, SendOptions{Now: now})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"net/http"
 	"strings"
@@ -33,8 +34,7 @@ func isUpgrade(h http.Header) bool {
 // reused connection failed before any response byte, by net/http's rule:
 // an idempotent method, or an idempotency key the caller vouches for.
 func isReplayable(req *http.Request) bool {
-	switch req.Method {
-	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+	if idempotent(req.Method) {
 		return true
 	}
 	_, ok := req.Header["Idempotency-Key"]
@@ -42,6 +42,16 @@ func isReplayable(req *http.Request) bool {
 		_, ok = req.Header["X-Idempotency-Key"]
 	}
 	return ok
+}
+
+// idempotent reports whether a bodyless request with method may be sent
+// again whatever its fields, as net/http decides it ("" is GET).
+func idempotent(method string) bool {
+	switch method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
 }
 
 // wantsClose reports whether the request forbids reusing its connection.
@@ -118,12 +128,24 @@ func isToken(s string) bool {
 // validTarget reports whether s can stand between the method and the
 // version: origin-form, absolute-form or "*", without space or control
 // byte (RFC 9112 §3.2).
-func validTarget(s string) bool {
-	if s != "*" && !strings.HasPrefix(s, "/") && !strings.HasPrefix(s, "http://") && !strings.HasPrefix(s, "https://") {
+func validTarget[T string | []byte](s T) bool {
+	if string(s) != "*" && !hasPrefix(s, "/") && !hasPrefix(s, "http://") && !hasPrefix(s, "https://") {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] <= ' ' || s[i] == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func hasPrefix[T string | []byte](s T, prefix string) bool {
+	if len(s) < len(prefix) {
+		return false
+	}
+	for i := 0; i < len(prefix); i++ {
+		if s[i] != prefix[i] {
 			return false
 		}
 	}
@@ -181,3 +203,91 @@ func hostPort(host string) string {
 
 var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
 var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<10) }}
+
+// headOf returns h as the head of an exchange, or an error wrapping
+// ErrInvalidRequest. It checks what is cheap to check: an address; a
+// method that is a token, and not CONNECT; Bytes made of lines that end in
+// CRLF (no bare CR or LF), the first of them h.Method, a request target
+// validTarget accepts and HTTP/1.1, and the first empty one last, so that
+// the upstream receives one head and nothing after it. The fields are the
+// caller's to vouch for: they are read only to find an idempotency key,
+// and only when the method alone does not make the request replayable.
+func headOf(h Head) (requestHead, error) {
+	if h.Addr == "" {
+		return requestHead{}, fmt.Errorf("%w: no upstream address", ErrInvalidRequest)
+	}
+	m := h.Method
+	if !isToken(m) {
+		return requestHead{}, fmt.Errorf("%w: method %q is not a token", ErrInvalidRequest, m)
+	}
+	if m == http.MethodConnect {
+		return requestHead{}, fmt.Errorf("%w: CONNECT is not sent on the fast path", ErrInvalidRequest)
+	}
+	b := h.Bytes
+	first, ok := headLines(b)
+	if !ok {
+		return requestHead{}, fmt.Errorf("%w: head %q is not lines ending in CRLF up to its first empty line, and nothing after it", ErrInvalidRequest, clip(b))
+	}
+	line := b[:first]
+	const version = " HTTP/1.1"
+	if len(line) <= len(m)+1+len(version) || string(line[:len(m)]) != m || line[len(m)] != ' ' ||
+		string(line[len(line)-len(version):]) != version || !validTarget(line[len(m)+1:len(line)-len(version)]) {
+		return requestHead{}, fmt.Errorf("%w: request line %q is not %s, a request target and HTTP/1.1", ErrInvalidRequest, clip(line), m)
+	}
+	return requestHead{raw: b, method: m, replayable: idempotent(m) || hasIdempotencyKey(b[first+2:]), close: h.Close}, nil
+}
+
+// headLines reports whether b is lines that end in CRLF, with no CR or LF
+// elsewhere, of which the first empty one is the last, and returns the
+// length of the first line without its CRLF.
+func headLines(b []byte) (first int, ok bool) {
+	if len(b) < 4 || string(b[len(b)-4:]) != "\r\n\r\n" {
+		return 0, false
+	}
+	for start := 0; start < len(b); {
+		n := bytes.IndexByte(b[start:], '\n') // the line with its CR
+		if n < 1 || bytes.IndexByte(b[start:start+n], '\r') != n-1 {
+			return 0, false
+		}
+		if start == 0 {
+			first = n - 1
+		}
+		if n == 1 && start+2 != len(b) {
+			return 0, false // an empty line before the last
+		}
+		start += n + 1
+	}
+	return first, true
+}
+
+var (
+	idempotencyKey  = []byte("idempotency-key:")
+	xIdempotencyKey = []byte("x-idempotency-key:")
+)
+
+// hasIdempotencyKey reports whether the field lines of a head have an
+// Idempotency-Key or X-Idempotency-Key field, whatever the case of its
+// name, as isReplayable finds one in a request's Header, where a server
+// that parsed the head would have put it.
+func hasIdempotencyKey(fields []byte) bool {
+	for len(fields) > 0 {
+		if hasFoldPrefix(fields, idempotencyKey) || hasFoldPrefix(fields, xIdempotencyKey) {
+			return true
+		}
+		i := bytes.IndexByte(fields, '\n')
+		if i < 0 {
+			break
+		}
+		fields = fields[i+1:]
+	}
+	return false
+}
+
+func hasFoldPrefix(b, prefix []byte) bool {
+	return len(b) >= len(prefix) && bytes.EqualFold(b[:len(prefix)], prefix)
+}
+
+// clip returns at most the first 64 bytes of b, for an error message.
+func clip(b []byte) []byte {
+	return b[:min(len(b), 64)]
+}

@@ -13,18 +13,19 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/httpfield"
 )
 
-// readResponse reads a response head from br as http.ReadResponse(br, req)
-// does: the same Response, the same errors, the same bytes consumed. The
-// common answer to a proxied request, a complete HTTP/1.1 head already
-// buffered with one Content-Length and no field that needs more than
-// reading (see simpleResponse), is read here for a fraction of
-// http.ReadResponse's allocations; everything else goes to
+// readResponse reads a response head to a request with method from br as
+// http.ReadResponse does: the same Response, the same errors, the same
+// bytes consumed, but for the Response's Request, which is nil (the
+// exchange sets it). The common answer to a proxied request, a complete
+// HTTP/1.1 head already buffered with one Content-Length and no field that
+// needs more than reading (see simpleResponse), is read here for a
+// fraction of http.ReadResponse's allocations; everything else goes to
 // http.ReadResponse. TestReadResponseMatchesNetHTTP and FuzzReadResponse
 // hold the two to the same result.
 //
 // With fields not nil, a head read here has its header set in *fields
 // rather than in a map, and resp.Header is nil (see SendOptions.Fields).
-func readResponse(br *bufio.Reader, req *http.Request, fields *[]httpfield.Field) (*http.Response, error) {
+func readResponse(br *bufio.Reader, method string, fields *[]httpfield.Field) (*http.Response, error) {
 	if br.Buffered() == 0 {
 		if _, err := br.Peek(1); err != nil {
 			// What http.ReadResponse answers when the status line cannot
@@ -36,12 +37,33 @@ func readResponse(br *bufio.Reader, req *http.Request, fields *[]httpfield.Field
 		}
 	}
 	buf, _ := br.Peek(br.Buffered())
-	if resp := simpleResponse(buf, req, fields); resp != nil {
+	if resp := simpleResponse(buf, method, fields); resp != nil {
 		_, _ = br.Discard(int(resp.body.headLen))
 		resp.body.r = br
 		return &resp.resp, nil
 	}
-	return http.ReadResponse(br, req)
+	resp, err := http.ReadResponse(br, responseTo(method))
+	if resp != nil {
+		resp.Request = nil
+	}
+	return resp, err
+}
+
+// headRequest stands for any request with method HEAD when a response is
+// read by http.ReadResponse, which reads nothing of the request but its
+// method, and reads it only to tell whether the response may have a body:
+// not after a HEAD. It is only read, never changed, so it is shared.
+var headRequest = &http.Request{Method: http.MethodHead}
+
+// responseTo returns the request http.ReadResponse is given for a
+// response to method: headRequest for HEAD, and nil, which it reads as a
+// GET, for any other method, CONNECT aside, which the fast path never
+// sends.
+func responseTo(method string) *http.Request {
+	if method == http.MethodHead {
+		return headRequest
+	}
+	return nil
 }
 
 // maxSimpleFields bounds the header fields simpleResponse reads; a head
@@ -60,16 +82,16 @@ type fastResponse struct {
 // nil when buf does not start with a head it reads exactly as
 // http.ReadResponse would: a whole head (every line ending in CRLF) with
 // the status line "HTTP/1.1 NNN reason", NNN from 200 to 599 but not 204
-// or 304, to a request other than HEAD; fields of token names and valid
-// values, none folded; exactly one Content-Length, plain digits; no
+// or 304, to a request whose method is not HEAD; fields of token names and
+// valid values, none folded; exactly one Content-Length, plain digits; no
 // Transfer-Encoding, Trailer or Pragma. Anything else, malformed or merely
 // rare, is left to http.ReadResponse, so that every decision about a
 // response's framing and validity stays net/http's.
 //
 // With fields not nil, the header goes to *fields, replacing what it held,
-// and resp.Header is nil.
-func simpleResponse(buf []byte, req *http.Request, fields *[]httpfield.Field) *fastResponse {
-	if req != nil && req.Method == http.MethodHead {
+// and resp.Header is nil. resp.Request is nil.
+func simpleResponse(buf []byte, method string, fields *[]httpfield.Field) *fastResponse {
+	if method == http.MethodHead {
 		return nil
 	}
 	end := bytes.Index(buf, []byte("\r\n\r\n"))
@@ -108,7 +130,6 @@ func simpleResponse(buf []byte, req *http.Request, fields *[]httpfield.Field) *f
 	resp.Proto, resp.ProtoMajor, resp.ProtoMinor = s[:8], 1, 1
 	resp.Status = s[9:lineEnd]
 	resp.StatusCode = code
-	resp.Request = req
 	var h http.Header
 	var strs []string
 	if fields == nil {

@@ -43,7 +43,24 @@ func FuzzReuse(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, script []byte) {
-		runReuseScript(t, script)
+		runReuseScript(t, script, false)
+	})
+}
+
+// FuzzSendHead is FuzzReuse with every request sent by SendHead, its head
+// written out as a byte-level proxy would give it: the same upstream
+// scripts, arbitrary response bytes among them, and the same invariants
+// (no panic; a connection carries a new request only after exactly one
+// reusable response; a request that is not replayable reaches the upstream
+// at most once, the replayability decided from the head's bytes; a
+// request answered by one valid response gets it; no connection left
+// open). Its seeds are FuzzReuse's, and those in testdata/fuzz/FuzzSendHead.
+func FuzzSendHead(f *testing.F) {
+	for _, seed := range reuseSeeds {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, script []byte) {
+		runReuseScript(t, script, true)
 	})
 }
 
@@ -158,10 +175,11 @@ type reuseRun struct {
 	nextTag  int
 	stuck    bool
 	received map[int]int
+	viaHead  bool // requests are sent by SendHead, not RoundTrip
 }
 
-func runReuseScript(t *testing.T, script []byte) {
-	r := &reuseRun{t: t, net: newMemNet(), received: map[int]int{}}
+func runReuseScript(t *testing.T, script []byte, viaHead bool) {
+	r := &reuseRun{t: t, net: newMemNet(), received: map[int]int{}, viaHead: viaHead}
 	tr, err := New(Config{
 		DialContext:            r.net.dial,
 		MaxIdleConnsPerHost:    2,
@@ -256,7 +274,17 @@ func (r *reuseRun) fly(ctx context.Context, f *flight) {
 	}
 	var status int
 	var tag, body string
-	resp, err := r.tr.RoundTrip(req)
+	var resp *http.Response
+	if r.viaHead {
+		resp, err = sendAsHead(ctx, r.tr, req, SendOptions{})
+		if err == nil && resp.Request != nil {
+			r.net.mu.Lock()
+			r.net.violate("flight %d: SendHead's response has a Request", f.id)
+			r.net.mu.Unlock()
+		}
+	} else {
+		resp, err = r.tr.RoundTrip(req)
+	}
 	if err == nil {
 		status, tag = resp.StatusCode, resp.Header.Get("X-Tag")
 		if f.hold {
@@ -733,6 +761,9 @@ var reuseSeeds = func() [][]byte {
 		seq(fl(get, false, act(actCancel)), first, idle(0, 5), fl(del, false, ok(varLength)), []byte{opDialFail}, fl(get, false, ok(varLength))),
 		// Arbitrary bytes while idle, and a head too large.
 		seq(first, idleGarbage(0, "x"), fl(get, false, ok(varLength)), fl(get, false, garbage(strings.Repeat("h", 210)))),
+		// A response that asks to close, on a connection the upstream
+		// leaves open: it must not carry the next request.
+		seq(first, fl(get, false, garbage("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok")), fl(get, false, ok(varLength))),
 		// Bytes that arrive before the client read the response.
 		seq(first, fl(get, false, act(actValid, varLength), garbage("HTTP/1.1 200 OK\r\n\r\n")), fl(get, false, ok(varUntilEOF)), fl(get, false, ok(varLength))),
 	}

@@ -200,7 +200,7 @@ func serve408OnSecond(t *testing.T, prefix string) (*rawServer, *atomic.Int64) {
 // the first response on a reused connection: a replayable request is sent
 // again on a new connection (RFC 9110 §15.5.9), any other gets the 408 and
 // is never sent twice, and a 408 after an informational response, or on a
-// new connection, is the answer.
+// new connection, is the answer; for every sender.
 func Test408OnReusedConnection(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -217,42 +217,46 @@ func Test408OnReusedConnection(t *testing.T) {
 		{"POST with Idempotency-Key", "POST", http.Header{"Idempotency-Key": {"k"}}, "", true, 3},
 		{"GET, 408 after 103", "GET", nil, "HTTP/1.1 103 Early Hints\r\n\r\n", false, 2},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			srv, requests := serve408OnSecond(t, tc.prefix)
+	for _, via := range senders {
+		for _, tc := range cases {
+			t.Run(via.name+"/"+tc.name, func(t *testing.T) {
+				srv, requests := serve408OnSecond(t, tc.prefix)
+				tr := newTransport(t, Config{})
+				resp, err := sendVia(t, via, tr, http.MethodGet, srv.url(), nil, SendOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				readAll(t, resp)
+				resp, err = sendVia(t, via, tr, tc.method, srv.url(), tc.header, SendOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				readAll(t, resp)
+				want, retries := http.StatusRequestTimeout, uint64(0)
+				if tc.retried {
+					want, retries = http.StatusOK, 1
+				}
+				if resp.StatusCode != want || requests.Load() != tc.requests || tr.Stats().Retries != retries {
+					t.Fatalf("status %d, %d requests, stats %+v; want %d, %d requests, %d retries",
+						resp.StatusCode, requests.Load(), tr.Stats(), want, tc.requests, retries)
+				}
+			})
+		}
+	}
+	for _, via := range senders {
+		t.Run(via.name+"/new connection", func(t *testing.T) {
+			srv := newRawServer(t, serveFixed("HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", 1))
 			tr := newTransport(t, Config{})
-			resp, err := get(t, tr, srv.url())
+			resp, err := sendVia(t, via, tr, http.MethodGet, srv.url(), nil, SendOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			readAll(t, resp)
-			resp, err = doReq(t, tr, tc.method, srv.url(), tc.header)
-			if err != nil {
-				t.Fatal(err)
-			}
-			readAll(t, resp)
-			want, retries := http.StatusRequestTimeout, uint64(0)
-			if tc.retried {
-				want, retries = http.StatusOK, 1
-			}
-			if resp.StatusCode != want || requests.Load() != tc.requests || tr.Stats().Retries != retries {
-				t.Fatalf("status %d, %d requests, stats %+v; want %d, %d requests, %d retries",
-					resp.StatusCode, requests.Load(), tr.Stats(), want, tc.requests, retries)
+			if resp.StatusCode != http.StatusRequestTimeout || tr.Stats().Retries != 0 || srv.conns.Load() != 1 {
+				t.Fatalf("status %d, stats %+v, %d connections; want the 408, as net/http on a new connection", resp.StatusCode, tr.Stats(), srv.conns.Load())
 			}
 		})
 	}
-	t.Run("new connection", func(t *testing.T) {
-		srv := newRawServer(t, serveFixed("HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", 1))
-		tr := newTransport(t, Config{})
-		resp, err := get(t, tr, srv.url())
-		if err != nil {
-			t.Fatal(err)
-		}
-		readAll(t, resp)
-		if resp.StatusCode != http.StatusRequestTimeout || tr.Stats().Retries != 0 || srv.conns.Load() != 1 {
-			t.Fatalf("status %d, stats %+v, %d connections; want the 408, as net/http on a new connection", resp.StatusCode, tr.Stats(), srv.conns.Load())
-		}
-	})
 }
 
 // failingConn is a TCP connection whose next write can be made to fail,
@@ -278,7 +282,8 @@ func (c *failingConn) Write(p []byte) (int, error) {
 
 // TestRetryWhenNothingWasWritten checks net/http's rule for a reused
 // connection whose write fails: a request of which no byte left is sent
-// again whatever its method; one partly written only if replayable.
+// again whatever its method; one partly written only if replayable; for
+// every sender.
 func TestRetryWhenNothingWasWritten(t *testing.T) {
 	cases := []struct {
 		method   string
@@ -292,44 +297,46 @@ func TestRetryWhenNothingWasWritten(t *testing.T) {
 		{"GET", 2, true, 2},
 		{"POST", 2, false, 1},
 	}
-	for _, tc := range cases {
-		t.Run(fmt.Sprintf("%s/mode-%d", tc.method, tc.mode), func(t *testing.T) {
-			var requests atomic.Int64
-			srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
-				for {
-					if _, err := http.ReadRequest(br); err != nil {
-						return
+	for _, via := range senders {
+		for _, tc := range cases {
+			t.Run(fmt.Sprintf("%s/%s/mode-%d", via.name, tc.method, tc.mode), func(t *testing.T) {
+				var requests atomic.Int64
+				srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+					for {
+						if _, err := http.ReadRequest(br); err != nil {
+							return
+						}
+						requests.Add(1)
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 					}
-					requests.Add(1)
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				})
+				var fail atomic.Int32
+				var d net.Dialer
+				tr := newTransport(t, Config{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					nc, err := d.DialContext(ctx, network, addr)
+					if err != nil {
+						return nil, err
+					}
+					return &failingConn{TCPConn: nc.(*net.TCPConn), probe: newSocketProber(nc), fail: &fail}, nil
+				}})
+				resp, err := sendVia(t, via, tr, http.MethodGet, srv.url(), nil, SendOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				readAll(t, resp)
+				fail.Store(tc.mode)
+				resp, err = sendVia(t, via, tr, tc.method, srv.url(), nil, SendOptions{})
+				if tc.retried != (err == nil) {
+					t.Fatalf("err = %v, want retried %v", err, tc.retried)
+				}
+				if err == nil {
+					readAll(t, resp)
+				}
+				if requests.Load() != tc.requests {
+					t.Fatalf("backend read %d complete requests, want %d", requests.Load(), tc.requests)
 				}
 			})
-			var fail atomic.Int32
-			var d net.Dialer
-			tr := newTransport(t, Config{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				nc, err := d.DialContext(ctx, network, addr)
-				if err != nil {
-					return nil, err
-				}
-				return &failingConn{TCPConn: nc.(*net.TCPConn), probe: newSocketProber(nc), fail: &fail}, nil
-			}})
-			resp, err := get(t, tr, srv.url())
-			if err != nil {
-				t.Fatal(err)
-			}
-			readAll(t, resp)
-			fail.Store(tc.mode)
-			resp, err = doReq(t, tr, tc.method, srv.url(), nil)
-			if tc.retried != (err == nil) {
-				t.Fatalf("err = %v, want retried %v", err, tc.retried)
-			}
-			if err == nil {
-				readAll(t, resp)
-			}
-			if requests.Load() != tc.requests {
-				t.Fatalf("backend read %d complete requests, want %d", requests.Load(), tc.requests)
-			}
-		})
+		}
 	}
 }
 

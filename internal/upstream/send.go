@@ -2,6 +2,8 @@ package upstream
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
@@ -10,8 +12,8 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/httpfield"
 )
 
-// SendOptions are the settings of one [Transport.Send]. The zero value is
-// RoundTrip's behaviour.
+// SendOptions are the settings of one [Transport.Send] or
+// [Transport.SendHead]. The zero value is RoundTrip's behaviour.
 type SendOptions struct {
 	// HeadTimeout bounds the wait for the response head, as the d of
 	// [Transport.WithHeadTimeout] does. Zero or negative means no bound.
@@ -30,7 +32,8 @@ type SendOptions struct {
 	// HeaderValid, when true, says that the caller vouches for every
 	// field name and value of req.Header, as those of a request a server
 	// accepted, with valid fields added: the fast path then does not check
-	// them again. False checks them, as RoundTrip does.
+	// them again. False checks them, as RoundTrip does. SendHead ignores
+	// it: it never checks the fields of the head it is given.
 	HeaderValid bool
 
 	// Fields, if not nil, asks for the header of a final response whose
@@ -79,4 +82,72 @@ func (t *Transport) Send(ctx context.Context, req *http.Request, opts SendOption
 // to the Fallback.
 func (t *Transport) FastPath(req *http.Request) bool {
 	return canProbeSockets && isFastPath(req)
+}
+
+// Head is a bodyless HTTP/1.1 request already written out by the caller,
+// for [Transport.SendHead].
+type Head struct {
+	// Addr is the upstream's host:port, as Send takes it from the request
+	// URL's host (a missing port means 80). Connections are pooled by it,
+	// with Send's.
+	Addr string
+
+	// Method is the request's method, as in the request line: it decides
+	// whether the response has a body (not after HEAD) and whether the
+	// request may be sent again (see SendHead).
+	Method string
+
+	// Bytes is the head: request line through the empty line, CRLF line
+	// ends. The caller vouches that it is a valid request head (RFC 9112)
+	// with a Host field and no body framing (no Content-Length other than
+	// 0, no Transfer-Encoding), as the fast path would write it. It is not
+	// retained after SendHead returns, and not modified.
+	Bytes []byte
+
+	// Close says the head asks the upstream to close the connection after
+	// the response (it carries "Connection: close"): the connection is
+	// then not reused.
+	Close bool
+}
+
+// SendHead sends h on the fast path as Send sends a request it takes there:
+// the same idle connection checks, the same retry rules (a reused
+// connection found closed before the request left, closed before any
+// response byte for a replayable request, or answering 408), the same head
+// timeout, context abort, and Got1xx, Fields and Now options
+// (HeaderValid is ignored: the caller vouches for the head). It returns
+// the response as Send does, but resp.Request is nil, and resp.Header is
+// nil when opts.Fields took the fields.
+//
+// The request is replayable, as for Send, when its method is GET, HEAD,
+// OPTIONS or TRACE, or when the head has an Idempotency-Key or
+// X-Idempotency-Key field; the field names are matched whatever their
+// case, as a server that parsed the head would see them.
+//
+// What is cheap to check is checked before any connection is used, and
+// fails with an error wrapping [ErrInvalidRequest]: Addr not empty, Method
+// a token and not CONNECT, Bytes lines ending in CRLF whose first is
+// Method, a request target and HTTP/1.1, and whose first empty line is the
+// last. The fields are not checked. A head that asks for an upgrade gets
+// [ErrUnexpectedSwitch] if the upstream switches.
+//
+// Where [Transport.CanSendHead] is false, SendHead returns an error
+// wrapping [errors.ErrUnsupported]; there is no fallback for a head
+// already written.
+func (t *Transport) SendHead(ctx context.Context, h Head, opts SendOptions) (*http.Response, error) {
+	if !canProbeSockets {
+		return nil, fmt.Errorf("upstream: SendHead needs a non-blocking peek, which this system lacks: %w", errors.ErrUnsupported)
+	}
+	head, err := headOf(h)
+	if err != nil {
+		return nil, err
+	}
+	return t.send(ctx, hostPort(h.Addr), head, opts)
+}
+
+// CanSendHead reports whether SendHead can be used on this system: the fast
+// path needs a non-blocking peek (see [Transport.FastPath]). When it
+// cannot, SendHead returns an error wrapping [errors.ErrUnsupported].
+func (t *Transport) CanSendHead() bool {
+	return canProbeSockets
 }

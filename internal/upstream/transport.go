@@ -6,6 +6,13 @@
 // with a non-blocking peek, so that nothing the upstream sent while the
 // connection was idle is ever read as an answer. Every other request goes to
 // a fallback [http.RoundTripper].
+//
+// The entry points are [Transport.RoundTrip] (and the RoundTripper of
+// [Transport.WithHeadTimeout]); [Transport.Send], which takes the
+// request's context and per-request options apart from the request; and
+// [Transport.SendHead], which sends on the fast path a bodyless request
+// head the caller already holds as bytes (a byte-level proxy's), with no
+// http.Request or http.Header built for it.
 package upstream
 
 import (

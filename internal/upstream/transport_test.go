@@ -104,35 +104,37 @@ func TestResponseFraming(t *testing.T) {
 		{"empty", "GET", "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", "", true},
 		{"100-continue-skipped", "GET", "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", "ok", true},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			closeAfter := 0
-			if !tc.reused {
-				closeAfter = 1 // the close-delimited body needs the close
-			}
-			srv := newRawServer(t, serveFixed(tc.response, closeAfter))
-			tr := newTransport(t, Config{})
-			for range 2 {
-				resp, err := doReq(t, tr, tc.method, srv.url()+"/", nil)
-				if err != nil {
-					t.Fatal(err)
+	for _, via := range senders {
+		for _, tc := range cases {
+			t.Run(via.name+"/"+tc.name, func(t *testing.T) {
+				closeAfter := 0
+				if !tc.reused {
+					closeAfter = 1 // the close-delimited body needs the close
 				}
-				// Without a body to read, the connection is back at once.
-				if idle := tr.Stats().Idle; tc.body == "" && tc.reused && idle != 1 {
-					t.Fatalf("%d idle connections before the empty body is read, want 1", idle)
+				srv := newRawServer(t, serveFixed(tc.response, closeAfter))
+				tr := newTransport(t, Config{})
+				for range 2 {
+					resp, err := sendVia(t, via, tr, tc.method, srv.url()+"/", nil, SendOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					// Without a body to read, the connection is back at once.
+					if idle := tr.Stats().Idle; tc.body == "" && tc.reused && idle != 1 {
+						t.Fatalf("%d idle connections before the empty body is read, want 1", idle)
+					}
+					if got := readAll(t, resp); got != tc.body {
+						t.Fatalf("body %q, want %q", got, tc.body)
+					}
 				}
-				if got := readAll(t, resp); got != tc.body {
-					t.Fatalf("body %q, want %q", got, tc.body)
+				wantConns := int64(2)
+				if tc.reused {
+					wantConns = 1
 				}
-			}
-			wantConns := int64(2)
-			if tc.reused {
-				wantConns = 1
-			}
-			if n := srv.conns.Load(); n != wantConns {
-				t.Fatalf("server saw %d connections, want %d", n, wantConns)
-			}
-		})
+				if n := srv.conns.Load(); n != wantConns {
+					t.Fatalf("server saw %d connections, want %d", n, wantConns)
+				}
+			})
+		}
 	}
 }
 
