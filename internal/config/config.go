@@ -318,8 +318,10 @@ type Listener struct {
 	// (ALPN). HTTP1ServerFast is the daemon's own HTTP/1.1 server, which does per request
 	// only the work a request needs and is held to net/http's behaviour by differential
 	// tests; HTTP1ServerNetHTTP is Go's net/http server, kept so that an operator can
-	// compare the two or fall back. HTTP/2 on https listeners is served by net/http either
-	// way. Every limit, route, log line and metric behaves the same with both. Empty means
+	// compare the two or fall back. HTTP1ServerLean is the daemon's own server with a second
+	// data path that relays the plainest exchanges (bodyless GETs on routes limited by the
+	// client's address only) as bytes, and sends every other request down the fast path.
+	// HTTP/2 on https listeners is served by net/http either way. Every limit, route, log line and metric behaves the same with both. Empty means
 	// HTTP1ServerFast. http and https listeners only.
 	HTTP1Server HTTP1Server `yaml:"http1_server"`
 

@@ -114,7 +114,14 @@ const (
 	HTTP1ServerFast HTTP1Server = "fast"
 	// HTTP1ServerNetHTTP is Go's net/http server.
 	HTTP1ServerNetHTTP HTTP1Server = "net/http"
+	// HTTP1ServerLean is the daemon's own server with a second data path
+	// for the plainest exchanges, which relays them as bytes.
+	HTTP1ServerLean HTTP1Server = "lean"
 )
+
+// Fast reports whether s runs the daemon's own HTTP/1.1 server: fast,
+// lean, or empty (the default).
+func (s HTTP1Server) Fast() bool { return s != HTTP1ServerNetHTTP }
 
 // OnError is what a node does while Redis cannot answer.
 type OnError string

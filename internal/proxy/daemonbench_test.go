@@ -118,7 +118,7 @@ func runBenchChild(name string) int {
 	if rest == "nolimits" {
 		limits = benchLimitsOff
 	}
-	text := strings.Replace(limits, "    protocol: http\n", "    protocol: http\n    http1_server: "+map[string]string{"fast": "fast", "nethttp": "net/http"}[server]+"\n", 1)
+	text := strings.Replace(limits, "    protocol: http\n", "    protocol: http\n    http1_server: "+map[string]string{"fast": "fast", "nethttp": "net/http", "lean": "lean"}[server]+"\n", 1)
 	switch rest {
 	case "rp":
 		proxy.SetReverseProxy(true)

@@ -117,6 +117,17 @@ type exchangeWriter struct {
 	limit time.Time // the write_timeout deadline; zero without
 }
 
+// sendDeadline returns the write deadline a send timeout of send sets at
+// now, and how much later it may expire, for an exchange whose
+// write_timeout ends at limit (zero: none), which is exact.
+func sendDeadline(now time.Time, send time.Duration, limit time.Time) (time.Time, time.Duration) {
+	d := now.Add(send)
+	if !limit.IsZero() && limit.Before(d) {
+		return limit, 0
+	}
+	return d, min(send/8, 500*time.Millisecond)
+}
+
 // hijackableWriter is an exchangeWriter over a writer that can be hijacked
 // (HTTP/1.1).
 type hijackableWriter struct {
@@ -199,11 +210,7 @@ func (w *exchangeWriter) extend(now time.Time) {
 		return
 	}
 	w.extended.Store(now.UnixNano())
-	d := now.Add(w.send)
-	slack := min(w.send/8, 500*time.Millisecond)
-	if !w.limit.IsZero() && w.limit.Before(d) {
-		d, slack = w.limit, 0 // write_timeout is exact
-	}
+	d, slack := sendDeadline(now, w.send, w.limit)
 	if w.sdl != nil {
 		_ = w.sdl.SetWriteDeadlineWithin(d, slack)
 		return

@@ -20,6 +20,9 @@ func HTTP1ServerOf(s *Server, name string) config.HTTP1Server {
 		if f.cfg.Name != name || f.http == nil {
 			continue
 		}
+		if f.http.fast != nil && f.http.fast.Exchanges != nil {
+			return config.HTTP1ServerLean
+		}
 		if f.http.fast != nil {
 			return config.HTTP1ServerFast
 		}

@@ -126,10 +126,29 @@ func (fw forwarding) write(out http.Header, in *http.Request) {
 // caller that owns out and vals for the request's lifetime, as the relay's
 // pooled outbound requests do, allocates nothing for them.
 func (fw forwarding) set(out http.Header, in *http.Request, peer netip.Addr, trusted bool, vals []string) {
+	vals, forwarded, ok := fw.values(in, peer, trusted, vals)
+	if !ok {
+		return
+	}
+	out[hdrXFF] = vals[0:1:1]
+	out[hdrXRealIP] = vals[1:2:2]
+	out[hdrXFProto] = vals[2:3:3]
+	out[hdrXFHost] = vals[3:4:4]
+	if forwarded {
+		out[hdrFwd] = vals[4:5:5]
+	}
+}
+
+// values returns the values of the forwarding fields of the request going
+// upstream for in, in vals when it has room for five: X-Forwarded-For,
+// X-Real-Ip, X-Forwarded-Proto, X-Forwarded-Host, and Forwarded when
+// forwarded is true. ok is false when there is nothing to vouch for: in
+// has no peer address (a Unix socket).
+func (fw forwarding) values(in *http.Request, peer netip.Addr, trusted bool, vals []string) (_ []string, forwarded, ok bool) {
 	var buf [4]netip.Addr
 	path := fw.res.PathFrom(buf[:0], peer, in.Header)
 	if len(path) == 0 {
-		return // no peer address (a Unix socket): nothing to vouch for
+		return nil, false, false
 	}
 	proto, host := "http", in.Host
 	if in.TLS != nil {
@@ -153,14 +172,11 @@ func (fw forwarding) set(out http.Header, in *http.Request, peer netip.Addr, tru
 	if len(path) > 1 {
 		vals[0] = joinAddrs(path)
 	}
-	out[hdrXFF] = vals[0:1:1]
-	out[hdrXRealIP] = vals[1:2:2]
-	out[hdrXFProto] = vals[2:3:3]
-	out[hdrXFHost] = vals[3:4:4]
 	if fw.res.Header == clientkey.HeaderForwarded {
 		vals[4] = forwardedValue(path, host, proto)
-		out[hdrFwd] = vals[4:5:5]
+		return vals, true, true
 	}
+	return vals, false, true
 }
 
 // strip removes from h the headers spoofable says to remove for a peer

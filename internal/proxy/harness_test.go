@@ -130,10 +130,11 @@ var servers = []struct {
 }{
 	{"fast", config.HTTP1ServerFast},
 	{"nethttp", config.HTTP1ServerNetHTTP},
+	{"lean", config.HTTP1ServerLean},
 }
 
 // bothServers runs test once per HTTP/1.x server, as the subtests
-// server=fast and server=nethttp: every configuration parseConfig parses
+// server=fast, server=nethttp and server=lean: every configuration parseConfig parses
 // within a subtest gives its http and https listeners that subtest's
 // server, unless the configuration names one itself. Every end-to-end
 // test whose daemon serves HTTP/1.x runs under it, so that both servers

@@ -32,6 +32,7 @@ type httpMetrics struct {
 	duration *prometheus.HistogramVec // listener, route
 	upstream *prometheus.HistogramVec // listener, route
 	upErrors *prometheus.CounterVec   // listener, route, kind
+	lean     *prometheus.CounterVec   // listener, outcome
 	build    prometheus.Collector
 
 	mu     sync.Mutex
@@ -74,6 +75,10 @@ func newHTTPMetrics() *httpMetrics {
 			Name: "portcullis_upstream_errors_total",
 			Help: "Requests that got no response from their upstream, by listener, route and kind: refused (connection refused), connect (other dial failures), timeout, reset (the connection closed or reset before a response), bad_response, other.",
 		}, []string{"listener", "route", "kind"}),
+		lean: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portcullis_http_lean_exchanges_total",
+			Help: "HTTP/1.1 exchanges offered to the lean path (http1_server: lean), by listener and outcome: relayed (served as bytes to the end), handed_over (sent upstream as bytes, then answered through the relay's own code: an upstream failure, or an answer the lean path does not write itself), declined (served by the fast path from the start).",
+		}, []string{"listener", "outcome"}),
 		build:  build,
 		issued: make(map[seriesKey]bool),
 	}
@@ -82,7 +87,7 @@ func newHTTPMetrics() *httpMetrics {
 // registerOn adds the request metrics, portcullis_build_info and the Go
 // and process collectors to reg.
 func (m *httpMetrics) registerOn(reg *prometheus.Registry) {
-	reg.MustRegister(m.requests, m.duration, m.upstream, m.upErrors, m.build,
+	reg.MustRegister(m.requests, m.duration, m.upstream, m.upErrors, m.lean, m.build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 
@@ -154,6 +159,38 @@ func (m *httpMetrics) route(listener, route string) *routeMetrics {
 	return rm
 }
 
+// leanOutcome is what became of an exchange offered to the lean path, as
+// the outcome label of portcullis_http_lean_exchanges_total names it.
+type leanOutcome uint8
+
+const (
+	leanRelayed leanOutcome = iota
+	leanHandedOver
+	leanDeclined
+	numLeanOutcomes
+)
+
+var leanOutcomeNames = [numLeanOutcomes]string{"relayed", "handed_over", "declined"}
+
+// leanCounts are the series of one listener's lean exchanges; a nil
+// *leanCounts counts nothing.
+type leanCounts [numLeanOutcomes]prometheus.Counter
+
+func (lc *leanCounts) add(o leanOutcome) {
+	if lc != nil {
+		lc[o].Inc()
+	}
+}
+
+// leanCounts returns the lean path's series of listener.
+func (m *httpMetrics) leanCounts(listener string) *leanCounts {
+	var lc leanCounts
+	for o, name := range leanOutcomeNames {
+		lc[o] = m.lean.WithLabelValues(listener, name)
+	}
+	return &lc
+}
+
 // countTargetError returns the forward proxy's OnTargetError for a
 // listener whose series are rm: it counts the failure by kind.
 func countTargetError(rm *routeMetrics) func(*http.Request, error) {
@@ -177,6 +214,9 @@ func (m *httpMetrics) prune(keep map[seriesKey]bool) {
 		m.duration.DeletePartialMatch(match)
 		m.upstream.DeletePartialMatch(match)
 		m.upErrors.DeletePartialMatch(match)
+		if k.route == "" { // the listener's own: it is gone
+			m.lean.DeletePartialMatch(prometheus.Labels{"listener": k.listener})
+		}
 		delete(m.issued, k)
 	}
 }

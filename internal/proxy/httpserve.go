@@ -44,7 +44,7 @@ func newHTTPServers(f *front) *httpServers {
 	lc := &f.cfg
 	h := &httpServers{}
 	baseContext := func(net.Listener) context.Context { return h.base }
-	if lc.HTTP1Server != config.HTTP1ServerNetHTTP {
+	if lc.HTTP1Server.Fast() {
 		h.fast = &http1.Server{
 			Handler:           f,
 			ReadHeaderTimeout: lc.ReadHeaderTimeout,
@@ -54,6 +54,9 @@ func newHTTPServers(f *front) *httpServers {
 			MaxHeaderBytes:    lc.MaxHeaderBytes,
 			BaseContext:       baseContext,
 			Logger:            f.log,
+		}
+		if lc.HTTP1Server == config.HTTP1ServerLean {
+			h.fast.Exchanges = leanExchanges{f}
 		}
 		if lc.Protocol != config.ProtocolHTTPS {
 			return h

@@ -39,6 +39,7 @@ type route struct {
 	prefix  string        // clean absolute path; "/" matches every path
 	handler http.Handler
 	metrics *routeMetrics // nil: none
+	lean    *leanRoute    // nil: the lean path declines the route's requests
 }
 
 // matchHost returns how specifically r's hosts match host (lower-cased, no

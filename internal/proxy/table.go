@@ -22,6 +22,7 @@ type routeTable struct {
 	routes  []*routeState
 	auth    *authState    // nil without authentication
 	forward *forwardState // nil for a reverse listener
+	lean    *leanTable    // nil unless http1_server is lean and the chain is only routes
 }
 
 // routeState is a route's limiters, kept for snapshots, metrics and reuse.
@@ -30,6 +31,7 @@ type routeState struct {
 	rate   *rateLimiter // nil: no rate
 	limit  *limiter     // nil: no limit
 	shadow *limiter     // nil: no shadow limit
+	lean   *leanRoute   // nil: the lean path declines the route's requests
 }
 
 // limiters returns every limiter of t.
@@ -109,7 +111,7 @@ func (b *tableBuilder) build() (*routeTable, error) {
 			return nil, err
 		}
 		t.routes = append(t.routes, rs)
-		r := &route{name: rc.Name, prefix: rc.PathPrefix, handler: h, metrics: b.routeMetrics(rc.Name)}
+		r := &route{name: rc.Name, prefix: rc.PathPrefix, handler: h, metrics: b.routeMetrics(rc.Name), lean: rs.lean}
 		if r.prefix == "" {
 			r.prefix = "/"
 		}
@@ -127,7 +129,14 @@ func (b *tableBuilder) build() (*routeTable, error) {
 		return nil, err
 	}
 	h = reverseRequests(h)
-	t.handler = exchanges(h, b.exchangeOpts())
+	opts := b.exchangeOpts()
+	t.handler = exchanges(h, opts)
+	if b.lc.HTTP1Server == config.HTTP1ServerLean && t.rate == nil && b.lc.Auth == nil {
+		t.lean = &leanTable{routes: routes, opts: opts}
+		if b.metrics != nil && !testHookNoRequestMetrics {
+			t.lean.counts = b.metrics.leanCounts(b.lc.Name)
+		}
+	}
 	return t, nil
 }
 
@@ -186,6 +195,7 @@ func (b *tableBuilder) route(rc *config.Route, client *limiter) (*routeState, ht
 	if client != nil {
 		h = client.lim.Wrap(h)
 	}
+	rs.lean = leanRouteOf(rl, rc.Rate != nil, client, rs.shadow, rs.limit)
 	if rc.Rate != nil {
 		if rs.rate, err = b.rateLimiter(rc.Rate, rc.Name); err != nil {
 			(&routeTable{routes: []*routeState{rs}}).closeNew(b.old)

@@ -1,0 +1,491 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/textproto"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/seed-a07d1050/portcullis/httplimit"
+	"github.com/seed-a07d1050/portcullis/internal/http1"
+	"github.com/seed-a07d1050/portcullis/internal/httpfield"
+	"github.com/seed-a07d1050/portcullis/internal/httppath"
+	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
+	"github.com/seed-a07d1050/portcullis/limit"
+)
+
+// The lean path (http1_server: lean) relays the plainest exchanges as
+// bytes: a bodyless GET, on a route whose chain is only concurrency limits
+// and the relay, to a plain http upstream, answered with a final response
+// whose length is known and small. For those it skips what the handler
+// chain builds per request (the request's context and writer wrappers,
+// the outbound header map, the response header's snapshot) and does the
+// rest with the chain's own pieces: the route's pick, httplimit's
+// admission, the relay's field rules and forwarding values, the upstream
+// transport's connection reuse and retries, and exchangeEnded's log line
+// and metrics.
+//
+// Every decision that would make it differ from the chain is a point where
+// it either declines or hands over, never one it makes its own way:
+//   - before anything is counted or sent, a request it does not take (any
+//     other method, a body, Upgrade, TE, a Connection field, a limit that
+//     would queue, refuse or shadow-admit it, ...) is declined, having done
+//     nothing, and the chain serves it;
+//   - once the request is sent, the exchange can no longer be declined; a
+//     failure, or an answer it does not write itself (1xx, 101, 204, 304,
+//     chunked or unknown length, trailers, no Content-Type, a large body),
+//     is handed to the relay's own code through the http.Request and
+//     ResponseWriter the connection builds on demand (http1.Exchange.Serve),
+//     with the admission already recorded.
+
+// leanTable is what the lean path needs of a listener's route table: nil
+// when the listener's chain has more than routes (authentication, a
+// listener rate, a forward proxy).
+type leanTable struct {
+	routes []*route
+	opts   exchangeOpts // the chain's exchanges' options
+	counts *leanCounts  // nil: no metrics
+}
+
+// leanRoute is a route the lean path may serve: its relay and its limits
+// in the chain's order (client, shadow, route).
+type leanRoute struct {
+	relay  *relay
+	limits []leanLimit
+}
+
+type leanLimit struct {
+	by  string // the access log's name of the limit
+	lim *httplimit.Limiter
+}
+
+// leanMaxBody is the longest response body the lean path writes itself:
+// read whole, then written with its head.
+const leanMaxBody = 32 << 10
+
+// leanRouteOf returns the lean path's view of a route served by rl through
+// the limits given (nil ones skipped), or nil when the route's chain has
+// more than those: a rate, a limit shared through a cluster Store, an
+// https upstream.
+func leanRouteOf(rl *relay, hasRate bool, limits ...*limiter) *leanRoute {
+	if rl == nil || hasRate || testHookReverseProxy {
+		return nil
+	}
+	for _, u := range rl.pool.ups {
+		if u.scheme != "http" {
+			return nil
+		}
+	}
+	if !rl.t.CanSendHead() {
+		return nil
+	}
+	lr := &leanRoute{relay: rl}
+	for _, l := range limits {
+		if l == nil {
+			continue
+		}
+		if l.store != nil {
+			return nil
+		}
+		lr.limits = append(lr.limits, leanLimit{by: l.kind.label(), lim: l.lim})
+	}
+	return lr
+}
+
+// leanExchanges is the http1.ExchangeHandler of a listener with
+// http1_server lean.
+type leanExchanges struct{ f *front }
+
+// leanExchange is the state of one exchange on the lean path, pooled.
+type leanExchange struct {
+	st      exchangeState
+	permits [maxKeys]limit.Permit[string]
+	np      int
+	fields  []httpfield.Field // the answer's head, from the upstream reader
+	buf     []byte            // the upstream head, then the client's answer
+	fwd     [5]string         // the forwarding fields' values
+}
+
+var leanExchangePool = sync.Pool{New: func() any {
+	return &leanExchange{buf: make([]byte, 0, 4<<10)}
+}}
+
+// put returns lx to the pool, holding nothing of the exchange: neither
+// permits nor any upstream's strings.
+func (lx *leanExchange) put() {
+	lx.reset()
+	leanExchangePool.Put(lx)
+}
+
+func (lx *leanExchange) reset() {
+	lx.st.status.Store(0)
+	lx.st.bytes.Store(0)
+	lx.st.extended.Store(0)
+	lx.st.admission = admission{}
+	lx.np = 0
+	clear(lx.fields)
+	lx.fields = lx.fields[:0]
+	lx.buf = lx.buf[:0]
+	lx.fwd = [5]string{}
+}
+
+// release gives back the permits taken, once.
+func (lx *leanExchange) release() {
+	for i := range lx.np {
+		lx.permits[i].Release()
+		lx.permits[i] = limit.Permit[string]{}
+	}
+	lx.np = 0
+}
+
+// ServeExchange serves x on the lean path, or declines it.
+func (le leanExchanges) ServeExchange(x *http1.Exchange) bool {
+	f := le.f
+	lt := f.table.Load().lean
+	if lt == nil {
+		return false
+	}
+	rt, ok := lt.take(f, x.Head())
+	if !ok {
+		lt.counts.add(leanDeclined)
+		return false
+	}
+	start := time.Now()
+	lx := leanExchangePool.Get().(*leanExchange)
+	defer lx.put()
+	defer lx.release() // also when what follows panics
+	if !lx.admit(x, x.Head(), rt) {
+		lt.counts.add(leanDeclined)
+		return false
+	}
+	f.active.Add(1)
+	defer f.active.Add(-1)
+	lt.counts.add(lx.relay(x, x.Head(), rt, &lt.opts, start))
+	return true
+}
+
+// take returns the route of r when the lean path takes r: a request it
+// relays (see leanRequest) on a route it serves, on a listener that adds
+// nothing to every answer.
+func (lt *leanTable) take(f *front, r *http.Request) (*route, bool) {
+	if f.altSvc.Load() != nil || !leanRequest(r) {
+		return nil, false
+	}
+	path := r.URL.Path
+	if path == "" {
+		path = "/"
+	}
+	rt := pick(lt.routes, requestHost(r), path)
+	return rt, rt != nil && rt.lean != nil
+}
+
+// leanRequest reports whether r is a request the lean path takes: a GET
+// of HTTP/1.1, kept alive, in origin form with a clean path, whose header
+// names no field the relay would treat specially. The server offers only
+// requests without a body or Expect.
+func leanRequest(r *http.Request) bool {
+	if r.Method != http.MethodGet || r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.Close {
+		return false
+	}
+	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 || len(r.RequestURI) == 0 || r.RequestURI[0] != '/' {
+		return false
+	}
+	h := r.Header
+	for _, name := range [...]string{"Connection", "Upgrade", "Te", "Trailer", "Transfer-Encoding", "Expect", "Content-Length"} {
+		if _, ok := h[name]; ok {
+			return false
+		}
+	}
+	// The chain's reverseRequests cleans the path (httppath.CleanURL), and
+	// answers 400 when it cannot: only a path it leaves as it is comes here.
+	escaped := r.URL.EscapedPath()
+	cleaned, err := httppath.Clean(escaped)
+	return err == nil && cleaned == escaped && r.URL.Opaque == ""
+}
+
+// admit takes, quietly, a permit of each of the route's limits, and
+// records them as the chain's limits would; it reports false, having
+// given back what it took and recorded nothing, when one would not grant
+// one at once.
+func (lx *leanExchange) admit(x *http1.Exchange, r *http.Request, rt *route) bool {
+	var keys [maxKeys]string
+	for i, l := range rt.lean.limits {
+		key, p, ok := l.lim.TryAdmit(r, x.AbortFunc())
+		if !ok {
+			lx.release()
+			return false
+		}
+		keys[i] = key
+		if p.Valid() {
+			lx.permits[lx.np] = p
+			lx.np++
+		}
+	}
+	st := &lx.st
+	st.route = rt.name
+	if rt.metrics != nil {
+		st.metrics = rt.metrics // otherwise the listener's, set by relay
+	}
+	for i, l := range rt.lean.limits {
+		if keys[i] != "" {
+			st.admit(l.by, keys[i], 0, false)
+		}
+	}
+	return true
+}
+
+// relay sends r upstream and answers it, on the lean path when it can,
+// and says how.
+func (lx *leanExchange) relay(x *http1.Exchange, r *http.Request, rt *route, o *exchangeOpts, start time.Time) leanOutcome {
+	st := &lx.st
+	if st.metrics == nil {
+		st.metrics = o.metrics
+	}
+	rl := rt.lean.relay
+	u := rl.pool.pickExcept(nil)
+	head, ok := lx.upstreamHead(r, rl, u)
+	if !ok {
+		lx.handOver(x, o, start, rl.ServeHTTP)
+		return leanHandedOver
+	}
+	sent := time.Now()
+	opts := uptransport.SendOptions{HeadTimeout: rl.timeout, Fields: &lx.fields, Now: sent, Got1xx: x.WriteInformational}
+	resp, err := rl.sendHead(x.Context(), head, u, opts)
+	if err != nil {
+		if x.Context().Err() == nil {
+			rl.countError(classifyUpstreamErr(err))
+		}
+		lx.handOver(x, o, start, func(w http.ResponseWriter, r *http.Request) { rl.fail(w, r, err) })
+		return leanHandedOver
+	}
+	now := time.Now()
+	d := now.Sub(sent)
+	st.upstream = max(d, 1)
+	if rl.metrics != nil {
+		rl.metrics.upstream.Observe(d.Seconds())
+	}
+	if lx.answer(x, r, resp, rl, o, start, now) {
+		return leanRelayed
+	}
+	lx.handOver(x, o, start, func(w http.ResponseWriter, r *http.Request) { rl.answer(w, r, resp, lx.fields, now) })
+	return leanHandedOver
+}
+
+// handOver has the connection build the request's http.Request and
+// ResponseWriter and serves them with serve, as the chain would have from
+// the relay on, with the admission recorded so far; then it ends the
+// exchange as the chain does.
+func (lx *leanExchange) handOver(x *http1.Exchange, o *exchangeOpts, start time.Time, serve http.HandlerFunc) {
+	x.Serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ew := newExchangeWriter(w, *o, start)
+		st := ew.state()
+		st.admission = lx.st.admission
+		defer exchangeEnded(o, r, st, start)
+		defer lx.release()
+		serve(ew, r)
+	}))
+}
+
+// upstreamHead writes the head of the request going to u for r into
+// lx.buf, as the relay's outbound and internal/upstream's writeRequest
+// would write it: the request line with the query the relay forwards, the
+// Host the client asked for, the client's fields but the hop-by-hop ones,
+// those the Connection field names, the forwarding fields and their
+// look-alikes, then the forwarding fields. It reports false when the
+// request is one to hand over instead (no peer address to vouch for).
+func (lx *leanExchange) upstreamHead(r *http.Request, rl *relay, u *upstream) (uptransport.Head, bool) {
+	peer := peerAddr(r)
+	trusted := rl.fw.trusts(peer)
+	vals, forwarded, ok := rl.fw.values(r, peer, trusted, lx.fwd[:])
+	if !ok {
+		return uptransport.Head{}, false
+	}
+	b := append(lx.buf[:0], r.Method...)
+	b = append(b, ' ')
+	if p := r.URL.EscapedPath(); p != "" {
+		b = append(b, p...)
+	} else {
+		b = append(b, '/')
+	}
+	if q := cleanQuery(r.URL.RawQuery); q != "" || r.URL.ForceQuery {
+		b = append(b, '?')
+		b = append(b, q...)
+	}
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = append(b, r.Host...)
+	b = append(b, "\r\n"...)
+	for name, values := range r.Header {
+		if isHopHeader(name) || isForwardingHeader(name) || name == hdrXRealIP || name == "Host" ||
+			stripped(name, trusted) {
+			continue
+		}
+		for _, v := range values {
+			b = appendField(b, name, v)
+		}
+	}
+	b = appendField(b, hdrXFF, vals[0])
+	b = appendField(b, hdrXRealIP, vals[1])
+	b = appendField(b, hdrXFProto, vals[2])
+	b = appendField(b, hdrXFHost, vals[3])
+	if forwarded {
+		b = appendField(b, hdrFwd, vals[4])
+	}
+	b = append(b, "\r\n"...)
+	lx.buf = b
+	return uptransport.Head{Addr: u.addr, Method: r.Method, Bytes: b}, true
+}
+
+func appendField(b []byte, name, value string) []byte {
+	b = append(b, name...)
+	b = append(b, ": "...)
+	b = append(b, value...)
+	return append(b, "\r\n"...)
+}
+
+// answer writes resp to the client when it is an answer the lean path
+// writes itself, the way the server would have written it for the relay,
+// and reports whether it did. It reports false having read and written
+// nothing otherwise.
+func (lx *leanExchange) answer(x *http1.Exchange, r *http.Request, resp *http.Response, rl *relay, o *exchangeOpts, start, now time.Time) bool {
+	if !leanAnswer(resp, lx.fields) {
+		return false
+	}
+	kept := cutHopFields(lx.fields)
+	b := http1.AppendStatusLine(lx.buf[:0], resp.StatusCode)
+	b = appendSortedFields(b, kept)
+	if firstField(kept, "Date") == "" {
+		b = append(b, "Date: "...)
+		b = http1.AppendDate(b)
+		b = append(b, "\r\n"...)
+	}
+	if x.Closing() {
+		b = append(b, "Connection: close\r\n"...)
+	}
+	b = append(b, "\r\n"...)
+	headLen, n := len(b), int(resp.ContentLength)
+	b = slices.Grow(b, n)[:headLen+n]
+	got, rerr := io.ReadFull(resp.Body, b[headLen:])
+	resp.Body.Close()
+	lx.buf = b
+	lx.st.status.Store(int32(resp.StatusCode))
+	if o.send > 0 {
+		var limit time.Time
+		if o.whole > 0 {
+			limit = start.Add(o.whole)
+		}
+		d, slack := sendDeadline(now, o.send, limit)
+		_ = x.SetWriteDeadlineWithin(d, slack)
+	}
+	if rerr == nil {
+		wrote, _ := x.Write(b)
+		lx.st.bytes.Store(int64(max(wrote-headLen, 0)))
+	} else {
+		// The upstream failed before the body was whole: the chain cuts
+		// the response short, and the client learns it from the
+		// connection's end. Nothing of it has left yet, so nothing does:
+		// the chain's writer, which holds a small response until the
+		// handler returns, sends nothing either. What came is counted
+		// as the chain counts what it gave its writer.
+		rl.log.Debug("upstream body copy failed", "path", r.URL.Path, "error", rerr)
+		lx.st.bytes.Store(int64(got))
+		x.CloseAfter()
+	}
+	lx.release()
+	exchangeEnded(o, r, &lx.st, start)
+	return true
+}
+
+// leanAnswer reports whether resp, whose head came as fields, is an
+// answer the lean path writes itself: a final status with a body, one
+// Content-Length of at most leanMaxBody and no other framing, no
+// trailers, and a Content-Type or Content-Encoding (without, the server
+// would sniff a type) unless the body is empty; and whether the server
+// would write every field as it is.
+func leanAnswer(resp *http.Response, fields []httpfield.Field) bool {
+	code := resp.StatusCode
+	if resp.Header != nil || code < 200 || code > 599 || code == http.StatusNoContent || code == http.StatusNotModified {
+		return false
+	}
+	if resp.ContentLength < 0 || resp.ContentLength > leanMaxBody || len(resp.TransferEncoding) > 0 {
+		return false
+	}
+	typed, lengths := resp.ContentLength == 0, 0
+	for _, f := range fields {
+		switch f.Name {
+		case "Transfer-Encoding", "Trailer":
+			return false
+		case "Content-Length":
+			lengths++
+		case "Content-Type":
+			typed = true
+		case "Content-Encoding":
+			typed = typed || f.Value != ""
+		}
+		if strings.HasPrefix(f.Name, http.TrailerPrefix) || !httpguts.ValidHeaderFieldName(f.Name) ||
+			!httpguts.ValidHeaderFieldValue(f.Value) || f.Value != textproto.TrimString(f.Value) {
+			return false
+		}
+	}
+	return lengths == 1 && typed
+}
+
+// appendSortedFields appends fields as the server writes a header: sorted
+// by name, those of one name in their order.
+func appendSortedFields(b []byte, fields []httpfield.Field) []byte {
+	// Insertion sort, stable: an answer has a few fields.
+	for i := 1; i < len(fields); i++ {
+		for j := i; j > 0 && fields[j].Name < fields[j-1].Name; j-- {
+			fields[j], fields[j-1] = fields[j-1], fields[j]
+		}
+	}
+	for _, f := range fields {
+		b = appendField(b, f.Name, f.Value)
+	}
+	return b
+}
+
+// sendHead sends head to u and, when u refuses the connection, to the
+// route's other upstreams in turn, as send does.
+func (rl *relay) sendHead(ctx context.Context, head uptransport.Head, u *upstream, opts uptransport.SendOptions) (*http.Response, error) {
+	resp, err := rl.t.SendHead(ctx, head, opts)
+	for tries := 1; err != nil && isRefused(err) && tries < len(rl.pool.ups); tries++ {
+		rl.pool.markDown(u)
+		next := rl.pool.pickExcept(u)
+		if next == nil {
+			return nil, err
+		}
+		u = next
+		head.Addr = u.addr
+		opts.Now = time.Time{} // the clock has moved on since
+		resp, err = rl.t.SendHead(ctx, head, opts)
+	}
+	if err != nil && isRefused(err) {
+		rl.pool.markDown(u)
+	}
+	return resp, err
+}
+
+// answer is the relay's handling of a final answer resp, which came at
+// now, for a request the lean path sent: fields are the answer's head
+// when resp.Header is nil (see uptransport.SendOptions.Fields).
+func (rl *relay) answer(w http.ResponseWriter, r *http.Request, resp *http.Response, fields []httpfield.Field, now time.Time) {
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		rl.switchProtocols(w, r, resp, "") // unasked for: refused
+		return
+	}
+	o := outbounds.Get().(*outbound)
+	o.pooled = true
+	if resp.Header == nil {
+		o.fields = append(o.fields[:0], fields...)
+		o.ew = exchangeWriterOf(w)
+		o.fw = o.ew.fieldsTarget()
+	}
+	rl.respond(w, r, resp, o, now)
+	o.release()
+}
