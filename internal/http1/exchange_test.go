@@ -599,15 +599,7 @@ func TestExchangeClientGoneCancels(t *testing.T) {
 				c := dial(t, addr)
 				_, _ = io.WriteString(c, get)
 				<-entered
-				switch how {
-				case "close":
-					_ = c.Close()
-				case "reset":
-					_ = c.(*net.TCPConn).SetLinger(0)
-					_ = c.Close()
-				case "half-close":
-					_ = c.(*net.TCPConn).CloseWrite()
-				}
+				leave(c, how)
 				if err := <-result; !errors.Is(err, context.Canceled) {
 					t.Fatalf("the exchange's context: %v", err)
 				}

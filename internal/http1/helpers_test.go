@@ -109,3 +109,17 @@ func servePlain(t *testing.T, srv *Server) string {
 const get = "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
 
 func getPath(p string) string { return "GET " + p + " HTTP/1.1\r\nHost: x\r\n\r\n" }
+
+// leave makes the client of c go away as how says: "close", "reset" (a
+// close with linger 0) or "half-close" (a shutdown of its sending side).
+func leave(c net.Conn, how string) {
+	switch how {
+	case "close":
+		_ = c.Close()
+	case "reset":
+		_ = c.(*net.TCPConn).SetLinger(0)
+		_ = c.Close()
+	case "half-close":
+		_ = c.(*net.TCPConn).CloseWrite()
+	}
+}

@@ -68,15 +68,7 @@ func TestClientGoneCancelsContext(t *testing.T) {
 				if n := kernelWatched(); mode == "kernel" && n == 0 || mode == "background" && n > 0 {
 					t.Fatalf("%d connections in the kernel watch during a %s-mode request", n, mode)
 				}
-				switch how {
-				case "close":
-					_ = c.Close()
-				case "reset":
-					_ = c.(*net.TCPConn).SetLinger(0)
-					_ = c.Close()
-				case "half-close":
-					_ = c.(*net.TCPConn).CloseWrite()
-				}
+				leave(c, how)
 				if err := <-cancelled; !errors.Is(err, context.Canceled) {
 					t.Fatalf("handler's context: %v", err)
 				}

@@ -220,7 +220,7 @@ func TestLeanMatchesFast(t *testing.T) {
 			})
 			results[server] = append(results[server], run{b.lastHead(), client, stripTimes(t, access)})
 		}
-		m := metricsText(t, "http://"+srv.AdminAddr().String()+"/metrics")
+		_, m, _ := get(t, http.DefaultClient, "http://"+srv.AdminAddr().String()+"/metrics")
 		metrics[server] = countLines(m)
 		if server == config.HTTP1ServerLean {
 			leanCounts = grepLines(m, "portcullis_http_lean_exchanges_total")
@@ -306,20 +306,6 @@ func stripTimes(t *testing.T, line string) string {
 	}
 	out, _ := json.Marshal(m)
 	return string(out)
-}
-
-func metricsText(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // countLines returns the lines of the counts the two paths must agree on:
