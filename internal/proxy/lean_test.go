@@ -225,6 +225,11 @@ func TestLeanMatchesFast(t *testing.T) {
 		if server == config.HTTP1ServerLean {
 			leanCounts = grepLines(m, "portcullis_http_lean_exchanges_total")
 		}
+		// Every request's connection is closed: nothing may be held,
+		// whichever way each exchange ended (cut short, reset, 502).
+		if !waitUntil(func() bool { return srv.Snapshot().InUse() == 0 }) {
+			t.Errorf("%s: permits or connections still held after every exchange ended: %+v", server, srv.Snapshot())
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = srv.Shutdown(ctx)
 		cancel()
