@@ -265,12 +265,15 @@ listeners:
 			if gotReq != wantReq {
 				t.Errorf("the upstream received\n%s\nthrough the relay, and\n%s\nthrough ReverseProxy", gotReq, wantReq)
 			}
-			// ReverseProxy behind net/http's server may send the client
-			// two 100 Continue answers: the server's own, sent when the
-			// body is first read, and the upstream's, forwarded when it
-			// arrives after that read. Which comes first is a race; the
-			// relay sends exactly one, so compare against one.
+			// Behind net/http's server, ReverseProxy and the relay alike
+			// may send the client two 100 Continue answers: the server's
+			// own, sent when the body is first read, and the upstream's,
+			// forwarded when it arrives after that read (a clean-clone CI
+			// run of 3 December saw the relay do it). Which comes first
+			// is a race, and two are as valid as one (RFC 9110 §15.2):
+			// compare with one on both sides.
 			wantResp = strings.Replace(wantResp, continue100+continue100, continue100, 1)
+			gotResp = strings.Replace(gotResp, continue100+continue100, continue100, 1)
 			if strings.HasPrefix(tc.name, "stream: ") {
 				// How a stream's parts are cut into chunks depends on
 				// when they arrive: compare the heads and the data.
