@@ -338,7 +338,7 @@ func (lx *leanExchange) upstreamHead(r *http.Request, rl *relay, u *upstream) (u
 	}
 	b = append(b, "\r\n"...)
 	lx.buf = b
-	return uptransport.Head{Addr: u.addr, Method: r.Method, Bytes: b}, true
+	return uptransport.Head{Addr: u.host, Method: r.Method, Bytes: b}, true
 }
 
 func appendField(b []byte, name, value string) []byte {
@@ -461,7 +461,7 @@ func (rl *relay) sendHead(ctx context.Context, head uptransport.Head, u *upstrea
 			return nil, err
 		}
 		u = next
-		head.Addr = u.addr
+		head.Addr = u.host
 		opts.Now = time.Time{} // the clock has moved on since
 		resp, err = rl.t.SendHead(ctx, head, opts)
 	}

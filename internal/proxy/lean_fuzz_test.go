@@ -46,7 +46,7 @@ func FuzzLeanHead(f *testing.F) {
 				set, _ := clientkey.ParseProxySet([]string{"10.0.0.0/8"})
 				res.Trusted = set
 			}
-			rl := &relay{fw: forwarding{res: res}, t: transport, pool: &pool{ups: []*upstream{{scheme: "http", host: "up:80", addr: "up:80"}}}}
+			rl := &relay{fw: forwarding{res: res}, t: transport, pool: &pool{ups: []*upstream{{scheme: "http", host: "up:80"}}}}
 			var lx leanExchange
 			head, ok := lx.upstreamHead(r, rl, rl.pool.ups[0])
 			if !ok {

@@ -26,7 +26,6 @@ const upstreamDownFor = 5 * time.Second
 // upstream is one origin of a route.
 type upstream struct {
 	scheme, host string
-	addr         string       // host:port, the port defaulting to the scheme's
 	downUntil    atomic.Int64 // unix nanoseconds; zero when up
 }
 
@@ -47,11 +46,7 @@ func newPool(urls []string) (*pool, error) {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("proxy: upstream %q is not an http or https URL with a host", raw)
 		}
-		port := u.Port()
-		if port == "" {
-			port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
-		}
-		p.ups = append(p.ups, &upstream{scheme: u.Scheme, host: u.Host, addr: net.JoinHostPort(u.Hostname(), port)})
+		p.ups = append(p.ups, &upstream{scheme: u.Scheme, host: u.Host})
 	}
 	if len(p.ups) == 0 {
 		return nil, errors.New("proxy: route has no upstream")
