@@ -388,9 +388,17 @@ func (c *conn) serveRequest(x *requestContext, t0 time.Time, ex *Exchange, h htt
 		ex.abortAgain()
 	}
 
+	if testHookBeforeInflight != nil {
+		testHookBeforeInflight()
+	}
 	c.watchMu.Lock()
 	c.inflight.Store(x)
 	c.watchMu.Unlock()
+	if c.closedNow.Load() {
+		// Server.Close closed the connection after the serve loop's
+		// shutdown check and before x was in flight for it to cancel.
+		x.cancel(context.Canceled)
+	}
 	if b == nil {
 		c.arm(x)
 	} else {
@@ -561,6 +569,11 @@ func (c *conn) writeDeadlineIn(now time.Time, d time.Duration) {
 	}
 	c.setWriteDeadline(want.Add(s))
 }
+
+// testHookBeforeInflight, when set by a test, runs in serveRequest just
+// before the request is marked in flight: where a Server.Close that the
+// serve loop's shutdown check missed can land.
+var testHookBeforeInflight func()
 
 // connWriter writes to the connection and notes the first failure, which
 // cancels the request in flight, as net/http's does.

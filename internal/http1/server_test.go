@@ -276,6 +276,42 @@ func TestShutdownDeadlineThenClose(t *testing.T) {
 	waitClosed(t, c, 5*time.Second)
 }
 
+// TestCloseBeforeInflightCancelsContext lands Server.Close between the
+// serve loop's shutdown check and the request being marked in flight: the
+// handler, waiting on nothing but its context, must still see it end. The
+// request is the connection's second, so that the client-gone watch is
+// already in place and closing the socket silently drops it from the
+// kernel's set instead of failing a watch that starts then.
+func TestCloseBeforeInflightCancelsContext(t *testing.T) {
+	var srv *Server
+	var requests atomic.Int32
+	testHookBeforeInflight = func() {
+		if requests.Add(1) == 2 {
+			_ = srv.Close()
+		}
+	}
+	t.Cleanup(func() { testHookBeforeInflight = nil })
+	cancelled := make(chan error, 1)
+	srv = &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/first" {
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			cancelled <- nil
+		case <-time.After(5 * time.Second):
+			cancelled <- errors.New("the handler's context was not cancelled within 5 s of Close")
+		}
+	})}
+	c := dial(t, serve(t, srv))
+	roundTrip(t, c, bufio.NewReader(c), getPath("/first"), "GET")
+	_, _ = io.WriteString(c, get)
+	if err := <-cancelled; err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, c, 5*time.Second)
+}
+
 // TestTimeouts checks each timeout ends the connection, no earlier than
 // it should. Each bound is measured from a moment before the one the
 // server counts from (the dial, the request's first bytes, the request
