@@ -50,7 +50,9 @@ import (
 // benchAdmission); nginx and haproxy are
 // those proxies with their bench/peers configurations, when installed
 // (name them in PORTCULLIS_BENCH_DAEMONS, a space-separated list that
-// replaces the default set). Setting
+// replaces the default set). A Go daemon's name may end in @N to run it
+// with GOMAXPROCS=N ("lean@1"), to see what the scheduler's work between
+// processors costs. Setting
 // PORTCULLIS_BENCH_CPUPROFILE=prefix makes each daemon write a CPU profile
 // to prefix.NAME, and PORTCULLIS_BENCH_MEMPROFILE=prefix an allocation
 // profile (every 4 KiB allocated sampled) to prefix.NAME.
@@ -99,6 +101,7 @@ func runBenchChild(name string) int {
 		runtime.MemProfileRate = 4096
 		defer writeAllocProfile(prefix + "." + name)
 	}
+	name, _, _ = strings.Cut(name, "@") // the profiles above keep the whole name
 	if name == "backend" {
 		srv, err := backend.StartConfig("127.0.0.1:0", backend.Config{})
 		if err != nil {
@@ -226,7 +229,11 @@ func startBenchChild(b *testing.B, name string) *benchChild {
 		return c
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	_, procs, _ := strings.Cut(name, "@")
 	cmd.Env = append(os.Environ(), "PORTCULLIS_BENCH_DAEMON="+name, "PORTCULLIS_BENCH_BACKEND="+backendAddr, "GOGC=400")
+	if procs != "" {
+		cmd.Env = append(cmd.Env, "GOMAXPROCS="+procs)
+	}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

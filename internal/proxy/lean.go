@@ -110,11 +110,25 @@ type leanExchange struct {
 	fields  []httpfield.Field // the answer's head, from the upstream reader
 	buf     []byte            // the upstream head, then the client's answer
 	fwd     [5]string         // the forwarding fields' values
+
+	// x is the exchange being served, for got1xx: a method value bound
+	// once per pooled leanExchange, where x.WriteInformational passed as
+	// SendOptions.Got1xx would be one made for every request.
+	x      *http1.Exchange
+	got1xx func(int, http.Header) error
 }
 
 var leanExchangePool = sync.Pool{New: func() any {
-	return &leanExchange{buf: make([]byte, 0, 4<<10)}
+	lx := &leanExchange{buf: make([]byte, 0, 4<<10)}
+	lx.got1xx = lx.writeInformational
+	return lx
 }}
+
+// writeInformational relays an informational answer of the upstream to
+// the client of the exchange being served.
+func (lx *leanExchange) writeInformational(code int, h http.Header) error {
+	return lx.x.WriteInformational(code, h)
+}
 
 // put returns lx to the pool, holding nothing of the exchange: neither
 // permits nor any upstream's strings.
@@ -133,6 +147,7 @@ func (lx *leanExchange) reset() {
 	lx.fields = lx.fields[:0]
 	lx.buf = lx.buf[:0]
 	lx.fwd = [5]string{}
+	lx.x = nil
 }
 
 // release gives back the permits taken, once.
@@ -255,7 +270,8 @@ func (lx *leanExchange) relay(x *http1.Exchange, r *http.Request, rt *route, o *
 		return leanHandedOver
 	}
 	sent := time.Now()
-	opts := uptransport.SendOptions{HeadTimeout: rl.timeout, Fields: &lx.fields, Now: sent, Got1xx: x.WriteInformational}
+	lx.x = x
+	opts := uptransport.SendOptions{HeadTimeout: rl.timeout, Fields: &lx.fields, Now: sent, Got1xx: lx.got1xx}
 	resp, err := rl.sendHead(x.Context(), head, u, opts)
 	if err != nil {
 		if x.Context().Err() == nil {
