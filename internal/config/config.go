@@ -315,14 +315,16 @@ type Listener struct {
 
 	// HTTP1Server is what serves HTTP/1.x on this listener: on http listeners every
 	// connection, on https listeners the connections whose TLS handshake chose HTTP/1.1
-	// (ALPN). HTTP1ServerFast is the daemon's own HTTP/1.1 server, which does per request
-	// only the work a request needs and is held to net/http's behaviour by differential
-	// tests; HTTP1ServerNetHTTP is Go's net/http server, kept so that an operator can
-	// compare the two or fall back. HTTP1ServerLean is the daemon's own server with a second
-	// data path that relays the plainest exchanges (bodyless GETs on routes limited by the
-	// client's address only) as bytes, and sends every other request down the fast path.
-	// HTTP/2 on https listeners is served by net/http either way. Every limit, route, log line and metric behaves the same with both. Empty means
-	// HTTP1ServerFast. http and https listeners only.
+	// (ALPN). HTTP1ServerLean, the default, is the daemon's own HTTP/1.1 server with a
+	// second data path that relays the plainest exchanges (bodyless GETs on routes whose
+	// limits are counted in the process, answered with a small body of known length) as
+	// bytes, and sends every other request down the first; HTTP1ServerFast is that server
+	// without the second path; HTTP1ServerNetHTTP is Go's net/http server, kept so that an
+	// operator can compare or fall back. The daemon's server does per request only the work
+	// a request needs and is held to net/http's behaviour by differential tests. HTTP/2 on
+	// https listeners is served by net/http either way. Every limit, route, log line and
+	// metric behaves the same with all three. Empty means HTTP1ServerLean. http and https
+	// listeners only.
 	HTTP1Server HTTP1Server `yaml:"http1_server"`
 
 	// MaxConcurrentStreams caps the requests one HTTP/2 (https) or HTTP/3 connection may run

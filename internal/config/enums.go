@@ -114,8 +114,9 @@ const (
 	HTTP1ServerFast HTTP1Server = "fast"
 	// HTTP1ServerNetHTTP is Go's net/http server.
 	HTTP1ServerNetHTTP HTTP1Server = "net/http"
-	// HTTP1ServerLean is the daemon's own server with a second data path
-	// for the plainest exchanges, which relays them as bytes.
+	// HTTP1ServerLean, the default, is the daemon's own server with a
+	// second data path for the plainest exchanges, which relays them as
+	// bytes.
 	HTTP1ServerLean HTTP1Server = "lean"
 )
 

@@ -36,13 +36,14 @@ import (
 //
 //	go test -run XXX -bench Daemon -benchtime 20000x -count 6 ./internal/proxy
 //
-// The daemons: fast and nethttp are the relay behind each HTTP/1.x server
-// (http1_server); fast-rp and nethttp-rp the same with
-// httputil.ReverseProxy in place of the relay, as before it; fast-log is
-// fast with the access log on, written to a file (every other daemon has
-// it off); fast-nometrics is fast without the request metrics (the
-// portcullis_http_* series and the upstream histogram); fast-nolimits is
-// fast with every limit off (benchLimitsOff); floor and floor-probe are
+// The daemons: lean, fast and nethttp are the daemon with each HTTP/1.x
+// server (http1_server; lean, the default, is fast with the lean path);
+// fast-rp and nethttp-rp are fast and nethttp with httputil.ReverseProxy
+// in place of the relay, as before it; a -log suffix turns the access log
+// on, written to a file (every other daemon has it off); -nometrics
+// leaves out the request metrics (the portcullis_http_* series and the
+// upstream histogram); -nolimits turns every limit off (benchLimitsOff),
+// as in lean-log, fast-nometrics or lean-nolimits; floor and floor-probe are
 // internal/benchfloor, the least a Go proxy can do per request (without and
 // with the daemon's peek at a kept upstream connection); floor-admit is
 // floor-probe with the work a data path relaying bytes could not skip
@@ -57,7 +58,7 @@ import (
 // to prefix.NAME, and PORTCULLIS_BENCH_MEMPROFILE=prefix an allocation
 // profile (every 4 KiB allocated sampled) to prefix.NAME.
 func BenchmarkDaemon(b *testing.B) {
-	names := []string{"fast", "nethttp", "fast-rp", "nethttp-rp", "fast-log"}
+	names := []string{"lean", "fast", "nethttp", "fast-rp", "nethttp-rp", "lean-log"}
 	if s := os.Getenv("PORTCULLIS_BENCH_DAEMONS"); s != "" {
 		names = strings.Fields(s)
 	}

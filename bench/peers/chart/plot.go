@@ -15,7 +15,7 @@ import (
 // proxyColors keeps each proxy's colour the same in both panels.
 var proxyColors = map[string]color.Color{
 	"portcullis":         color.RGBA{R: 0x1f, G: 0x6f, B: 0xb4, A: 0xff},
-	"portcullis-lean":    color.RGBA{R: 0x17, G: 0xbe, B: 0xcf, A: 0xff},
+	"portcullis-fast":    color.RGBA{R: 0x17, G: 0xbe, B: 0xcf, A: 0xff},
 	"portcullis-nethttp": color.RGBA{R: 0x9a, G: 0x6f, B: 0xc4, A: 0xff},
 	"portcullis-log":     color.RGBA{R: 0x4f, G: 0x9f, B: 0xc8, A: 0xff},
 	"portcullis-rst":     color.RGBA{R: 0x7f, G: 0xb0, B: 0xe0, A: 0xff},
