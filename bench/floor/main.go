@@ -3,12 +3,14 @@
 // nginx and HAProxy (see docs/performance.md). It is not a proxy to deploy:
 // it parses, checks, limits and logs nothing.
 //
-// Usage: floor -listen ADDR -upstream HOST:PORT [-probe | -admit]
+// Usage: floor -listen ADDR -upstream HOST:PORT [-probe | -admit | -epoll]
 //
 // With -admit it probes and also does the admission work a data path
 // working on bytes could not skip (benchfloor.ServeAdmitting with
 // benchfloor.NewAdmission): what such a path could reach, beside what the
-// daemon spends.
+// daemon spends. With -epoll it relays as the floor does, but on epoll
+// loops of its own, one per GOMAXPROCS (benchfloor.ServeEpoll, Linux only):
+// what the runtime's poller and scheduler cost the floor.
 //
 // It prints "ready ADDR" once it listens and serves until SIGINT or
 // SIGTERM. Exit status: 0 after a signal, 1 when it cannot listen, 2 for bad
@@ -21,6 +23,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/seed-a07d1050/portcullis/internal/benchfloor"
@@ -36,6 +39,7 @@ func run(args []string) int {
 	upstream := fs.String("upstream", "", "HOST:PORT of the backend")
 	probe := fs.Bool("probe", false, "peek at a kept upstream connection before each reuse, as the daemon does")
 	admit := fs.Bool("admit", false, "probe, and do the admission work of a byte-level data path (the head checked, three limits, forwarding fields, metrics)")
+	epoll := fs.Bool("epoll", false, "relay on epoll loops of its own, one per GOMAXPROCS, outside Go's network poller (Linux)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -56,12 +60,20 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	fmt.Println("ready", ln.Addr())
-	if a != nil {
+	switch {
+	case *epoll:
+		stop, err := benchfloor.ServeEpoll(ln, *upstream, runtime.GOMAXPROCS(0))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer stop()
+	case a != nil:
 		go func() { _ = benchfloor.ServeAdmitting(ln, *upstream, a) }()
-	} else {
+	default:
 		go func() { _ = benchfloor.Serve(ln, *upstream, *probe) }()
 	}
+	fmt.Println("ready", ln.Addr())
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	<-sigs

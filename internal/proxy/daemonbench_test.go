@@ -48,7 +48,8 @@ import (
 // with the daemon's peek at a kept upstream connection); floor-admit is
 // floor-probe with the work a data path relaying bytes could not skip
 // (benchfloor.ServeAdmitting with benchLimitsOn's limits: see
-// benchAdmission); nginx and haproxy are
+// benchAdmission); floor-epoll is the floor on epoll loops of its own, one
+// per GOMAXPROCS, outside the runtime's poller (benchfloor.ServeEpoll); nginx and haproxy are
 // those proxies with their bench/peers configurations, when installed
 // (name them in PORTCULLIS_BENCH_DAEMONS, a space-separated list that
 // replaces the default set). A Go daemon's name may end in @N to run it
@@ -114,7 +115,7 @@ func runBenchChild(name string) int {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		return 0
 	}
-	if name == "floor" || name == "floor-probe" || name == "floor-admit" {
+	if name == "floor" || name == "floor-probe" || name == "floor-admit" || name == "floor-epoll" {
 		return runFloor(name)
 	}
 	server, rest, _ := strings.Cut(name, "-")
@@ -154,8 +155,8 @@ func runBenchChild(name string) int {
 }
 
 // runFloor serves internal/benchfloor in front of the backend until
-// standard input closes: floor, floor-probe, or floor-admit (the probing
-// floor with benchAdmission's work).
+// standard input closes: floor, floor-probe, floor-admit (the probing
+// floor with benchAdmission's work) or floor-epoll.
 func runFloor(name string) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -172,6 +173,13 @@ func runFloor(name string) int {
 			return 1
 		}
 		go func() { _ = benchfloor.ServeAdmitting(ln, backend, a) }()
+	case "floor-epoll":
+		stop, err := benchfloor.ServeEpoll(ln, backend, runtime.GOMAXPROCS(0))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer stop()
 	default:
 		go func() { _ = benchfloor.Serve(ln, backend, name == "floor-probe") }()
 	}

@@ -1,0 +1,79 @@
+package benchfloor
+
+import (
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/backend"
+)
+
+// startEpoll serves ServeEpoll with two workers in front of a backend and
+// returns its address and stop.
+func startEpoll(t *testing.T) (string, func()) {
+	t.Helper()
+	be, err := backend.StartConfig("127.0.0.1:0", backend.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	stop, err := ServeEpoll(ln, be.Addr(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return ln.Addr().String(), stop
+}
+
+// TestEpollRelaysKeepAliveRequests: requests on several connections, each
+// kept alive, get the backend's whole answer, whichever worker took them.
+func TestEpollRelaysKeepAliveRequests(t *testing.T) {
+	addr, _ := startEpoll(t)
+	for range 4 {
+		getWhole(t, addr, "GET / HTTP/1.1\r\nHost: floor.test\r\n\r\n", 3)
+	}
+}
+
+func TestEpollClosesOnWhatItDoesNotRelay(t *testing.T) {
+	addr, _ := startEpoll(t)
+	expectClosed(t, addr, "POST / HTTP/1.1\r\nHost: floor.test\r\nContent-Length: 2\r\n\r\nhi")
+}
+
+// TestEpollStopClosesEverything: stop closes the connections the workers
+// hold and leaves no descriptor of theirs open.
+func TestEpollStopClosesEverything(t *testing.T) {
+	before := openFDs(t)
+	addr, stop := startEpoll(t)
+	c := dialFor(t, addr)
+	defer c.Close()
+	getWhole(t, addr, "GET / HTTP/1.1\r\nHost: floor.test\r\n\r\n", 1)
+	stop()
+	var buf [1]byte
+	if n, err := c.Read(buf[:]); err == nil {
+		t.Fatalf("read %d bytes from a connection stop should have closed", n)
+	}
+	// The listener and the backend are still open, closed by Cleanup: at
+	// most theirs (listener, backend listener, its connections) remain.
+	deadline := time.Now().Add(5 * time.Second)
+	for openFDs(t) > before+4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d descriptors open after stop, %d before start", openFDs(t), before)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}

@@ -1,0 +1,14 @@
+//go:build !linux
+
+package benchfloor
+
+import (
+	"errors"
+	"fmt"
+	"net"
+)
+
+// ServeEpoll is Linux only (it runs epoll loops of its own).
+func ServeEpoll(ln net.Listener, upstream string, workers int) (stop func(), err error) {
+	return nil, fmt.Errorf("floor: ServeEpoll: %w", errors.ErrUnsupported)
+}
