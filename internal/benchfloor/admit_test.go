@@ -3,7 +3,6 @@ package benchfloor
 import (
 	"bufio"
 	"io"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/seed-a07d1050/portcullis/internal/backend"
 	"github.com/seed-a07d1050/portcullis/limit"
 )
 
@@ -20,11 +18,7 @@ import (
 // and admission.
 func startAdmitting(t *testing.T, permits int, delay time.Duration) (string, *Admission) {
 	t.Helper()
-	be, err := backend.StartConfig("127.0.0.1:0", backend.Config{Delay: delay})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { be.Close() })
+	upstream, ln := startBackend(t, delay)
 	a := &Admission{
 		Host: "floor.test", PathPrefix: "/bytes",
 		Requests: prometheus.NewCounter(prometheus.CounterOpts{Name: "requests_total"}),
@@ -38,12 +32,8 @@ func startAdmitting(t *testing.T, permits int, delay time.Duration) (string, *Ad
 		}
 		a.Limiters = append(a.Limiters, l)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	done := make(chan struct{})
-	go func() { _ = ServeAdmitting(ln, be.Addr(), a); close(done) }()
+	go func() { _ = ServeAdmitting(ln, upstream, a); close(done) }()
 	t.Cleanup(func() { ln.Close(); <-done })
 	return ln.Addr().String(), a
 }

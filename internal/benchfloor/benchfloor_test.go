@@ -13,9 +13,12 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/backend"
 )
 
-func startFloor(t *testing.T, probe bool) string {
+// startBackend starts a backend that answers after delay and a listener
+// for a floor in front of it, both closed when t ends (the listener
+// perhaps twice), and returns the backend's address and the listener.
+func startBackend(t *testing.T, delay time.Duration) (string, net.Listener) {
 	t.Helper()
-	be, err := backend.StartConfig("127.0.0.1:0", backend.Config{})
+	be, err := backend.StartConfig("127.0.0.1:0", backend.Config{Delay: delay})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,8 +27,15 @@ func startFloor(t *testing.T, probe bool) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { ln.Close() })
+	return be.Addr(), ln
+}
+
+func startFloor(t *testing.T, probe bool) string {
+	t.Helper()
+	upstream, ln := startBackend(t, 0)
 	done := make(chan struct{})
-	go func() { _ = Serve(ln, be.Addr(), probe); close(done) }()
+	go func() { _ = Serve(ln, upstream, probe); close(done) }()
 	t.Cleanup(func() { ln.Close(); <-done })
 	return ln.Addr().String()
 }

@@ -211,17 +211,9 @@ func (w *epollWorker) ready(p *epollPair, fd int, events uint32) {
 // fromClient reads from the client and, once a whole request head is in,
 // sends it upstream.
 func (w *epollWorker) fromClient(p *epollPair) bool {
-	if p.n == len(p.in) {
-		return false
+	if read, ok := readMore(p.client, p.in, &p.n); !read {
+		return ok
 	}
-	k, err := unix.Read(p.client, p.in[p.n:])
-	if err == unix.EAGAIN {
-		return true
-	}
-	if err != nil || k <= 0 {
-		return false
-	}
-	p.n += k
 	i := bytes.Index(p.in[:p.n], []byte("\r\n\r\n"))
 	switch {
 	case i < 0:
@@ -239,17 +231,9 @@ func (w *epollWorker) fromClient(p *epollPair) bool {
 // fromUpstream reads the answer and, once it is whole, writes it to the
 // client.
 func (w *epollWorker) fromUpstream(p *epollPair) bool {
-	if p.m == len(p.out) {
-		return false
+	if read, ok := readMore(p.up, p.out, &p.m); !read {
+		return ok
 	}
-	k, err := unix.Read(p.up, p.out[p.m:])
-	if err == unix.EAGAIN {
-		return true
-	}
-	if err != nil || k <= 0 {
-		return false
-	}
-	p.m += k
 	if p.end < 0 {
 		i := bytes.Index(p.out[:p.m], []byte("\r\n\r\n"))
 		if i < 0 {
@@ -272,6 +256,24 @@ func (w *epollWorker) fromUpstream(p *epollPair) bool {
 	}
 	p.m, p.end = 0, -1
 	return true
+}
+
+// readMore reads from fd into buf after the *n bytes it holds. It reports
+// whether bytes came, and when none did, whether the connection may stay
+// (nothing to read yet) or is to close (buf full, an error, the end).
+func readMore(fd int, buf []byte, n *int) (read, ok bool) {
+	if *n == len(buf) {
+		return false, false
+	}
+	k, err := unix.Read(fd, buf[*n:])
+	if err == unix.EAGAIN {
+		return false, true
+	}
+	if err != nil || k <= 0 {
+		return false, false
+	}
+	*n += k
+	return true, true
 }
 
 // writeAll writes b to fd, which must take it all without blocking.

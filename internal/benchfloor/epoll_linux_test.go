@@ -1,29 +1,17 @@
 package benchfloor
 
 import (
-	"net"
 	"os"
 	"testing"
 	"time"
-
-	"github.com/seed-a07d1050/portcullis/internal/backend"
 )
 
 // startEpoll serves ServeEpoll with two workers in front of a backend and
 // returns its address and stop.
 func startEpoll(t *testing.T) (string, func()) {
 	t.Helper()
-	be, err := backend.StartConfig("127.0.0.1:0", backend.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { be.Close() })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	stop, err := ServeEpoll(ln, be.Addr(), 2)
+	upstream, ln := startBackend(t, 0)
+	stop, err := ServeEpoll(ln, upstream, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
