@@ -130,8 +130,24 @@ func sourceAddrs(cfg siege.Config) []netip.Addr {
 }
 
 // siegeGoroutines returns the stacks of goroutines running code of package
-// siege (the external test package's frames read "siege_test.", not "siege.").
+// siege (the external test package's frames read "siege_test.", not "siege.")
+// that are still there after up to a second. A goroutine Run waited for may
+// still be leaving its last frame when Run returns: an AfterFunc callback
+// that closed the channel Run waits on is runnable at its closing brace
+// for a moment (a clean-clone CI run saw one). One that is blocked stays,
+// and is reported.
 func siegeGoroutines() []string {
+	deadline := time.Now().Add(time.Second)
+	for {
+		g := siegeStacks()
+		if len(g) == 0 || time.Now().After(deadline) {
+			return g
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func siegeStacks() []string {
 	buf := make([]byte, 4<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	var out []string
