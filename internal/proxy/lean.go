@@ -375,7 +375,9 @@ func (lx *leanExchange) answer(x *http1.Exchange, r *http.Request, resp *http.Re
 	kept := cutHopFields(lx.fields)
 	b := http1.AppendStatusLine(lx.buf[:0], resp.StatusCode)
 	b = appendSortedFields(b, kept)
-	if firstField(kept, "Date") == "" {
+	// As the server decides: a Date field the upstream sent, even empty,
+	// stands in for the server's.
+	if !slices.ContainsFunc(kept, func(f httpfield.Field) bool { return f.Name == "Date" }) {
 		b = append(b, "Date: "...)
 		b = http1.AppendDate(b)
 		b = append(b, "\r\n"...)

@@ -1,0 +1,167 @@
+package proxy_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/proxy"
+)
+
+// fuzzBackend answers every request it reads with the bytes of answer,
+// then closes the connection, so that each answer stands alone: a body
+// shorter than its framing says ends with the connection, on every path.
+type fuzzBackend struct {
+	ln     net.Listener
+	answer atomic.Pointer[string]
+}
+
+func startFuzzBackend(tb testing.TB) *fuzzBackend {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	b := &fuzzBackend{ln: ln}
+	var wg sync.WaitGroup
+	tb.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { b.serve(c) })
+		}
+	})
+	return b
+}
+
+func (b *fuzzBackend) serve(c net.Conn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return
+		}
+		if line == "\r\n" {
+			break
+		}
+	}
+	_, _ = io.WriteString(c, *b.answer.Load())
+}
+
+// FuzzLeanAnswerMatchesFast holds what a client receives from the lean
+// path to what it receives from the fast path, byte for byte but for Date,
+// whatever the upstream answers: the lean path writes the answers it
+// judges simple itself and hands every other to the relay's code, and a
+// misjudged answer (a field it should have cut or refused, a length it
+// should not have trusted) would show here as different bytes. The seeds
+// are the differential test's answers.
+//
+// Each execution is two exchanges over loopback sockets. ci:fuzztime 3000x
+func FuzzLeanAnswerMatchesFast(f *testing.F) {
+	for _, answer := range leanAnswers {
+		f.Add(answer)
+	}
+	f.Add("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nabcEXTRA")
+	f.Add("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc")
+	f.Add("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length:  3 \r\nX-A:\tb \r\n\r\nabc")
+	f.Add("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nX-Bad: a\rb\r\n\r\nabc")
+	f.Add("HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nabc")
+	f.Add("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 3\r\nx-lower: 1\r\n\r\nabc")
+
+	type daemon struct {
+		srv     *proxy.Server
+		addr    string
+		backend *fuzzBackend
+	}
+	var daemons []daemon
+	for _, server := range []config.HTTP1Server{config.HTTP1ServerFast, config.HTTP1ServerLean} {
+		b := startFuzzBackend(f)
+		cfg := parseConfig(f, leanDiffConfig, "http://"+b.ln.Addr().String())
+		cfg.Listeners[0].HTTP1Server = server
+		off := false
+		cfg.Log.AccessLog = &off
+		srv, err := proxy.Start(cfg, proxy.Options{LogOutput: io.Discard})
+		if err != nil {
+			f.Fatal(err)
+		}
+		daemons = append(daemons, daemon{srv, srv.Addr("web").String(), b})
+	}
+	f.Cleanup(func() {
+		for _, d := range daemons {
+			if !waitUntil(func() bool { return d.srv.Snapshot().InUse() == 0 }) {
+				f.Errorf("permits or connections still held after the last exchange: %+v", d.srv.Snapshot())
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = d.srv.Shutdown(ctx)
+			cancel()
+		}
+	})
+
+	const request = "GET /f?q=1 HTTP/1.1\r\nHost: app.test\r\nAccept: */*\r\n\r\n"
+	f.Fuzz(func(t *testing.T, answer string) {
+		if len(answer) > 48<<10 {
+			return
+		}
+		var got [2]string
+		for i, d := range daemons {
+			d.backend.answer.Store(&answer)
+			got[i] = exchangeResetting(t, d.addr, request)
+		}
+		if got[0] != got[1] {
+			t.Errorf("upstream answer %q:\nthe fast path gave %q\nthe lean path gave %q",
+				answer, got[0], got[1])
+		}
+	})
+}
+
+// exchangeResetting sends request on a new connection to addr and returns
+// what came back, up to the end of the response or of the connection,
+// without its Date field, as leanExchangeRaw does; then it resets the
+// connection, so that thousands of executions leave no TIME_WAIT behind
+// to run out of ports. An answer slower than 3 s fails t: every upstream
+// answer here comes at once and ends with its connection.
+func exchangeResetting(t *testing.T, addr, request string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.(*net.TCPConn).SetLinger(0)
+	start := time.Now()
+	_ = c.SetDeadline(start.Add(3 * time.Second))
+	if _, err := io.WriteString(c, request); err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	br := bufio.NewReader(io.TeeReader(c, &got))
+	for {
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
+		if err != nil {
+			break
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode >= 200 {
+			break
+		}
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the exchange took %v; got %q", d, got.String())
+	}
+	out := got.Bytes()[:got.Len()-br.Buffered()]
+	return leanDateLine.ReplaceAllString(string(out), "Date: -\r\n")
+}
