@@ -2,12 +2,10 @@ package proxy_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"io"
 	"net"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,17 +29,7 @@ func startFuzzBackend(tb testing.TB) *fuzzBackend {
 		tb.Fatal(err)
 	}
 	b := &fuzzBackend{ln: ln}
-	var wg sync.WaitGroup
-	tb.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() { b.serve(c) })
-		}
-	})
+	serveEach(tb, ln, b.serve)
 	return b
 }
 
@@ -146,22 +134,9 @@ func exchangeResetting(t *testing.T, addr, request string) string {
 	if _, err := io.WriteString(c, request); err != nil {
 		t.Fatal(err)
 	}
-	var got bytes.Buffer
-	br := bufio.NewReader(io.TeeReader(c, &got))
-	for {
-		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
-		if err != nil {
-			break
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode >= 200 {
-			break
-		}
-	}
+	got := readAnswer(c, http.MethodGet)
 	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("the exchange took %v; got %q", d, got.String())
+		t.Errorf("the exchange took %v; got %q", d, got)
 	}
-	out := got.Bytes()[:got.Len()-br.Buffered()]
-	return leanDateLine.ReplaceAllString(string(out), "Date: -\r\n")
+	return got
 }

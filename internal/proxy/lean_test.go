@@ -37,18 +37,24 @@ func startRawBackend(t *testing.T, answers map[string]string) *rawBackend {
 		t.Fatal(err)
 	}
 	b := &rawBackend{ln: ln, answers: answers}
+	serveEach(t, ln, b.serve)
+	return b
+}
+
+// serveEach serves every connection ln accepts with serve, on a goroutine
+// of its own, until tb ends, when it closes ln and waits for them all.
+func serveEach(tb testing.TB, ln net.Listener, serve func(net.Conn)) {
 	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	tb.Cleanup(func() { ln.Close(); wg.Wait() })
 	wg.Go(func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			wg.Go(func() { b.serve(c) })
+			wg.Go(func() { serve(c) })
 		}
 	})
-	return b
 }
 
 func (b *rawBackend) serve(c net.Conn) {
@@ -274,9 +280,16 @@ func leanExchangeRaw(t *testing.T, addr, request string) string {
 	if _, err := io.WriteString(c, request); err != nil {
 		t.Fatal(err)
 	}
+	method, _, _ := strings.Cut(request, " ")
+	return readAnswer(c, method)
+}
+
+// readAnswer reads from c the answer to a request with method: the
+// informational responses and the final one, or what came before the
+// connection ended; without its Date field.
+func readAnswer(c net.Conn, method string) string {
 	var got bytes.Buffer
 	br := bufio.NewReader(io.TeeReader(c, &got))
-	method, _, _ := strings.Cut(request, " ")
 	for {
 		resp, err := http.ReadResponse(br, &http.Request{Method: method})
 		if err != nil {
