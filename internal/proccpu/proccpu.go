@@ -28,9 +28,26 @@ func Of(pid string) (time.Duration, error) {
 // WithChildren returns the CPU time of process pid and of its direct
 // children (nginx's workers, say), those alive now.
 func WithChildren(pid int) (time.Duration, error) {
-	total, err := Of(strconv.Itoa(pid))
+	t, err := TimesWithChildren(pid)
+	return t.User + t.System, err
+}
+
+// Times is a process's CPU time split by where it was spent: in its own
+// code (User) and in the kernel on its behalf (System), which for a
+// proxy is mostly its system calls.
+type Times struct {
+	User, System time.Duration
+}
+
+// TimesWithChildren is WithChildren split into user and system time.
+func TimesWithChildren(pid int) (Times, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, err
+		return Times{}, fmt.Errorf("proccpu: reading CPU time of %d: %w", pid, err)
+	}
+	total, err := ParseTimes(b)
+	if err != nil {
+		return Times{}, err
 	}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -41,33 +58,40 @@ func WithChildren(pid int) (time.Duration, error) {
 		if err != nil || parent(b) != pid {
 			continue // gone, or not a child
 		}
-		if d, err := Parse(b); err == nil {
-			total += d
+		if t, err := ParseTimes(b); err == nil {
+			total.User += t.User
+			total.System += t.System
 		}
 	}
 	return total, nil
 }
 
 // Parse reads utime and stime (fields 14 and 15) from the contents of
-// /proc/PID/stat. The command name (field 2) may hold spaces and
-// parentheses, so fields are counted from the last ')'.
+// /proc/PID/stat and returns their sum. The command name (field 2) may
+// hold spaces and parentheses, so fields are counted from the last ')'.
 func Parse(b []byte) (time.Duration, error) {
+	t, err := ParseTimes(b)
+	return t.User + t.System, err
+}
+
+// ParseTimes is Parse with utime and stime apart.
+func ParseTimes(b []byte) (Times, error) {
 	fields, err := afterName(b)
 	if err != nil {
-		return 0, err
+		return Times{}, err
 	}
 	if len(fields) < 13 {
-		return 0, fmt.Errorf("proccpu: /proc stat has %d fields after the name, want ≥ 13", len(fields))
+		return Times{}, fmt.Errorf("proccpu: /proc stat has %d fields after the name, want ≥ 13", len(fields))
 	}
-	var total time.Duration
-	for _, f := range fields[11:13] {
-		ticks, err := strconv.ParseUint(string(f), 10, 63)
-		if err != nil || ticks > uint64(1<<61/clockTick) {
-			return 0, fmt.Errorf("proccpu: /proc stat CPU field %.30q is not a tick count", f)
+	var ticks [2]time.Duration
+	for i, f := range fields[11:13] {
+		n, err := strconv.ParseUint(string(f), 10, 63)
+		if err != nil || n > uint64(1<<61/clockTick) {
+			return Times{}, fmt.Errorf("proccpu: /proc stat CPU field %.30q is not a tick count", f)
 		}
-		total += time.Duration(ticks) * clockTick
+		ticks[i] = time.Duration(n) * clockTick
 	}
-	return total, nil
+	return Times{User: ticks[0], System: ticks[1]}, nil
 }
 
 // parent returns the parent PID (field 4) of a /proc/PID/stat, or -1.

@@ -21,6 +21,7 @@ func TestParse(t *testing.T) {
 		wantErr bool
 	}{
 		{name: "plain", in: line("portcullis", "150", "50"), want: 2 * time.Second},
+		{name: "user only", in: line("portcullis", "7", "0"), want: 70 * time.Millisecond},
 		{name: "name with spaces and parens", in: line("a) (b c", "1", "2"), want: 30 * time.Millisecond},
 		{name: "zero", in: line("x", "0", "0"), want: 0},
 		{name: "no name", in: "42 x S 1 2", wantErr: true},
@@ -34,9 +35,21 @@ func TestParse(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := Parse([]byte(tc.in))
 			if (err != nil) != tc.wantErr || got != tc.want {
-				t.Errorf("parseProcStat = %v, %v; want %v, error %v", got, err, tc.want, tc.wantErr)
+				t.Errorf("Parse = %v, %v; want %v, error %v", got, err, tc.want, tc.wantErr)
+			}
+			times, err := ParseTimes([]byte(tc.in))
+			if (err != nil) != tc.wantErr || times.User+times.System != tc.want {
+				t.Errorf("ParseTimes = %+v, %v; want a sum of %v, error %v", times, err, tc.want, tc.wantErr)
 			}
 		})
+	}
+}
+
+func TestParseTimesKeepsUserAndSystemApart(t *testing.T) {
+	got, err := ParseTimes([]byte("42 (p) S 1 2 3 4 5 6 7 8 9 10 150 50 13 14\n"))
+	want := Times{User: 1500 * time.Millisecond, System: 500 * time.Millisecond}
+	if err != nil || got != want {
+		t.Errorf("ParseTimes = %+v, %v; want %+v", got, err, want)
 	}
 }
 

@@ -342,14 +342,14 @@ func (c *benchChild) stop() {
 	}
 }
 
-// cpuTime returns the user + system CPU time of the child and of its own
-// children (nginx's workers).
-func (c *benchChild) cpuTime(b *testing.B) time.Duration {
-	d, err := proccpu.WithChildren(c.cmd.Process.Pid)
+// cpuTime returns the user and system CPU time of the child and of its
+// own children (nginx's workers).
+func (c *benchChild) cpuTime(b *testing.B) proccpu.Times {
+	t, err := proccpu.TimesWithChildren(c.cmd.Process.Pid)
 	if err != nil {
 		b.Skipf("no /proc: %v", err) // CPU time is read from /proc on Linux only
 	}
-	return d
+	return t
 }
 
 const (
@@ -379,6 +379,7 @@ func benchDaemons(b *testing.B, names []string) {
 		benchclient.Drive(b, conns[i], 2*benchConns) // warm up
 	}
 	cpu := make([]time.Duration, len(names))
+	sys := make([]time.Duration, len(names))
 	wall := make([]time.Duration, len(names))
 	const batch = 2000
 	b.ResetTimer()
@@ -387,12 +388,15 @@ func benchDaemons(b *testing.B, names []string) {
 		for i, c := range children {
 			c0 := c.cpuTime(b)
 			wall[i] += benchclient.Drive(b, conns[i], n)
-			cpu[i] += c.cpuTime(b) - c0
+			c1 := c.cpuTime(b)
+			cpu[i] += c1.User + c1.System - c0.User - c0.System
+			sys[i] += c1.System - c0.System
 		}
 	}
 	b.StopTimer()
 	for i, name := range names {
 		b.ReportMetric(float64(cpu[i].Microseconds())/float64(b.N), name+"-cpu-µs/req")
+		b.ReportMetric(float64(sys[i].Microseconds())/float64(b.N), name+"-sys-µs/req")
 		b.ReportMetric(float64(b.N)/wall[i].Seconds(), name+"-req/s")
 		if i > 0 && cpu[0] > 0 {
 			b.ReportMetric(float64(cpu[i])/float64(cpu[0]), name+"/"+names[0]+"-cpu")
