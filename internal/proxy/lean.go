@@ -203,7 +203,9 @@ func (lt *leanTable) take(f *front, r *http.Request) (*route, bool) {
 // leanRequest reports whether r is a request the lean path takes: a GET
 // of HTTP/1.1, kept alive, in origin form with a clean path, whose header
 // names no field the relay would treat specially. The server offers only
-// requests without a body or Expect.
+// requests without a body or Expect. A Connection field is taken (browsers
+// send "Connection: keep-alive"): "close" has set r.Close, and the fields
+// it names are left out of the upstream head (see upstreamHead).
 func leanRequest(r *http.Request) bool {
 	if r.Method != http.MethodGet || r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.Close {
 		return false
@@ -212,7 +214,7 @@ func leanRequest(r *http.Request) bool {
 		return false
 	}
 	h := r.Header
-	for _, name := range [...]string{"Connection", "Upgrade", "Te", "Trailer", "Transfer-Encoding", "Expect", "Content-Length"} {
+	for _, name := range [...]string{"Upgrade", "Te", "Trailer", "Transfer-Encoding", "Expect", "Content-Length"} {
 		if _, ok := h[name]; ok {
 			return false
 		}
@@ -314,8 +316,14 @@ func (lx *leanExchange) handOver(x *http1.Exchange, o *exchangeOpts, start time.
 // Host the client asked for, the client's fields but the hop-by-hop ones,
 // those the Connection field names, the forwarding fields and their
 // look-alikes, then the forwarding fields. It reports false when the
-// request is one to hand over instead (no peer address to vouch for).
+// request is one to hand over instead (no peer address to vouch for, or a
+// Connection field naming more fields than it keeps track of).
 func (lx *leanExchange) upstreamHead(r *http.Request, rl *relay, u *upstream) (uptransport.Head, bool) {
+	var named [maxNamedHops]string
+	dropped, ok := connectionNamed(r.Header["Connection"], named[:0])
+	if !ok {
+		return uptransport.Head{}, false
+	}
 	peer := peerAddr(r)
 	trusted := rl.fw.trusts(peer)
 	vals, forwarded, ok := rl.fw.values(r, peer, trusted, lx.fwd[:])
@@ -338,7 +346,7 @@ func (lx *leanExchange) upstreamHead(r *http.Request, rl *relay, u *upstream) (u
 	b = append(b, "\r\n"...)
 	for name, values := range r.Header {
 		if isHopHeader(name) || isForwardingHeader(name) || name == hdrXRealIP || name == "Host" ||
-			stripped(name, trusted) {
+			stripped(name, trusted) || slices.Contains(dropped, name) {
 			continue
 		}
 		for _, v := range values {
@@ -355,6 +363,31 @@ func (lx *leanExchange) upstreamHead(r *http.Request, rl *relay, u *upstream) (u
 	b = append(b, "\r\n"...)
 	lx.buf = b
 	return uptransport.Head{Addr: u.host, Method: r.Method, Bytes: b}, true
+}
+
+// maxNamedHops is how many fields a request's Connection field may name
+// for the lean path to relay it: clients name one or two ("keep-alive",
+// "Upgrade"); a request naming more is handed to the relay's own code.
+const maxNamedHops = 4
+
+// connectionNamed appends to dst the header names of the fields the
+// Connection field values conn name, as the relay's outbound would delete
+// them (canonicalToken), and reports false when they are more than dst
+// has room for.
+func connectionNamed(conn []string, dst []string) ([]string, bool) {
+	for _, v := range conn {
+		for token := range strings.SplitSeq(v, ",") {
+			token = textproto.TrimString(token)
+			if token == "" {
+				continue
+			}
+			if len(dst) == cap(dst) {
+				return dst, false
+			}
+			dst = append(dst, canonicalToken(token))
+		}
+	}
+	return dst, true
 }
 
 func appendField(b []byte, name, value string) []byte {

@@ -163,7 +163,12 @@ var leanCases = []leanCase{
 	{"upstream reset", "GET /reset HTTP/1.1\r\nHost: app.test\r\n\r\n", "handed_over"},
 	{"head", "HEAD /simple HTTP/1.1\r\nHost: app.test\r\n\r\n", "declined"},
 	{"post", "POST /simple HTTP/1.1\r\nHost: app.test\r\nContent-Length: 3\r\n\r\nabc", ""}, // has a body: not offered
-	{"connection field", "GET /simple HTTP/1.1\r\nHost: app.test\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\n\r\n", "declined"},
+	{"keep-alive", "GET /simple HTTP/1.1\r\nHost: app.test\r\nConnection: keep-alive\r\nKeep-Alive: 300\r\n\r\n", "relayed"},
+	{"connection field", "GET /simple HTTP/1.1\r\nHost: app.test\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nX-Kept: 1\r\n\r\n", "relayed"},
+	{"connection naming forwarding", "GET /simple HTTP/1.1\r\nHost: app.test\r\nConnection: X-Forwarded-For,x-real-ip, ,cookie\r\n" +
+		"X-Forwarded-For: 6.6.6.6\r\nCookie: a\r\nX-Kept: 1\r\n\r\n", "relayed"},
+	{"connection naming many", "GET /simple HTTP/1.1\r\nHost: app.test\r\nConnection: a, b, c, d, e\r\nA: 1\r\nE: 5\r\nX-Kept: 1\r\n\r\n", "handed_over"},
+	{"connection close", "GET /simple HTTP/1.1\r\nHost: app.test\r\nConnection: keep-alive, close\r\n\r\n", "declined"},
 	{"upgrade", "GET /simple HTTP/1.1\r\nHost: app.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", "declined"},
 	{"unclean path", "GET /a/../simple HTTP/1.1\r\nHost: app.test\r\n\r\n", "declined"},
 	{"HTTP/1.0", "GET /simple HTTP/1.0\r\nHost: app.test\r\n\r\n", "declined"},
