@@ -239,26 +239,35 @@ func headOf(h Head) (requestHead, error) {
 
 // headLines reports whether b is lines that end in CRLF, with no CR or LF
 // elsewhere, of which the first empty one is the last, and returns the
-// length of the first line without its CRLF.
+// length of the first line without its CRLF. It looks for the CRs, each
+// of which must end a line, then counts the LFs: one more than the lines
+// found is a bare LF. (Two searches per line cost the lean path more than
+// a microsecond on a browser's head.)
 func headLines(b []byte) (first int, ok bool) {
 	if len(b) < 4 || string(b[len(b)-4:]) != "\r\n\r\n" {
 		return 0, false
 	}
-	for start := 0; start < len(b); {
-		n := bytes.IndexByte(b[start:], '\n') // the line with its CR
-		if n < 1 || bytes.IndexByte(b[start:start+n], '\r') != n-1 {
+	lines := 0
+	for start := 0; start < len(b); lines++ {
+		n := bytes.IndexByte(b[start:], '\r') // the line without its CRLF
+		if n < 0 || start+n+1 == len(b) || b[start+n+1] != '\n' {
 			return 0, false
 		}
 		if start == 0 {
-			first = n - 1
+			first = n
 		}
-		if n == 1 && start+2 != len(b) {
+		if n == 0 && start+2 != len(b) {
 			return 0, false // an empty line before the last
 		}
-		start += n + 1
+		start += n + 2
+	}
+	if bytes.Count(b, lf) != lines {
+		return 0, false
 	}
 	return first, true
 }
+
+var lf = []byte{'\n'}
 
 var (
 	idempotencyKey  = []byte("idempotency-key:")

@@ -718,3 +718,68 @@ func TestSendHeadSettlesEveryConnection(t *testing.T) {
 		t.Fatal(v)
 	}
 }
+
+// headLinesByLine is headLines as it was first written, a line at a time:
+// the reference FuzzHeadLines holds the faster one to.
+func headLinesByLine(b []byte) (first int, ok bool) {
+	if len(b) < 4 || string(b[len(b)-4:]) != "\r\n\r\n" {
+		return 0, false
+	}
+	for start := 0; start < len(b); {
+		n := bytes.IndexByte(b[start:], '\n') // the line with its CR
+		if n < 1 || bytes.IndexByte(b[start:start+n], '\r') != n-1 {
+			return 0, false
+		}
+		if start == 0 {
+			first = n - 1
+		}
+		if n == 1 && start+2 != len(b) {
+			return 0, false // an empty line before the last
+		}
+		start += n + 1
+	}
+	return first, true
+}
+
+// FuzzHeadLines requires headLines to judge every head as the line by line
+// reference does, and to find the same first line.
+// ci:fuzztime 20000x
+func FuzzHeadLines(f *testing.F) {
+	for _, s := range []string{
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\n", "GET / HTTP/1.1\r\n\r\n", "\r\n\r\n", "\r\n\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\nb\r\n\r\n", "GET / HTTP/1.1\r\nHost: a\rb\r\n\r\n", "GET / HTTP/1.1\r\n\r\nX: 1\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\r\n\r\n", "GET / HTTP/1.1\n\r\n\r\n", "\r\r\n\n\r\n\r\n", "x\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		first, ok := headLines(b)
+		wantFirst, wantOK := headLinesByLine(b)
+		if ok != wantOK || ok && first != wantFirst {
+			t.Fatalf("headLines(%q) = %d, %v; the line by line reference says %d, %v", b, first, ok, wantFirst, wantOK)
+		}
+	})
+}
+
+// BenchmarkHeadLines compares headLines with its line by line reference on
+// the head the lean path sends for a browser's request.
+func BenchmarkHeadLines(b *testing.B) {
+	head := []byte("GET /assets/app.js?v=3 HTTP/1.1\r\nHost: app.example\r\n" +
+		"User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0\r\n" +
+		"Accept: */*\r\nAccept-Language: en-US,en;q=0.5\r\nAccept-Encoding: gzip, deflate, br\r\n" +
+		"Referer: https://app.example/\r\nCookie: session=0123456789abcdef; theme=dark\r\n" +
+		"Sec-Fetch-Dest: script\r\nSec-Fetch-Mode: no-cors\r\nSec-Fetch-Site: same-origin\r\n" +
+		"X-Forwarded-For: 127.0.0.2\r\nX-Real-Ip: 127.0.0.2\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: app.example\r\n\r\n")
+	for _, bc := range []struct {
+		name string
+		fn   func([]byte) (int, bool)
+	}{{"scan", headLines}, {"by-line", headLinesByLine}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, ok := bc.fn(head); !ok {
+					b.Fatal("head refused")
+				}
+			}
+		})
+	}
+}
