@@ -3,14 +3,16 @@
 // nginx and HAProxy (see docs/performance.md). It is not a proxy to deploy:
 // it parses, checks, limits and logs nothing.
 //
-// Usage: floor -listen ADDR -upstream HOST:PORT [-probe | -admit | -epoll]
+// Usage: floor -listen ADDR -upstream HOST:PORT [-probe | -admit] [-epoll]
 //
 // With -admit it probes and also does the admission work a data path
 // working on bytes could not skip (benchfloor.ServeAdmitting with
 // benchfloor.NewAdmission): what such a path could reach, beside what the
 // daemon spends. With -epoll it relays as the floor does, but on epoll
 // loops of its own, one per GOMAXPROCS (benchfloor.ServeEpoll, Linux only):
-// what the runtime's poller and scheduler cost the floor.
+// what the runtime's poller and scheduler cost the floor. With both, it
+// does the admission work on those loops (benchfloor.ServeEpollAdmitting):
+// what a data path shaped like nginx's workers could reach with it.
 //
 // It prints "ready ADDR" once it listens and serves until SIGINT or
 // SIGTERM. Exit status: 0 after a signal, 1 when it cannot listen, 2 for bad
@@ -62,7 +64,13 @@ func run(args []string) int {
 	}
 	switch {
 	case *epoll:
-		stop, err := benchfloor.ServeEpoll(ln, *upstream, runtime.GOMAXPROCS(0))
+		serve := benchfloor.ServeEpoll
+		if a != nil {
+			serve = func(ln net.Listener, upstream string, workers int) (func(), error) {
+				return benchfloor.ServeEpollAdmitting(ln, upstream, workers, a)
+			}
+		}
+		stop, err := serve(ln, *upstream, runtime.GOMAXPROCS(0))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1

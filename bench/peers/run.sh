@@ -12,7 +12,7 @@
 #   --warmup D    attacker alone before each attack window (default 3s)
 #   --proxies L   which proxies to run (default "portcullis portcullis-fast
 #                 portcullis-nethttp portcullis-log nginx haproxy floor
-#                 floor-admit"). portcullis is
+#                 floor-admit floor-epoll-admit"). portcullis is
 #                 the daemon with every limit on and the access log off
 #                 (bench/peers/portcullis.yaml: its own HTTP/1.1 server with
 #                 the lean path, the default);
@@ -26,8 +26,10 @@
 #                 portcullis-rst refuses with RST (portcullis-rst.yaml); floor
 #                 is bench/floor, the least a Go proxy does per request, and
 #                 floor-admit bench/floor -admit, the floor plus the admission
-#                 work a byte-level data path could not skip (throughput
-#                 scenario only, both: references for the daemon's cost)
+#                 work a byte-level data path could not skip, and
+#                 floor-epoll-admit bench/floor -admit -epoll, the same work
+#                 on epoll loops of its own outside Go's poller (throughput
+#                 scenario only, all three: references for the daemon's cost)
 #   --no-profile  skip the pprof CPU profiles of Portcullis
 #   --no-throughput  skip the throughput scenario (attacks only)
 #   --no-attacks  skip the attack scenarios and their baseline (throughput only)
@@ -43,15 +45,15 @@
 # install nginx-light and haproxy). It never starts or stops a system service:
 # every process it starts runs in the foreground from a config under a temp
 # directory, and is stopped by its PID when the script ends, however it ends.
-# Traffic goes to 127.0.0.1 only. A full run of the eight default proxies
-# (the two floors in the throughput scenario only) takes about 20 minutes;
+# Traffic goes to 127.0.0.1 only. A full run of the nine default proxies
+# (the three floors in the throughput scenario only) takes about 21 minutes;
 # with --no-attacks, about 8.
 set -euo pipefail
 
 ROUNDS=3
 DURATION=10s
 WARMUP=3s
-PROXIES="portcullis portcullis-fast portcullis-nethttp portcullis-log nginx haproxy floor floor-admit"
+PROXIES="portcullis portcullis-fast portcullis-nethttp portcullis-log nginx haproxy floor floor-admit floor-epoll-admit"
 PROFILE=1
 THROUGHPUT=1
 ATTACKS=1
@@ -74,13 +76,13 @@ while (($#)); do
 	--attack-rate) ATTACK_RATE=$2; shift ;;
 	--legit-rate) LEGIT_RATE=$2; shift ;;
 	--out) OUT=$2; shift ;;
-	-h | --help) sed -n '2,42p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,50p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 	shift
 done
 for p in $PROXIES; do
-	case $p in portcullis | portcullis-fast | portcullis-nethttp | portcullis-log | portcullis-syn | portcullis-rst | nginx | haproxy | floor | floor-admit) ;;
+	case $p in portcullis | portcullis-fast | portcullis-nethttp | portcullis-log | portcullis-syn | portcullis-rst | nginx | haproxy | floor | floor-admit | floor-epoll-admit) ;;
 	*) echo "run.sh: unknown proxy $p" >&2; exit 2 ;;
 	esac
 done
@@ -94,7 +96,7 @@ done
 HOST=127.0.0.1
 BACKEND_PORT=18480
 declare -A PORT=([portcullis]=18481 [nginx]=18482 [haproxy]=18483 [profiled]=18484 [portcullis-rst]=18486 [portcullis-syn]=18487
-	[portcullis-nethttp]=18488 [portcullis-log]=18489 [floor]=18490 [floor-admit]=18491 [portcullis-fast]=18492 [direct]=$BACKEND_PORT)
+	[portcullis-nethttp]=18488 [portcullis-log]=18489 [floor]=18490 [floor-admit]=18491 [portcullis-fast]=18492 [floor-epoll-admit]=18493 [direct]=$BACKEND_PORT)
 PPROF_PORT=18485
 ATTACK_CONNS=3000
 LEGIT_CLIENTS=18 # fresh connections, one per address, in the attack scenarios
@@ -201,6 +203,8 @@ start_proxy() {
 		start floor "$TMP/bin/floor" -listen "$addr" -upstream "$HOST:$BACKEND_PORT" -probe ;;
 	floor-admit)
 		start floor-admit "$TMP/bin/floor" -listen "$addr" -upstream "$HOST:$BACKEND_PORT" -admit ;;
+	floor-epoll-admit)
+		start floor-epoll-admit "$TMP/bin/floor" -listen "$addr" -upstream "$HOST:$BACKEND_PORT" -admit -epoll ;;
 	nginx)
 		mkdir -p "$TMP/nginx"
 		render "$REPO/bench/peers/nginx.conf" "$addr" >"$TMP/nginx.conf"

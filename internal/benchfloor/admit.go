@@ -99,14 +99,8 @@ type admitConn struct {
 // closes or a request is not admitted.
 func (a *Admission) serve(c net.Conn, upstream string) {
 	defer c.Close()
-	key := clientkey.FromNetAddr(c.RemoteAddr())
-	host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-	ac := &admitConn{
-		a: a, key: key.String(), client: []byte(host),
-		in: make([]byte, 8<<10), out: make([]byte, 16<<10),
-		head: make([]byte, 0, 8<<10), resp: make([]byte, 0, 16<<10),
-		permits: make([]limit.Permit[string], 0, len(a.Limiters)),
-	}
+	ac := newAdmitConn(a, c.RemoteAddr())
+	ac.in, ac.out = make([]byte, 8<<10), make([]byte, 16<<10)
 	var up net.Conn
 	var peek *peeker
 	defer func() {
@@ -142,6 +136,16 @@ func (a *Admission) serve(c net.Conn, upstream string) {
 		if !ok {
 			return
 		}
+	}
+}
+
+// newAdmitConn returns the admission state of a connection from client.
+func newAdmitConn(a *Admission, client net.Addr) *admitConn {
+	host, _, _ := net.SplitHostPort(client.String())
+	return &admitConn{
+		a: a, key: clientkey.FromNetAddr(client).String(), client: []byte(host),
+		head: make([]byte, 0, 8<<10), resp: make([]byte, 0, 16<<10),
+		permits: make([]limit.Permit[string], 0, len(a.Limiters)),
 	}
 }
 
@@ -229,23 +233,39 @@ func (ac *admitConn) exchange(c, up net.Conn, b []byte, start time.Time) bool {
 		return false
 	}
 	got := time.Now()
-	resp := ac.out[:m]
+	r, ok := ac.answer(ac.out[:m])
+	if !ok {
+		return false
+	}
+	if _, err := c.Write(r); err != nil {
+		return false
+	}
+	ac.record(start, got)
+	return true
+}
+
+// answer returns the client's answer for resp, the upstream's whole
+// answer: its head checked and without its hop-by-hop fields, then its
+// body. It reports false when the head does not check.
+func (ac *admitConn) answer(resp []byte) ([]byte, bool) {
 	end := bytes.Index(resp, []byte("\r\n\r\n"))
 	r, ok := filterResponse(ac.resp[:0], resp[:end+2])
 	if !ok {
-		return false
+		return nil, false
 	}
 	r = append(r, "\r\n"...)
 	r = append(r, resp[end+4:]...)
 	ac.resp = r
-	if _, err := c.Write(r); err != nil {
-		return false
-	}
+	return r, true
+}
+
+// record counts an exchange that started at start, whose answer came at
+// got and has just been written, in the request metrics.
+func (ac *admitConn) record(start, got time.Time) {
 	done := time.Now()
 	ac.a.Requests.Inc()
 	ac.a.Upstream.Observe(got.Sub(start).Seconds())
 	ac.a.Duration.Observe(done.Sub(start).Seconds())
-	return true
 }
 
 // filterResponse appends the response head (every line with its CRLF) to

@@ -2,7 +2,9 @@ package benchfloor
 
 import (
 	"bufio"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -13,10 +15,44 @@ import (
 	"github.com/seed-a07d1050/portcullis/limit"
 )
 
-// startAdmitting serves ServeAdmitting with two limiters of permits each
-// in front of a backend that answers after delay, and returns its address
-// and admission.
-func startAdmitting(t *testing.T, permits int, delay time.Duration) (string, *Admission) {
+// admittingServers are the two admitting floors: on Go's poller, and on
+// epoll loops of their own (Linux only).
+var admittingServers = []struct {
+	name  string
+	serve func(t *testing.T, ln net.Listener, upstream string, a *Admission)
+}{
+	{"goroutines", func(t *testing.T, ln net.Listener, upstream string, a *Admission) {
+		done := make(chan struct{})
+		go func() { _ = ServeAdmitting(ln, upstream, a); close(done) }()
+		t.Cleanup(func() { ln.Close(); <-done })
+	}},
+	{"epoll", func(t *testing.T, ln net.Listener, upstream string, a *Admission) {
+		stop, err := ServeEpollAdmitting(ln, upstream, 2, a)
+		if errors.Is(err, errors.ErrUnsupported) {
+			t.Skip(err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+	}},
+}
+
+// forEachAdmitting runs test against each admitting floor.
+func forEachAdmitting(t *testing.T, test func(t *testing.T, start func(permits int, delay time.Duration) (string, *Admission))) {
+	for _, srv := range admittingServers {
+		t.Run(srv.name, func(t *testing.T) {
+			test(t, func(permits int, delay time.Duration) (string, *Admission) {
+				return startAdmitting(t, permits, delay, srv.serve)
+			})
+		})
+	}
+}
+
+// startAdmitting serves an admitting floor with two limiters of permits
+// each in front of a backend that answers after delay, and returns its
+// address and admission.
+func startAdmitting(t *testing.T, permits int, delay time.Duration, serve func(*testing.T, net.Listener, string, *Admission)) (string, *Admission) {
 	t.Helper()
 	upstream, ln := startBackend(t, delay)
 	a := &Admission{
@@ -32,16 +68,18 @@ func startAdmitting(t *testing.T, permits int, delay time.Duration) (string, *Ad
 		}
 		a.Limiters = append(a.Limiters, l)
 	}
-	done := make(chan struct{})
-	go func() { _ = ServeAdmitting(ln, upstream, a); close(done) }()
-	t.Cleanup(func() { ln.Close(); <-done })
+	serve(t, ln, upstream, a)
 	return ln.Addr().String(), a
 }
 
 // TestAdmittingRelays: requests of the route on a kept-alive connection
 // are answered, counted, and leave no permit held.
 func TestAdmittingRelays(t *testing.T) {
-	addr, a := startAdmitting(t, 1, 0)
+	forEachAdmitting(t, testAdmittingRelays)
+}
+
+func testAdmittingRelays(t *testing.T, startAdmitting func(int, time.Duration) (string, *Admission)) {
+	addr, a := startAdmitting(1, 0)
 	getWhole(t, addr, "GET /bytes?n=100 HTTP/1.1\r\nHost: floor.test\r\nConnection: keep-alive\r\nAccept: */*\r\n\r\n", 3)
 	// The count, like the permits' release, follows the answer's write:
 	// the client may read the last answer first.
@@ -67,7 +105,11 @@ func counted(t *testing.T, a *Admission) float64 {
 // a body, a bad head, a client over its permits) closes the connection
 // unanswered and leaves no permit held.
 func TestAdmittingRefuses(t *testing.T) {
-	addr, a := startAdmitting(t, 1, 300*time.Millisecond)
+	forEachAdmitting(t, testAdmittingRefuses)
+}
+
+func testAdmittingRefuses(t *testing.T, startAdmitting func(int, time.Duration) (string, *Admission)) {
+	addr, a := startAdmitting(1, 300*time.Millisecond)
 	for _, req := range []string{
 		"GET /other HTTP/1.1\r\nHost: floor.test\r\n\r\n",
 		"GET /bytes?n=1 HTTP/1.1\r\nHost: other.test\r\n\r\n",
@@ -94,6 +136,23 @@ func TestAdmittingRefuses(t *testing.T) {
 		t.Fatalf("the first client: %v, %v", resp, err)
 	}
 	waitNoPermits(t, a)
+}
+
+// TestAdmittingReleasesOnReset: a client that resets its connection while
+// its request is with the upstream leaves no permit held once the answer
+// comes.
+func TestAdmittingReleasesOnReset(t *testing.T) {
+	forEachAdmitting(t, func(t *testing.T, startAdmitting func(int, time.Duration) (string, *Admission)) {
+		addr, a := startAdmitting(1, 200*time.Millisecond)
+		c := dialFor(t, addr)
+		if _, err := io.WriteString(c, "GET /bytes?n=1 HTTP/1.1\r\nHost: floor.test\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		waitHeld(t, a, len(a.Limiters))
+		_ = c.(*net.TCPConn).SetLinger(0)
+		c.Close()
+		waitNoPermits(t, a)
+	})
 }
 
 func held(a *Admission) int {

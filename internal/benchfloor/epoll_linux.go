@@ -7,6 +7,7 @@ import (
 	"net"
 	"runtime"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -30,6 +31,23 @@ import (
 // connection. The returned stop ends the workers and closes every socket
 // they hold; ln itself stays open.
 func ServeEpoll(ln net.Listener, upstream string, workers int) (stop func(), err error) {
+	return serveEpoll(ln, upstream, workers, nil)
+}
+
+// ServeEpollAdmitting is [ServeEpoll] with the work of a on each request,
+// as [ServeAdmitting] does it, but for the peek at the kept upstream
+// connection: an event loop learns that bytes arrived on it, or that it
+// closed, from its events, for no system call. Bytes from the upstream
+// while no request is in flight close the pair, as the peek would. A
+// request that is not admitted closes its connection.
+func ServeEpollAdmitting(ln net.Listener, upstream string, workers int, a *Admission) (stop func(), err error) {
+	if a == nil {
+		return nil, errors.New("floor: ServeEpollAdmitting without an Admission")
+	}
+	return serveEpoll(ln, upstream, workers, a)
+}
+
+func serveEpoll(ln net.Listener, upstream string, workers int, a *Admission) (stop func(), err error) {
 	up, err := net.ResolveTCPAddr("tcp4", upstream)
 	if err != nil {
 		return nil, fmt.Errorf("floor: upstream: %w", err)
@@ -57,7 +75,7 @@ func ServeEpoll(ln net.Listener, upstream string, workers int) (stop func(), err
 	sa.Port = up.Port
 	var wg sync.WaitGroup
 	for range max(workers, 1) {
-		w, err := newWorker(lfd, wake, sa)
+		w, err := newWorker(lfd, wake, sa, a)
 		if err != nil {
 			unix.Write(wake, []byte{1, 0, 0, 0, 0, 0, 0, 0})
 			wg.Wait()
@@ -88,6 +106,7 @@ func ServeEpoll(ln net.Listener, upstream string, workers int) (stop func(), err
 type epollWorker struct {
 	ep, lfd, wake int
 	upstream      unix.SockaddrInet4 // each worker's own: Connect writes into it
+	admission     *Admission         // nil: relay only
 	pairs         map[int]*epollPair // by either descriptor of the pair
 	events        [128]unix.EpollEvent
 }
@@ -99,14 +118,20 @@ type epollPair struct {
 	out        []byte // the response being read
 	n, m       int    // bytes of in and out read so far
 	end        int    // the response's length once its head is in; -1 before
+
+	// With an Admission: the connection's admission state, and the
+	// exchange in flight.
+	ac    *admitConn
+	busy  bool      // a request was sent and its answer is not yet written
+	start time.Time // when the request's head was whole
 }
 
-func newWorker(lfd, wake int, upstream unix.SockaddrInet4) (*epollWorker, error) {
+func newWorker(lfd, wake int, upstream unix.SockaddrInet4, a *Admission) (*epollWorker, error) {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("floor: epoll: %w", err)
 	}
-	w := &epollWorker{ep: ep, lfd: lfd, wake: wake, upstream: upstream, pairs: map[int]*epollPair{}}
+	w := &epollWorker{ep: ep, lfd: lfd, wake: wake, upstream: upstream, admission: a, pairs: map[int]*epollPair{}}
 	if err := w.add(lfd, unix.EPOLLIN|unix.EPOLLEXCLUSIVE); err != nil {
 		unix.Close(ep)
 		return nil, err
@@ -159,7 +184,7 @@ func (w *epollWorker) run() {
 // upstream connection of its own.
 func (w *epollWorker) accept() {
 	for {
-		cfd, _, err := unix.Accept4(w.lfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		cfd, peer, err := unix.Accept4(w.lfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
 		if err != nil {
 			return // EAGAIN: another worker took it, or none is left
 		}
@@ -169,6 +194,9 @@ func (w *epollWorker) accept() {
 			continue
 		}
 		p := &epollPair{client: cfd, up: ufd, in: make([]byte, 8<<10), out: make([]byte, 16<<10), end: -1}
+		if w.admission != nil {
+			p.ac = newAdmitConn(w.admission, tcpAddrOf(peer))
+		}
 		w.pairs[cfd], w.pairs[ufd] = p, p
 		if w.add(cfd, unix.EPOLLIN|unix.EPOLLRDHUP) != nil || w.add(ufd, unix.EPOLLIN|unix.EPOLLRDHUP) != nil {
 			w.close(p)
@@ -221,7 +249,14 @@ func (w *epollWorker) fromClient(p *epollPair) bool {
 	case i+4 != p.n:
 		return false // pipelining or a body
 	}
-	if !writeAll(p.up, p.in[:p.n]) {
+	head := p.in[:p.n]
+	if p.ac != nil {
+		if p.busy || !p.ac.admit(head) {
+			return false // pipelined, or not admitted
+		}
+		p.busy, p.start, head = true, time.Now(), p.ac.head
+	}
+	if !writeAll(p.up, head) {
 		return false
 	}
 	p.n = 0
@@ -231,6 +266,9 @@ func (w *epollWorker) fromClient(p *epollPair) bool {
 // fromUpstream reads the answer and, once it is whole, writes it to the
 // client.
 func (w *epollWorker) fromUpstream(p *epollPair) bool {
+	if p.ac != nil && !p.busy {
+		return false // the upstream closed, or sent what no request asked for
+	}
 	if read, ok := readMore(p.up, p.out, &p.m); !read {
 		return ok
 	}
@@ -251,11 +289,36 @@ func (w *epollWorker) fromUpstream(p *epollPair) bool {
 	case p.m > p.end:
 		return false // bytes after the response
 	}
-	if !writeAll(p.client, p.out[:p.m]) {
+	answer := p.out[:p.m]
+	var got time.Time
+	if p.ac != nil {
+		got = time.Now()
+		var ok bool
+		if answer, ok = p.ac.answer(answer); !ok {
+			return false
+		}
+	}
+	if !writeAll(p.client, answer) {
 		return false
+	}
+	if p.ac != nil {
+		p.ac.record(p.start, got)
+		p.ac.release()
+		p.busy = false
 	}
 	p.m, p.end = 0, -1
 	return true
+}
+
+// tcpAddrOf returns the address of an accepted peer.
+func tcpAddrOf(sa unix.Sockaddr) net.Addr {
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return &net.TCPAddr{IP: net.IP(sa.Addr[:]), Port: sa.Port}
+	case *unix.SockaddrInet6:
+		return &net.TCPAddr{IP: net.IP(sa.Addr[:]), Port: sa.Port}
+	}
+	return &net.TCPAddr{}
 }
 
 // readMore reads from fd into buf after the *n bytes it holds. It reports
@@ -292,6 +355,9 @@ func writeAll(fd int, b []byte) bool {
 }
 
 func (w *epollWorker) close(p *epollPair) {
+	if p.ac != nil {
+		p.ac.release()
+	}
 	delete(w.pairs, p.client)
 	delete(w.pairs, p.up)
 	unix.Close(p.client) // closing drops it from the epoll set

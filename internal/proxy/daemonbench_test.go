@@ -49,7 +49,9 @@ import (
 // floor-probe with the work a data path relaying bytes could not skip
 // (benchfloor.ServeAdmitting with benchLimitsOn's limits: see
 // benchAdmission); floor-epoll is the floor on epoll loops of its own, one
-// per GOMAXPROCS, outside the runtime's poller (benchfloor.ServeEpoll); nginx and haproxy are
+// per GOMAXPROCS, outside the runtime's poller (benchfloor.ServeEpoll), and
+// floor-epoll-admit the same with floor-admit's work on those loops
+// (benchfloor.ServeEpollAdmitting); nginx and haproxy are
 // those proxies with their bench/peers configurations, when installed
 // (name them in PORTCULLIS_BENCH_DAEMONS, a space-separated list that
 // replaces the default set). A Go daemon's name may end in @N to run it
@@ -115,7 +117,7 @@ func runBenchChild(name string) int {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		return 0
 	}
-	if name == "floor" || name == "floor-probe" || name == "floor-admit" || name == "floor-epoll" {
+	if strings.HasPrefix(name, "floor") {
 		return runFloor(name)
 	}
 	server, rest, _ := strings.Cut(name, "-")
@@ -156,7 +158,7 @@ func runBenchChild(name string) int {
 
 // runFloor serves internal/benchfloor in front of the backend until
 // standard input closes: floor, floor-probe, floor-admit (the probing
-// floor with benchAdmission's work) or floor-epoll.
+// floor with benchAdmission's work), floor-epoll or floor-epoll-admit.
 func runFloor(name string) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -173,15 +175,26 @@ func runFloor(name string) int {
 			return 1
 		}
 		go func() { _ = benchfloor.ServeAdmitting(ln, backend, a) }()
-	case "floor-epoll":
-		stop, err := benchfloor.ServeEpoll(ln, backend, runtime.GOMAXPROCS(0))
+	case "floor-epoll", "floor-epoll-admit":
+		var stop func()
+		if name == "floor-epoll" {
+			stop, err = benchfloor.ServeEpoll(ln, backend, runtime.GOMAXPROCS(0))
+		} else {
+			var a *benchfloor.Admission
+			if a, err = benchAdmission(); err == nil {
+				stop, err = benchfloor.ServeEpollAdmitting(ln, backend, runtime.GOMAXPROCS(0), a)
+			}
+		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 		defer stop()
-	default:
+	case "floor", "floor-probe":
 		go func() { _ = benchfloor.Serve(ln, backend, name == "floor-probe") }()
+	default:
+		fmt.Fprintf(os.Stderr, "no floor named %q\n", name)
+		return 1
 	}
 	fmt.Println(ln.Addr())
 	_, _ = io.Copy(io.Discard, os.Stdin)

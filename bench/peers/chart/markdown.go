@@ -69,6 +69,12 @@ func writeThroughput(b *bytes.Buffer, rows []ThroughputRow) {
 			"limits of bench/peers/portcullis.yaml, the forwarding fields, the answer's head checked and filtered, the request "+
 			"metrics): what such a path could reach.\n\n")
 	}
+	if slices.ContainsFunc(rows, func(r ThroughputRow) bool { return r.Proxy == floorEpollAdmit }) {
+		fmt.Fprintf(b, "`floor-epoll-admit` is `bench/floor -admit -epoll`: `floor-admit`'s work on epoll loops of its own, one "+
+			"per core on a locked thread, outside Go's network poller (nginx's shape; it learns from its events that a kept "+
+			"upstream connection closed or sent unasked bytes, for no system call): what such a path could reach "+
+			"without the goroutine per connection.\n\n")
+	}
 }
 
 func writeProtection(b *bytes.Buffer, rows []ProtectionRow) {

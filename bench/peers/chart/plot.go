@@ -24,6 +24,7 @@ var proxyColors = map[string]color.Color{
 	"haproxy":            color.RGBA{R: 0xd6, G: 0x5f, B: 0x0e, A: 0xff},
 	floor:                color.Gray{Y: 0x99},
 	floorAdmit:           color.Gray{Y: 0xbb},
+	floorEpollAdmit:      color.Gray{Y: 0x66},
 }
 
 const barWidth = 18 // points, at most

@@ -17,7 +17,7 @@ const (
 )
 
 // proxyOrder is the order of proxies in tables and charts.
-var proxyOrder = []string{"portcullis", "portcullis-fast", "portcullis-nethttp", "portcullis-log", "portcullis-syn", "portcullis-rst", "nginx", "haproxy", floor, floorAdmit}
+var proxyOrder = []string{"portcullis", "portcullis-fast", "portcullis-nethttp", "portcullis-log", "portcullis-syn", "portcullis-rst", "nginx", "haproxy", floor, floorAdmit, floorEpollAdmit}
 
 // floor is internal/benchfloor (bench/floor): the least a Go proxy does per
 // request, a reference for the throughput scenario only. It limits
@@ -29,9 +29,14 @@ const floor = "floor"
 // reference for the throughput scenario only, as the floor is.
 const floorAdmit = "floor-admit"
 
+// floorEpollAdmit is bench/floor -admit -epoll: floor-admit's work on
+// epoll loops of its own, outside Go's network poller (nginx's shape), a
+// reference for the throughput scenario only.
+const floorEpollAdmit = "floor-epoll-admit"
+
 // isReference reports whether p is one of the floors, which are measured
 // in the throughput scenario only and checked against no target.
-func isReference(p string) bool { return p == floor || p == floorAdmit }
+func isReference(p string) bool { return p == floor || p == floorAdmit || p == floorEpollAdmit }
 
 // attackScenarios are the scenarios with an attacker, in table order.
 var attackScenarios = []string{scSlowloris, scSlowRequests}

@@ -199,13 +199,13 @@ func TestBuildFailsWithoutRuns(t *testing.T) {
 // each and no attack rows, and no target is checked on them.
 func TestFloorsAreThroughputOnly(t *testing.T) {
 	var runs []Run
-	for _, p := range []string{"portcullis", floor, floorAdmit} {
+	for _, p := range []string{"portcullis", floor, floorAdmit, floorEpollAdmit} {
 		runs = append(runs, Run{RunMeta: RunMeta{Proxy: p, Scenario: scThroughput, Round: 1, WallNS: 1e9, CPUTicks: 10},
 			Report: report(1000, 1000, time.Millisecond, nil)})
 	}
 	s := summarize(Meta{}, runs)
-	if len(s.Throughput) != 3 || s.Throughput[1].Proxy != floor || s.Throughput[2].Proxy != floorAdmit {
-		t.Fatalf("throughput rows %+v, want portcullis, floor, floor-admit", s.Throughput)
+	if len(s.Throughput) != 4 || s.Throughput[1].Proxy != floor || s.Throughput[2].Proxy != floorAdmit || s.Throughput[3].Proxy != floorEpollAdmit {
+		t.Fatalf("throughput rows %+v, want portcullis, floor, floor-admit, floor-epoll-admit", s.Throughput)
 	}
 	for _, r := range s.Protection {
 		if isReference(r.Proxy) {
