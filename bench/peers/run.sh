@@ -46,7 +46,7 @@
 # every process it starts runs in the foreground from a config under a temp
 # directory, and is stopped by its PID when the script ends, however it ends.
 # Traffic goes to 127.0.0.1 only. A full run of the nine default proxies
-# (the three floors in the throughput scenario only) takes about 21 minutes;
+# (the three floors in the throughput scenario only) takes about 18 minutes;
 # with --no-attacks, about 8.
 set -euo pipefail
 
