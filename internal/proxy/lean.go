@@ -201,13 +201,13 @@ func (lt *leanTable) take(f *front, r *http.Request) (*route, bool) {
 }
 
 // leanRequest reports whether r is a request the lean path takes: a GET
-// of HTTP/1.1, kept alive, in origin form with a clean path, whose header
+// or HEAD of HTTP/1.1, kept alive, in origin form with a clean path, whose header
 // names no field the relay would treat specially. The server offers only
 // requests without a body or Expect. A Connection field is taken (browsers
 // send "Connection: keep-alive"): "close" has set r.Close, and the fields
 // it names are left out of the upstream head (see upstreamHead).
 func leanRequest(r *http.Request) bool {
-	if r.Method != http.MethodGet || r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.Close {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead || r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.Close {
 		return false
 	}
 	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 || len(r.RequestURI) == 0 || r.RequestURI[0] != '/' {
@@ -402,7 +402,8 @@ func appendField(b []byte, name, value string) []byte {
 // and reports whether it did. It reports false having read and written
 // nothing otherwise.
 func (lx *leanExchange) answer(x *http1.Exchange, r *http.Request, resp *http.Response, rl *relay, o *exchangeOpts, start, now time.Time) bool {
-	if !leanAnswer(resp, lx.fields) {
+	head := r.Method == http.MethodHead
+	if !leanAnswer(resp, lx.fields, head) {
 		return false
 	}
 	kept := cutHopFields(lx.fields)
@@ -420,6 +421,9 @@ func (lx *leanExchange) answer(x *http1.Exchange, r *http.Request, resp *http.Re
 	}
 	b = append(b, "\r\n"...)
 	headLen, n := len(b), int(resp.ContentLength)
+	if head {
+		n = 0 // the length is the GET's; there is no body
+	}
 	b = slices.Grow(b, n)[:headLen+n]
 	got, rerr := io.ReadFull(resp.Body, b[headLen:])
 	resp.Body.Close()
@@ -457,16 +461,17 @@ func (lx *leanExchange) answer(x *http1.Exchange, r *http.Request, resp *http.Re
 // Content-Length of at most leanMaxBody and no other framing, no
 // trailers, and a Content-Type or Content-Encoding (without, the server
 // would sniff a type) unless the body is empty; and whether the server
-// would write every field as it is.
-func leanAnswer(resp *http.Response, fields []httpfield.Field) bool {
+// would write every field as it is. The answer to a HEAD (head) has no
+// body to read or sniff: any length will do, with or without a type.
+func leanAnswer(resp *http.Response, fields []httpfield.Field, head bool) bool {
 	code := resp.StatusCode
 	if resp.Header != nil || code < 200 || code > 599 || code == http.StatusNoContent || code == http.StatusNotModified {
 		return false
 	}
-	if resp.ContentLength < 0 || resp.ContentLength > leanMaxBody || len(resp.TransferEncoding) > 0 {
+	if resp.ContentLength < 0 || resp.ContentLength > leanMaxBody && !head || len(resp.TransferEncoding) > 0 {
 		return false
 	}
-	typed, lengths := resp.ContentLength == 0, 0
+	typed, lengths := resp.ContentLength == 0 || head, 0
 	for _, f := range fields {
 		switch f.Name {
 		case "Transfer-Encoding", "Trailer":

@@ -57,17 +57,29 @@ func (b *fuzzBackend) serve(c net.Conn) {
 // should not have trusted) would show here as different bytes. The seeds
 // are the differential test's answers.
 //
+// With head, the request is a HEAD and a GET pipelined behind it: the
+// GET's answer is read after the HEAD's, so that a body written after the
+// HEAD's head shows as a garbled second answer.
+//
 // Each execution is two exchanges over loopback sockets. ci:fuzztime 3000x
 func FuzzLeanAnswerMatchesFast(f *testing.F) {
-	for _, answer := range leanAnswers {
-		f.Add(answer)
+	seeds := []string{
+		"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nabcEXTRA",
+		"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
+		"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length:  3 \r\nX-A:\tb \r\n\r\nabc",
+		"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nX-Bad: a\rb\r\n\r\nabc",
+		"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nabc",
+		"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 3\r\nx-lower: 1\r\n\r\nabc",
+		"HTTP/1.1 200 OK\r\nContent-Length: 99999999\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
 	}
-	f.Add("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nabcEXTRA")
-	f.Add("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc")
-	f.Add("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length:  3 \r\nX-A:\tb \r\n\r\nabc")
-	f.Add("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nX-Bad: a\rb\r\n\r\nabc")
-	f.Add("HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nabc")
-	f.Add("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 3\r\nx-lower: 1\r\n\r\nabc")
+	for _, answer := range leanAnswers {
+		seeds = append(seeds, answer)
+	}
+	for _, answer := range seeds {
+		f.Add(answer, false)
+		f.Add(answer, true)
+	}
 
 	type daemon struct {
 		srv     *proxy.Server
@@ -98,30 +110,35 @@ func FuzzLeanAnswerMatchesFast(f *testing.F) {
 		}
 	})
 
-	const request = "GET /f?q=1 HTTP/1.1\r\nHost: app.test\r\nAccept: */*\r\n\r\n"
-	f.Fuzz(func(t *testing.T, answer string) {
+	const get = "GET /f?q=1 HTTP/1.1\r\nHost: app.test\r\nAccept: */*\r\n\r\n"
+	const head = "HEAD /f?q=1 HTTP/1.1\r\nHost: app.test\r\nAccept: */*\r\n\r\n"
+	f.Fuzz(func(t *testing.T, answer string, withHead bool) {
 		if len(answer) > 48<<10 {
 			return
+		}
+		request, methods := get, []string{http.MethodGet}
+		if withHead {
+			request, methods = head+get, []string{http.MethodHead, http.MethodGet}
 		}
 		var got [2]string
 		for i, d := range daemons {
 			d.backend.answer.Store(&answer)
-			got[i] = exchangeResetting(t, d.addr, request)
+			got[i] = exchangeResetting(t, d.addr, request, methods...)
 		}
 		if got[0] != got[1] {
-			t.Errorf("upstream answer %q:\nthe fast path gave %q\nthe lean path gave %q",
-				answer, got[0], got[1])
+			t.Errorf("upstream answer %q to %v:\nthe fast path gave %q\nthe lean path gave %q",
+				answer, methods, got[0], got[1])
 		}
 	})
 }
 
 // exchangeResetting sends request on a new connection to addr and returns
-// what came back, up to the end of the response or of the connection,
-// without its Date field, as leanExchangeRaw does; then it resets the
+// what came back, up to the end of the answers to methods or of the
+// connection, without Date fields, as readAnswers reads it; then it resets the
 // connection, so that thousands of executions leave no TIME_WAIT behind
 // to run out of ports. An answer slower than 3 s fails t: every upstream
 // answer here comes at once and ends with its connection.
-func exchangeResetting(t *testing.T, addr, request string) string {
+func exchangeResetting(t *testing.T, addr, request string, methods ...string) string {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -134,7 +151,7 @@ func exchangeResetting(t *testing.T, addr, request string) string {
 	if _, err := io.WriteString(c, request); err != nil {
 		t.Fatal(err)
 	}
-	got := readAnswer(c, http.MethodGet)
+	got, _ := readAnswers(c, methods...)
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("the exchange took %v; got %q", d, got)
 	}

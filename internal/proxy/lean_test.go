@@ -76,8 +76,8 @@ func (b *rawBackend) serve(c net.Conn) {
 		b.mu.Lock()
 		b.heads = append(b.heads, head.String())
 		b.mu.Unlock()
-		target := strings.Fields(head.String())[1]
-		path, _, _ := strings.Cut(target, "?")
+		requestLine := strings.Fields(head.String())
+		path, _, _ := strings.Cut(requestLine[1], "?")
 		answer, ok := b.answers[path]
 		if !ok {
 			answer = "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\nnope"
@@ -85,10 +85,28 @@ func (b *rawBackend) serve(c net.Conn) {
 		if answer == "" {
 			return
 		}
+		if requestLine[0] == http.MethodHead {
+			answer = headOfAnswer(answer)
+		}
 		if _, err := io.WriteString(c, answer); err != nil || strings.Contains(answer, "Connection: close\r\n") ||
 			!strings.Contains(answer, "Content-Length") && !strings.Contains(answer, "chunked") && !strings.Contains(answer, " 204 ") && !strings.Contains(answer, " 304 ") {
 			return
 		}
+	}
+}
+
+// headOfAnswer returns answer as it would be to a HEAD: its heads (the
+// informational ones, then the final one) without the final one's body.
+func headOfAnswer(answer string) string {
+	for pos := 0; ; {
+		i := strings.Index(answer[pos:], "\r\n\r\n")
+		if i < 0 {
+			return answer
+		}
+		if !strings.HasPrefix(answer[pos:], "HTTP/1.1 1") {
+			return answer[:pos+i+4]
+		}
+		pos += i + 4
 	}
 }
 
@@ -161,7 +179,13 @@ var leanCases = []leanCase{
 	{"unasked switch", "GET /switch HTTP/1.1\r\nHost: app.test\r\n\r\n", "handed_over"},
 	{"cut short", "GET /cut HTTP/1.1\r\nHost: app.test\r\n\r\n", "relayed"},
 	{"upstream reset", "GET /reset HTTP/1.1\r\nHost: app.test\r\n\r\n", "handed_over"},
-	{"head", "HEAD /simple HTTP/1.1\r\nHost: app.test\r\n\r\n", "declined"},
+	{"head", "HEAD /simple HTTP/1.1\r\nHost: app.test\r\n\r\n", "relayed"},
+	{"head of a big answer", "HEAD /big HTTP/1.1\r\nHost: app.test\r\n\r\n", "relayed"},
+	{"head of an untyped answer", "HEAD /untyped HTTP/1.1\r\nHost: app.test\r\n\r\n", "relayed"},
+	{"head of an empty answer", "HEAD /empty HTTP/1.1\r\nHost: app.test\r\n\r\n", "relayed"},
+	{"head of a chunked answer", "HEAD /chunked HTTP/1.1\r\nHost: app.test\r\n\r\n", "handed_over"},
+	{"head of early hints", "HEAD /hints HTTP/1.1\r\nHost: app.test\r\n\r\n", "relayed"},
+	{"head, no content", "HEAD /nocontent HTTP/1.1\r\nHost: app.test\r\n\r\n", "handed_over"},
 	{"post", "POST /simple HTTP/1.1\r\nHost: app.test\r\nContent-Length: 3\r\n\r\nabc", ""}, // has a body: not offered
 	{"keep-alive", "GET /simple HTTP/1.1\r\nHost: app.test\r\nConnection: keep-alive\r\nKeep-Alive: 300\r\n\r\n", "relayed"},
 	{"connection field", "GET /simple HTTP/1.1\r\nHost: app.test\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nX-Kept: 1\r\n\r\n", "relayed"},
@@ -276,7 +300,8 @@ func TestLeanMatchesFast(t *testing.T) {
 
 // leanExchangeRaw sends request on a new connection from 127.0.0.2 and
 // returns what came back, up to the end of the response (or of the
-// connection), without its Date field.
+// connection), without its Date field. After a HEAD it also waits a
+// moment for bytes that should not come (a body), and reports them.
 func leanExchangeRaw(t *testing.T, addr, request string) string {
 	t.Helper()
 	c := dialFrom(t, "127.0.0.2", addr)
@@ -286,29 +311,47 @@ func leanExchangeRaw(t *testing.T, addr, request string) string {
 		t.Fatal(err)
 	}
 	method, _, _ := strings.Cut(request, " ")
-	return readAnswer(c, method)
+	answer, after := readAnswers(c, method)
+	if method == http.MethodHead {
+		_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		n, _ := io.Copy(io.Discard, c)
+		after += int(n)
+	}
+	if after > 0 {
+		answer += fmt.Sprintf("[%d bytes after the answer]", after)
+	}
+	return answer
 }
 
-// readAnswer reads from c the answer to a request with method: the
-// informational responses and the final one, or what came before the
-// connection ended; without its Date field.
-func readAnswer(c net.Conn, method string) string {
+// readAnswers reads from c the answers to pipelined requests with
+// methods, in order: for each, the informational responses and the final
+// one, or what came before the connection ended; without Date fields. It
+// also returns how many bytes came after the last answer that it read
+// already (it does not wait for more).
+func readAnswers(c net.Conn, methods ...string) (string, int) {
 	var got bytes.Buffer
 	br := bufio.NewReader(io.TeeReader(c, &got))
-	for {
-		resp, err := http.ReadResponse(br, &http.Request{Method: method})
-		if err != nil {
-			break
+	readOne := func(method string) bool {
+		for {
+			resp, err := http.ReadResponse(br, &http.Request{Method: method})
+			if err != nil {
+				return false
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode >= 200 {
+				return true
+			}
 		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode >= 200 {
+	}
+	for _, method := range methods {
+		if !readOne(method) {
 			break
 		}
 	}
-	// What the reader buffered past the response is not part of it.
+	// What the reader buffered past the answers is not part of them.
 	out := got.Bytes()[:got.Len()-br.Buffered()]
-	return leanDateLine.ReplaceAllString(string(out), "Date: -\r\n")
+	return leanDateLine.ReplaceAllString(string(out), "Date: -\r\n"), br.Buffered()
 }
 
 var leanDateLine = regexp.MustCompile(`Date: [^\r\n]*\r\n`)

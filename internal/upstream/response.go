@@ -82,18 +82,16 @@ type fastResponse struct {
 // nil when buf does not start with a head it reads exactly as
 // http.ReadResponse would: a whole head (every line ending in CRLF) with
 // the status line "HTTP/1.1 NNN reason", NNN from 200 to 599 but not 204
-// or 304, to a request whose method is not HEAD; fields of token names and
-// valid values, none folded; exactly one Content-Length, plain digits; no
-// Transfer-Encoding, Trailer or Pragma. Anything else, malformed or merely
+// or 304; fields of token names and valid values, none folded; exactly
+// one Content-Length, plain digits; no Transfer-Encoding, Trailer or
+// Pragma. After a HEAD the body is empty and ContentLength is the field's
+// value, as net/http reads it. Anything else, malformed or merely
 // rare, is left to http.ReadResponse, so that every decision about a
 // response's framing and validity stays net/http's.
 //
 // With fields not nil, the header goes to *fields, replacing what it held,
 // and resp.Header is nil. resp.Request is nil.
 func simpleResponse(buf []byte, method string, fields *[]httpfield.Field) *fastResponse {
-	if method == http.MethodHead {
-		return nil
-	}
 	end := bytes.Index(buf, []byte("\r\n\r\n"))
 	if end < 0 {
 		return nil
@@ -192,7 +190,9 @@ func simpleResponse(buf []byte, method string, fields *[]httpfield.Field) *fastR
 	resp.Header = h
 	resp.ContentLength = length
 	r.body.headLen = int64(len(head) + 2)
-	if length == 0 {
+	// A response to HEAD has no body whatever its length says, and keeps
+	// that length as its ContentLength, as net/http reads it.
+	if length == 0 || method == http.MethodHead {
 		resp.Body = http.NoBody
 	} else {
 		r.body.n = length
