@@ -316,7 +316,7 @@ type Listener struct {
 	// HTTP1Server is what serves HTTP/1.x on this listener: on http listeners every
 	// connection, on https listeners the connections whose TLS handshake chose HTTP/1.1
 	// (ALPN). HTTP1ServerLean, the default, is the daemon's own HTTP/1.1 server with a
-	// second data path that relays the plainest exchanges (bodyless GETs on routes whose
+	// second data path that relays the plainest exchanges (bodyless GETs and HEADs on routes whose
 	// limits are counted in the process, answered with a small body of known length) as
 	// bytes, and sends every other request down the first; HTTP1ServerFast is that server
 	// without the second path; HTTP1ServerNetHTTP is Go's net/http server, kept so that an

@@ -21,9 +21,10 @@ import (
 )
 
 // The lean path (http1_server: lean) relays the plainest exchanges as
-// bytes: a bodyless GET, on a route whose chain is only concurrency limits
-// and the relay, to a plain http upstream, answered with a final response
-// whose length is known and small. For those it skips what the handler
+// bytes: a bodyless GET or HEAD, on a route whose chain is only
+// concurrency limits and the relay, to a plain http upstream, answered
+// with a final response whose length is known and small (any length
+// after a HEAD). For those it skips what the handler
 // chain builds per request (the request's context and writer wrappers,
 // the outbound header map, the response header's snapshot) and does the
 // rest with the chain's own pieces: the route's pick, httplimit's
