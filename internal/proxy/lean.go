@@ -202,13 +202,15 @@ func (lt *leanTable) take(f *front, r *http.Request) (*route, bool) {
 }
 
 // leanRequest reports whether r is a request the lean path takes: a GET
-// or HEAD of HTTP/1.1, kept alive, in origin form with a clean path, whose header
+// or HEAD of HTTP/1.1 in origin form with a clean path, whose header
 // names no field the relay would treat specially. The server offers only
 // requests without a body or Expect. A Connection field is taken (browsers
-// send "Connection: keep-alive"): "close" has set r.Close, and the fields
-// it names are left out of the upstream head (see upstreamHead).
+// send "Connection: keep-alive"): the fields it names are left out of the
+// upstream head (see upstreamHead), and after "close" (r.Close) the answer
+// says "Connection: close" (Exchange.Closing) and the server ends the
+// connection, as it does after the fast path's answer.
 func leanRequest(r *http.Request) bool {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead || r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.Close {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead || r.ProtoMajor != 1 || r.ProtoMinor != 1 {
 		return false
 	}
 	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 || len(r.RequestURI) == 0 || r.RequestURI[0] != '/' {

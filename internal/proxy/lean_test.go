@@ -192,7 +192,9 @@ var leanCases = []leanCase{
 	{"connection naming forwarding", "GET /simple HTTP/1.1\r\nHost: app.test\r\nConnection: X-Forwarded-For,x-real-ip, ,cookie\r\n" +
 		"X-Forwarded-For: 6.6.6.6\r\nCookie: a\r\nX-Kept: 1\r\n\r\n", "relayed"},
 	{"connection naming many", "GET /simple HTTP/1.1\r\nHost: app.test\r\nConnection: a, b, c, d, e\r\nA: 1\r\nE: 5\r\nX-Kept: 1\r\n\r\n", "handed_over"},
-	{"connection close", "GET /simple HTTP/1.1\r\nHost: app.test\r\nConnection: keep-alive, close\r\n\r\n", "declined"},
+	{"connection close", "GET /simple HTTP/1.1\r\nHost: app.test\r\nConnection: keep-alive, close\r\n\r\n", "relayed"},
+	{"connection close, handed over", "GET /chunked HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n", "handed_over"},
+	{"connection close, head", "HEAD /simple HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n", "relayed"},
 	{"upgrade", "GET /simple HTTP/1.1\r\nHost: app.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", "declined"},
 	{"unclean path", "GET /a/../simple HTTP/1.1\r\nHost: app.test\r\n\r\n", "declined"},
 	{"HTTP/1.0", "GET /simple HTTP/1.0\r\nHost: app.test\r\n\r\n", "declined"},
@@ -300,8 +302,10 @@ func TestLeanMatchesFast(t *testing.T) {
 
 // leanExchangeRaw sends request on a new connection from 127.0.0.2 and
 // returns what came back, up to the end of the response (or of the
-// connection), without its Date field. After a HEAD it also waits a
-// moment for bytes that should not come (a body), and reports them.
+// connection), without its Date field. After an answer that says
+// "Connection: close" it waits for the connection's end, and reports a
+// connection left open; after a HEAD's it waits a moment for bytes that
+// should not come (a body). Bytes after the answer are reported.
 func leanExchangeRaw(t *testing.T, addr, request string) string {
 	t.Helper()
 	c := dialFrom(t, "127.0.0.2", addr)
@@ -312,7 +316,15 @@ func leanExchangeRaw(t *testing.T, addr, request string) string {
 	}
 	method, _, _ := strings.Cut(request, " ")
 	answer, after := readAnswers(c, method)
-	if method == http.MethodHead {
+	switch {
+	case strings.Contains(answer, "\r\nConnection: close\r\n"):
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, err := io.Copy(io.Discard, c)
+		after += int(n)
+		if err != nil {
+			answer += fmt.Sprintf("[not closed: %v]", err)
+		}
+	case method == http.MethodHead:
 		_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 		n, _ := io.Copy(io.Discard, c)
 		after += int(n)
