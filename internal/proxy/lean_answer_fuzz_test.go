@@ -59,7 +59,8 @@ func (b *fuzzBackend) serve(c net.Conn) {
 //
 // With head, the request is a HEAD and a GET pipelined behind it: the
 // GET's answer is read after the HEAD's, so that a body written after the
-// HEAD's head shows as a garbled second answer.
+// HEAD's head shows as a garbled second answer. With closing, the (last)
+// request says "Connection: close", and the connection must then end.
 //
 // Each execution is two exchanges over loopback sockets. ci:fuzztime 3000x
 func FuzzLeanAnswerMatchesFast(f *testing.F) {
@@ -77,8 +78,9 @@ func FuzzLeanAnswerMatchesFast(f *testing.F) {
 		seeds = append(seeds, answer)
 	}
 	for _, answer := range seeds {
-		f.Add(answer, false)
-		f.Add(answer, true)
+		f.Add(answer, false, false)
+		f.Add(answer, true, false)
+		f.Add(answer, false, true)
 	}
 
 	type daemon struct {
@@ -111,19 +113,23 @@ func FuzzLeanAnswerMatchesFast(f *testing.F) {
 	})
 
 	const get = "GET /f?q=1 HTTP/1.1\r\nHost: app.test\r\nAccept: */*\r\n\r\n"
+	const getClosing = "GET /f?q=1 HTTP/1.1\r\nHost: app.test\r\nAccept: */*\r\nConnection: close\r\n\r\n"
 	const head = "HEAD /f?q=1 HTTP/1.1\r\nHost: app.test\r\nAccept: */*\r\n\r\n"
-	f.Fuzz(func(t *testing.T, answer string, withHead bool) {
+	f.Fuzz(func(t *testing.T, answer string, withHead, closing bool) {
 		if len(answer) > 48<<10 {
 			return
 		}
 		request, methods := get, []string{http.MethodGet}
+		if closing {
+			request = getClosing
+		}
 		if withHead {
-			request, methods = head+get, []string{http.MethodHead, http.MethodGet}
+			request, methods = head+request, []string{http.MethodHead, http.MethodGet}
 		}
 		var got [2]string
 		for i, d := range daemons {
 			d.backend.answer.Store(&answer)
-			got[i] = exchangeResetting(t, d.addr, request, methods...)
+			got[i] = exchangeResetting(t, d.addr, request, closing, methods...)
 		}
 		if got[0] != got[1] {
 			t.Errorf("upstream answer %q to %v:\nthe fast path gave %q\nthe lean path gave %q",
@@ -134,11 +140,12 @@ func FuzzLeanAnswerMatchesFast(f *testing.F) {
 
 // exchangeResetting sends request on a new connection to addr and returns
 // what came back, up to the end of the answers to methods or of the
-// connection, without Date fields, as readAnswers reads it; then it resets the
+// connection, without Date fields, as readAnswers reads it, and, when
+// closing, whether the connection then ended; then it resets the
 // connection, so that thousands of executions leave no TIME_WAIT behind
 // to run out of ports. An answer slower than 3 s fails t: every upstream
 // answer here comes at once and ends with its connection.
-func exchangeResetting(t *testing.T, addr, request string, methods ...string) string {
+func exchangeResetting(t *testing.T, addr, request string, closing bool, methods ...string) string {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -152,6 +159,11 @@ func exchangeResetting(t *testing.T, addr, request string, methods ...string) st
 		t.Fatal(err)
 	}
 	got, _ := readAnswers(c, methods...)
+	if closing {
+		if _, err := io.Copy(io.Discard, c); err != nil {
+			got += "[not closed]"
+		}
+	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("the exchange took %v; got %q", d, got)
 	}
