@@ -374,20 +374,16 @@ func (lx *leanExchange) upstreamHead(r *http.Request, rl *relay, u *upstream) (u
 const maxNamedHops = 4
 
 // connectionNamed appends to dst the header names of the fields the
-// Connection field values conn name, as the relay's outbound would delete
-// them (canonicalToken), and reports false when they are more than dst
+// Connection field values conn name (connectionNames), as the relay's
+// outbound deletes them, and reports false when they are more than dst
 // has room for.
 func connectionNamed(conn []string, dst []string) ([]string, bool) {
 	for _, v := range conn {
-		for token := range strings.SplitSeq(v, ",") {
-			token = textproto.TrimString(token)
-			if token == "" {
-				continue
-			}
+		for name := range connectionNames(v) {
 			if len(dst) == cap(dst) {
 				return dst, false
 			}
-			dst = append(dst, canonicalToken(token))
+			dst = append(dst, name)
 		}
 	}
 	return dst, true

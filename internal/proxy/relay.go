@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -189,10 +190,8 @@ func (rl *relay) outbound(w http.ResponseWriter, r *http.Request, u *upstream, u
 		}
 	}
 	for _, v := range r.Header["Connection"] {
-		for token := range strings.SplitSeq(v, ",") {
-			if token = textproto.TrimString(token); token != "" {
-				delete(h, canonicalToken(token))
-			}
+		for name := range connectionNames(v) {
+			delete(h, name)
 		}
 	}
 	out.Header = h
@@ -427,10 +426,8 @@ func cutHopFields(fields []httpfield.Field) []httpfield.Field {
 		if f.Name != "Connection" {
 			continue
 		}
-		for token := range strings.SplitSeq(f.Value, ",") {
-			if token = textproto.TrimString(token); token != "" {
-				named = append(named, canonicalToken(token))
-			}
+		for name := range connectionNames(f.Value) {
+			named = append(named, name)
 		}
 	}
 	return slices.DeleteFunc(fields, func(f httpfield.Field) bool {
@@ -590,10 +587,8 @@ func isHopHeader(name string) bool {
 // Connection field names, then the fixed list.
 func removeHopHeaders(h http.Header) {
 	for _, v := range h["Connection"] {
-		for token := range strings.SplitSeq(v, ",") {
-			if token = textproto.TrimString(token); token != "" {
-				delete(h, canonicalToken(token))
-			}
+		for name := range connectionNames(v) {
+			delete(h, name)
 		}
 	}
 	// One pass over the few fields a response has, rather than a lookup
@@ -601,6 +596,20 @@ func removeHopHeaders(h http.Header) {
 	for name := range h {
 		if isHopHeader(name) {
 			delete(h, name)
+		}
+	}
+}
+
+// connectionNames yields the header name of each field a Connection field
+// value v names (RFC 9110 §7.6.1): its comma-separated tokens, trimmed,
+// the empty ones skipped, each in canonical form (canonicalToken). Every
+// place that drops the fields a Connection field names reads them here.
+func connectionNames(v string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for token := range strings.SplitSeq(v, ",") {
+			if token = textproto.TrimString(token); token != "" && !yield(canonicalToken(token)) {
+				return
+			}
 		}
 	}
 }
