@@ -64,13 +64,12 @@ func run(args []string) int {
 	}
 	switch {
 	case *epoll:
-		serve := benchfloor.ServeEpoll
+		var stop func()
 		if a != nil {
-			serve = func(ln net.Listener, upstream string, workers int) (func(), error) {
-				return benchfloor.ServeEpollAdmitting(ln, upstream, workers, a)
-			}
+			stop, err = benchfloor.ServeEpollAdmitting(ln, *upstream, runtime.GOMAXPROCS(0), a)
+		} else {
+			stop, err = benchfloor.ServeEpoll(ln, *upstream, runtime.GOMAXPROCS(0))
 		}
-		stop, err := serve(ln, *upstream, runtime.GOMAXPROCS(0))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1

@@ -18,11 +18,17 @@ const clockTick = 10 * time.Millisecond
 // Of returns the user plus system CPU time process pid has used ("self"
 // for this process).
 func Of(pid string) (time.Duration, error) {
+	t, err := timesOf(pid)
+	return t.User + t.System, err
+}
+
+// timesOf reads the CPU time of process pid ("self" for this process).
+func timesOf(pid string) (Times, error) {
 	b, err := os.ReadFile("/proc/" + pid + "/stat")
 	if err != nil {
-		return 0, fmt.Errorf("proccpu: reading CPU time of %s: %w", pid, err)
+		return Times{}, fmt.Errorf("proccpu: reading CPU time of %s: %w", pid, err)
 	}
-	return Parse(b)
+	return ParseTimes(b)
 }
 
 // WithChildren returns the CPU time of process pid and of its direct
@@ -41,11 +47,7 @@ type Times struct {
 
 // TimesWithChildren is WithChildren split into user and system time.
 func TimesWithChildren(pid int) (Times, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return Times{}, fmt.Errorf("proccpu: reading CPU time of %d: %w", pid, err)
-	}
-	total, err := ParseTimes(b)
+	total, err := timesOf(strconv.Itoa(pid))
 	if err != nil {
 		return Times{}, err
 	}

@@ -167,35 +167,31 @@ func runFloor(name string) int {
 	}
 	defer ln.Close()
 	backend := os.Getenv("PORTCULLIS_BENCH_BACKEND")
+	var a *benchfloor.Admission
+	if strings.HasSuffix(name, "-admit") {
+		if a, err = benchAdmission(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	stop, workers := func() {}, runtime.GOMAXPROCS(0)
 	switch name {
-	case "floor-admit":
-		a, err := benchAdmission()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		go func() { _ = benchfloor.ServeAdmitting(ln, backend, a) }()
-	case "floor-epoll", "floor-epoll-admit":
-		var stop func()
-		if name == "floor-epoll" {
-			stop, err = benchfloor.ServeEpoll(ln, backend, runtime.GOMAXPROCS(0))
-		} else {
-			var a *benchfloor.Admission
-			if a, err = benchAdmission(); err == nil {
-				stop, err = benchfloor.ServeEpollAdmitting(ln, backend, runtime.GOMAXPROCS(0), a)
-			}
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer stop()
 	case "floor", "floor-probe":
 		go func() { _ = benchfloor.Serve(ln, backend, name == "floor-probe") }()
+	case "floor-admit":
+		go func() { _ = benchfloor.ServeAdmitting(ln, backend, a) }()
+	case "floor-epoll":
+		stop, err = benchfloor.ServeEpoll(ln, backend, workers)
+	case "floor-epoll-admit":
+		stop, err = benchfloor.ServeEpollAdmitting(ln, backend, workers, a)
 	default:
-		fmt.Fprintf(os.Stderr, "no floor named %q\n", name)
+		err = fmt.Errorf("no floor named %q", name)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	defer stop()
 	fmt.Println(ln.Addr())
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	return 0
