@@ -38,8 +38,12 @@ var admittingServers = []struct {
 	}},
 }
 
+// startAdmitter starts one admitting floor with permits per limiter in front
+// of a backend answering after delay (see startAdmitting).
+type startAdmitter func(permits int, delay time.Duration) (string, *Admission)
+
 // forEachAdmitting runs test against each admitting floor.
-func forEachAdmitting(t *testing.T, test func(t *testing.T, start func(permits int, delay time.Duration) (string, *Admission))) {
+func forEachAdmitting(t *testing.T, test func(t *testing.T, start startAdmitter)) {
 	for _, srv := range admittingServers {
 		t.Run(srv.name, func(t *testing.T) {
 			test(t, func(permits int, delay time.Duration) (string, *Admission) {
@@ -78,8 +82,8 @@ func TestAdmittingRelays(t *testing.T) {
 	forEachAdmitting(t, testAdmittingRelays)
 }
 
-func testAdmittingRelays(t *testing.T, startAdmitting func(int, time.Duration) (string, *Admission)) {
-	addr, a := startAdmitting(1, 0)
+func testAdmittingRelays(t *testing.T, start startAdmitter) {
+	addr, a := start(1, 0)
 	getWhole(t, addr, "GET /bytes?n=100 HTTP/1.1\r\nHost: floor.test\r\nConnection: keep-alive\r\nAccept: */*\r\n\r\n", 3)
 	// The count, like the permits' release, follows the answer's write:
 	// the client may read the last answer first.
@@ -108,8 +112,8 @@ func TestAdmittingRefuses(t *testing.T) {
 	forEachAdmitting(t, testAdmittingRefuses)
 }
 
-func testAdmittingRefuses(t *testing.T, startAdmitting func(int, time.Duration) (string, *Admission)) {
-	addr, a := startAdmitting(1, 300*time.Millisecond)
+func testAdmittingRefuses(t *testing.T, start startAdmitter) {
+	addr, a := start(1, 300*time.Millisecond)
 	for _, req := range []string{
 		"GET /other HTTP/1.1\r\nHost: floor.test\r\n\r\n",
 		"GET /bytes?n=1 HTTP/1.1\r\nHost: other.test\r\n\r\n",
@@ -142,8 +146,8 @@ func testAdmittingRefuses(t *testing.T, startAdmitting func(int, time.Duration) 
 // its request is with the upstream leaves no permit held once the answer
 // comes.
 func TestAdmittingReleasesOnReset(t *testing.T) {
-	forEachAdmitting(t, func(t *testing.T, startAdmitting func(int, time.Duration) (string, *Admission)) {
-		addr, a := startAdmitting(1, 200*time.Millisecond)
+	forEachAdmitting(t, func(t *testing.T, start startAdmitter) {
+		addr, a := start(1, 200*time.Millisecond)
 		c := dialFor(t, addr)
 		if _, err := io.WriteString(c, "GET /bytes?n=1 HTTP/1.1\r\nHost: floor.test\r\n\r\n"); err != nil {
 			t.Fatal(err)
