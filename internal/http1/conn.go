@@ -70,6 +70,8 @@ type conn struct {
 	ex *Exchange
 	// closedNow: Server.Close closed the connection (see closeNow).
 	closedNow atomic.Bool
+	// first serves the connection's first request (Server.ServeConnWith).
+	first http.Handler
 }
 
 func (s *Server) newConn(rwc net.Conn, base context.Context) *conn {
@@ -185,7 +187,12 @@ func (c *conn) serve() {
 			return
 		}
 		var ok bool
-		if c.srv.Exchanges != nil && c.offerable() {
+		if h := c.first; h != nil {
+			c.first = nil
+			x := newRequestContext(c)
+			inFlight = x
+			ok = c.serveRequest(x, t0, nil, h)
+		} else if c.srv.Exchanges != nil && c.offerable() {
 			ok = c.offer(t0, &inFlight)
 		} else {
 			x := newRequestContext(c)

@@ -127,6 +127,15 @@ func (s *Server) readHeaderTimeout() time.Duration {
 	return s.ReadTimeout
 }
 
+// ReadLimits returns what bounds the reading of request heads on s's
+// connections, with the defaults applied: the longest head read before
+// the server answers 431, the time a head may take, and the wait for a
+// kept connection's next request (zero: no bound). A reader of heads
+// outside the server (see [HeadParser]) keeps to the same.
+func (s *Server) ReadLimits() (maxHead int, headTimeout, idleTimeout time.Duration) {
+	return s.headLimit(), s.readHeaderTimeout(), s.idleTimeout()
+}
+
 func (s *Server) idleTimeout() time.Duration {
 	if s.IdleTimeout != 0 {
 		return s.IdleTimeout
@@ -207,6 +216,16 @@ func isTemporary(err error) bool {
 // if the server was shut down before the connection could be served, nil
 // otherwise.
 func (s *Server) ServeConn(rw net.Conn) error {
+	return s.ServeConnWith(rw, nil)
+}
+
+// ServeConnWith is ServeConn with first as the handler of the first
+// request read from rw, which is neither offered to Exchanges nor given
+// to Handler; the requests after it are served as ServeConn serves them.
+// An event loop that read and began to serve a request itself hands the
+// connection over so, with the request's head put back in front of rw's
+// bytes, and first taking up where it left off. A nil first is ServeConn.
+func (s *Server) ServeConnWith(rw net.Conn, first http.Handler) error {
 	base := context.Background()
 	if s.BaseContext != nil {
 		base = s.BaseContext(nil)
@@ -216,6 +235,7 @@ func (s *Server) ServeConn(rw net.Conn) error {
 		_ = rw.Close()
 		return ErrServerClosed
 	}
+	c.first = first
 	c.serve()
 	return nil
 }
