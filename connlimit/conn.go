@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"sync"
@@ -96,6 +97,17 @@ func (c *Conn) Read(b []byte) (int, error) {
 		}
 	}
 	return c.conn.Read(b)
+}
+
+// TakePending returns the bytes read past a PROXY header that Read has
+// not returned yet, and removes them from what Read returns; nil when
+// there are none. A caller that reads the socket itself, through
+// SyscallConn, takes them first: they come before the socket's.
+func (c *Conn) TakePending() []byte {
+	if !c.hasPending.Load() {
+		return nil
+	}
+	return c.takePending(math.MaxInt)
 }
 
 // takePending removes and returns up to n pending bytes, or nil when there

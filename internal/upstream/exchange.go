@@ -201,6 +201,15 @@ func (t *Transport) exchange(ctx context.Context, c *conn, head requestHead, dea
 	if err != nil {
 		return nil, x.isStale(c.readErr) && head.replayable, x.fail("read response head", err)
 	}
+	return x.headRead(resp, head)
+}
+
+// headRead settles what a response head read without error decides: the
+// head deadline lifted when the body is still to come, a 408 on a reused
+// connection turned into a retry, and the connection's reuse once the
+// body ends.
+func (x *exchange) headRead(resp *http.Response, head requestHead) (_ *http.Response, retry bool, err error) {
+	c, ctx := x.c, x.ctx
 	if x.deadline {
 		if !bodyBuffered(resp, x.br) {
 			// The body may take as long as it takes.

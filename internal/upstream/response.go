@@ -300,3 +300,21 @@ func (b *fixedBody) Read(p []byte) (int, error) {
 
 // Close does nothing: the exchange owns the connection.
 func (b *fixedBody) Close() error { return nil }
+
+// ReadSimpleHead reads the final answer's head at the start of b as
+// SendHead reads the common one, with fields as SendOptions.Fields: a
+// whole HTTP/1.1 head of status 200 to 599 (not 204 or 304) with one plain
+// Content-Length and no field that needs more than reading (see
+// simpleResponse). It returns the response, without its body
+// (http.NoBody; ContentLength says how long it is), and the head's
+// length; false when b does not start with such a head, or not yet with a
+// whole one: SendHead would read that answer otherwise, through
+// http.ReadResponse, and so must whoever reads it instead.
+func ReadSimpleHead(b []byte, method string, fields *[]httpfield.Field) (resp *http.Response, headLen int, ok bool) {
+	r := simpleResponse(b, method, fields)
+	if r == nil {
+		return nil, 0, false
+	}
+	r.resp.Body = http.NoBody
+	return &r.resp, int(r.body.headLen), true
+}
