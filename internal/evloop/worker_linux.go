@@ -1,0 +1,210 @@
+//go:build linux
+
+package evloop
+
+import (
+	"fmt"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// worker is one event loop: an OS thread, its epoll set, the client and
+// upstream connections registered in it, and an inbox through which
+// other goroutines hand it work.
+type worker struct {
+	s        *Server
+	ep, wake int
+
+	mu     sync.Mutex
+	inbox  []func()
+	spare  []func()
+	closed bool // no more posts: stop is in the inbox
+
+	live atomic.Int32 // client connections held, read by Shutdown
+
+	// The loop's own: the thread running run.
+	sockets   map[uint64]socket
+	idle      map[netip.AddrPort][]*upConn
+	token     uint64
+	now       time.Time
+	nextScan  time.Time
+	stopping  bool // stop ran: run returns
+	draining  bool // shutdown ran
+	events    [256]unix.EpollEvent
+	scratch   []byte // reads of bytes nobody asked for
+	headLimit int
+}
+
+// socket is a descriptor registered in the worker's epoll set.
+type socket interface {
+	ready(events uint32)
+}
+
+const wakeToken = 0
+
+// scanEvery is how often the loop looks for connections whose time is
+// up: the precision of every timeout it keeps.
+const scanEvery = 100 * time.Millisecond
+
+func newWorker(s *Server) (*worker, error) {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("evloop: epoll_create1: %w", err)
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		unix.Close(ep)
+		return nil, fmt.Errorf("evloop: eventfd: %w", err)
+	}
+	w := &worker{s: s, ep: ep, wake: wake, sockets: map[uint64]socket{}, idle: map[netip.AddrPort][]*upConn{},
+		scratch: make([]byte, 512), headLimit: s.cfg.maxHeadBytes()}
+	if err := w.ctl(unix.EPOLL_CTL_ADD, wake, unix.EPOLLIN, wakeToken); err != nil {
+		unix.Close(ep)
+		unix.Close(wake)
+		return nil, err
+	}
+	return w, nil
+}
+
+// post has the loop run fn; final marks the last post (stop). It reports
+// false, having queued nothing, once the final post was made.
+func (w *worker) post(fn func(), final bool) bool {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return false
+	}
+	w.inbox = append(w.inbox, fn)
+	w.closed = final
+	w.mu.Unlock()
+	var one = [8]byte{1}
+	_, _ = unix.Write(w.wake, one[:])
+	return true
+}
+
+func (w *worker) runInbox() {
+	var b [8]byte
+	_, _ = unix.Read(w.wake, b[:])
+	w.mu.Lock()
+	fns := w.inbox
+	w.inbox, w.spare = w.spare[:0], nil
+	w.mu.Unlock()
+	for i, fn := range fns {
+		fn()
+		fns[i] = nil
+	}
+	w.mu.Lock()
+	if w.spare == nil {
+		w.spare = fns[:0]
+	}
+	w.mu.Unlock()
+}
+
+// nextToken returns a token no socket of the worker has had: an event
+// that comes for a socket already closed finds nothing, even when its
+// descriptor number was given to a new one.
+func (w *worker) nextToken() uint64 {
+	w.token++
+	return w.token
+}
+
+func (w *worker) ctl(op, fd int, events uint32, token uint64) error {
+	ev := unix.EpollEvent{Events: events, Fd: int32(uint32(token)), Pad: int32(uint32(token >> 32))}
+	if err := unix.EpollCtl(w.ep, op, fd, &ev); err != nil {
+		return fmt.Errorf("evloop: epoll_ctl: %w", err)
+	}
+	return nil
+}
+
+func tokenOf(ev *unix.EpollEvent) uint64 {
+	return uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+}
+
+// run serves events until stop ran, then closes what is left.
+func (w *worker) run() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer w.release()
+	w.now = time.Now()
+	w.nextScan = w.now.Add(scanEvery)
+	for !w.stopping {
+		timeout := -1
+		if len(w.sockets) > 0 {
+			timeout = max(int(w.nextScan.Sub(w.now)/time.Millisecond), 0) + 1
+		}
+		n, err := unix.EpollWait(w.ep, w.events[:], timeout)
+		w.now = time.Now()
+		if err != nil && err != unix.EINTR {
+			w.s.cfg.logger().Error("evloop: epoll_wait failed; closing the worker's connections", "error", err)
+			w.stop()
+			return
+		}
+		for i := range n {
+			ev := &w.events[i]
+			tok := tokenOf(ev)
+			if tok == wakeToken {
+				w.runInbox()
+				continue
+			}
+			if s := w.sockets[tok]; s != nil {
+				s.ready(ev.Events)
+			}
+		}
+		if !w.now.Before(w.nextScan) {
+			w.scan()
+			w.nextScan = w.now.Add(scanEvery)
+		}
+	}
+}
+
+// scan ends what ran out of time.
+func (w *worker) scan() {
+	for _, s := range w.sockets {
+		switch s := s.(type) {
+		case *Conn:
+			if !s.deadline.IsZero() && !w.now.Before(s.deadline) {
+				s.timeUp()
+			}
+		case *upConn:
+			s.timeUp()
+		}
+	}
+}
+
+// shutdown closes the connections waiting for a request and marks the
+// rest to close once their exchange ends.
+func (w *worker) shutdown() {
+	w.draining = true
+	for _, s := range w.sockets {
+		if c, ok := s.(*Conn); ok && c.state == stateReading && c.n == 0 {
+			c.close()
+		}
+	}
+}
+
+// stop closes every connection: exchanges under way end with ErrClosed.
+func (w *worker) stop() {
+	w.stopping = true
+	for _, s := range w.sockets {
+		switch s := s.(type) {
+		case *Conn:
+			s.fail(ErrClosed)
+		case *upConn:
+			s.close()
+		}
+	}
+}
+
+// release runs last on the loop's thread: posts that came after stop
+// (none can: stop is final) and the descriptors.
+func (w *worker) release() {
+	w.runInbox()
+	w.stop()
+	unix.Close(w.wake)
+	unix.Close(w.ep)
+}
