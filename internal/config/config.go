@@ -319,11 +319,13 @@ type Listener struct {
 	// second data path that relays the plainest exchanges (bodyless GETs and HEADs on routes whose
 	// limits are counted in the process, answered with a small body of known length) as
 	// bytes, and sends every other request down the first; HTTP1ServerFast is that server
-	// without the second path; HTTP1ServerNetHTTP is Go's net/http server, kept so that an
+	// without the second path; HTTP1ServerEventLoop is lean with the second path run on event
+	// loops of the daemon's own for plain (not TLS) connections, on Linux (lean elsewhere, and
+	// for TLS connections); HTTP1ServerNetHTTP is Go's net/http server, kept so that an
 	// operator can compare or fall back. The daemon's server does per request only the work
 	// a request needs and is held to net/http's behaviour by differential tests. HTTP/2 on
 	// https listeners is served by net/http either way. Every limit, route, log line and
-	// metric behaves the same with all three. Empty means HTTP1ServerLean. http and https
+	// metric behaves the same with all four. Empty means HTTP1ServerLean. http and https
 	// listeners only.
 	HTTP1Server HTTP1Server `yaml:"http1_server"`
 

@@ -118,11 +118,19 @@ const (
 	// second data path for the plainest exchanges, which relays them as
 	// bytes.
 	HTTP1ServerLean HTTP1Server = "lean"
+	// HTTP1ServerEventLoop is lean with the plainest exchanges of plain
+	// (not TLS) connections relayed on event loops of the daemon's own,
+	// outside the Go runtime's poller (Linux; lean elsewhere).
+	HTTP1ServerEventLoop HTTP1Server = "eventloop"
 )
 
 // Fast reports whether s runs the daemon's own HTTP/1.1 server: fast,
-// lean, or empty (the default).
+// lean, eventloop, or empty (the default).
 func (s HTTP1Server) Fast() bool { return s != HTTP1ServerNetHTTP }
+
+// Lean reports whether s relays the plainest exchanges as bytes: lean,
+// eventloop, or empty (the default).
+func (s HTTP1Server) Lean() bool { return s == "" || s == HTTP1ServerLean || s == HTTP1ServerEventLoop }
 
 // OnError is what a node does while Redis cannot answer.
 type OnError string

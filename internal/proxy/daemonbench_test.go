@@ -36,8 +36,9 @@ import (
 //
 //	go test -run XXX -bench Daemon -benchtime 20000x -count 6 ./internal/proxy
 //
-// The daemons: lean, fast and nethttp are the daemon with each HTTP/1.x
-// server (http1_server; lean, the default, is fast with the lean path);
+// The daemons: lean, eventloop, fast and nethttp are the daemon with each
+// HTTP/1.x server (http1_server; lean, the default, is fast with the lean
+// path; eventloop is lean with that path on event loops);
 // fast-rp and nethttp-rp are fast and nethttp with httputil.ReverseProxy
 // in place of the relay, as before it; a -log suffix turns the access log
 // on, written to a file (every other daemon has it off); -nometrics
@@ -125,7 +126,7 @@ func runBenchChild(name string) int {
 	if rest == "nolimits" {
 		limits = benchLimitsOff
 	}
-	text := strings.Replace(limits, "    protocol: http\n", "    protocol: http\n    http1_server: "+map[string]string{"fast": "fast", "nethttp": "net/http", "lean": "lean"}[server]+"\n", 1)
+	text := strings.Replace(limits, "    protocol: http\n", "    protocol: http\n    http1_server: "+map[string]string{"fast": "fast", "nethttp": "net/http", "lean": "lean", "eventloop": "eventloop"}[server]+"\n", 1)
 	switch rest {
 	case "rp":
 		proxy.SetReverseProxy(true)

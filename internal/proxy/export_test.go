@@ -1,6 +1,9 @@
 package proxy
 
-import "github.com/seed-a07d1050/portcullis/internal/config"
+import (
+	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/evloop"
+)
 
 // SetTestHooks makes binding a listener and building a route table fail
 // when the given functions say so, for the tests of failed reloads; nil
@@ -12,7 +15,7 @@ func SetTestHooks(bind func(config.Listener) error, buildTable func(listener str
 }
 
 // HTTP1ServerOf returns the HTTP/1.x server that serves the listener
-// named name, as its http1_server setting names it: "lean", "fast" or "net/http";
+// named name, as its http1_server setting names it: "lean", "eventloop", "fast" or "net/http";
 // "" when the listener is not an http or https listener, or does not
 // exist.
 func HTTP1ServerOf(s *Server, name string) config.HTTP1Server {
@@ -21,6 +24,12 @@ func HTTP1ServerOf(s *Server, name string) config.HTTP1Server {
 			continue
 		}
 		if f.http.fast != nil && f.http.fast.Exchanges != nil {
+			// eventloop runs loops on http listeners (Linux); on https it is
+			// lean, as it is on a system without them.
+			if f.cfg.HTTP1Server == config.HTTP1ServerEventLoop &&
+				(f.http.loop != nil || f.cfg.Protocol == config.ProtocolHTTPS || !evloop.Supported()) {
+				return config.HTTP1ServerEventLoop
+			}
 			return config.HTTP1ServerLean
 		}
 		if f.http.fast != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/connlimit"
 	"github.com/seed-a07d1050/portcullis/internal/cidrlist"
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/evloop"
 	"github.com/seed-a07d1050/portcullis/promlimit"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -299,10 +300,10 @@ func (f *front) serveH3(table *atomic.Pointer[routeTable]) {
 // serveHTTP starts serving HTTP (or HTTPS with HTTP/2) from the admitted
 // connections, with the route table in table, on the servers built when f
 // was bound.
-func (f *front) serveHTTP(table *atomic.Pointer[routeTable], base context.Context) {
+func (f *front) serveHTTP(table *atomic.Pointer[routeTable], base context.Context, loopCounts *evloop.Counts) {
 	f.table = table
 	f.httpStarted = true
-	f.http.start(f.conns, base, f.served, func(err error) { f.log.Error("listener stopped", "error", err) })
+	f.http.start(f.conns, base, f.served, loopCounts, func(err error) { f.log.Error("listener stopped", "error", err) })
 }
 
 // ServeHTTP serves one request on the route table current when it arrived.

@@ -131,6 +131,7 @@ var servers = []struct {
 	{"fast", config.HTTP1ServerFast},
 	{"nethttp", config.HTTP1ServerNetHTTP},
 	{"lean", config.HTTP1ServerLean},
+	{"eventloop", config.HTTP1ServerEventLoop},
 }
 
 // bothServers runs test once per HTTP/1.x server, as the subtests

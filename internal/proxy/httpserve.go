@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"sync"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/evloop"
 	"github.com/seed-a07d1050/portcullis/internal/http1"
 )
 
@@ -36,6 +38,14 @@ type httpServers struct {
 	// handoffDone is closed when std's Serve of handoff returns; nil until
 	// start, and without a handoff.
 	handoffDone chan struct{}
+
+	// loop relays the plainest exchanges of the plain connections on event
+	// loops, with http1_server eventloop on an http listener (see
+	// loopExchanges); fast serves what it gives back. Nil otherwise, and
+	// until start.
+	loop     *evloop.Server
+	loopWith *loopExchanges // the loop's Handler; nil without eventloop
+	loopLn   net.Listener   // what fast accepts from while the loops run
 }
 
 // newHTTPServers builds the servers of f, an http or https front, without
@@ -55,10 +65,13 @@ func newHTTPServers(f *front) *httpServers {
 			BaseContext:       baseContext,
 			Logger:            f.log,
 		}
-		if lc.HTTP1Server == config.HTTP1ServerLean {
+		if lc.HTTP1Server.Lean() {
 			h.fast.Exchanges = leanExchanges{f}
 		}
 		if lc.Protocol != config.ProtocolHTTPS {
+			if lc.HTTP1Server == config.HTTP1ServerEventLoop {
+				h.loopWith = &loopExchanges{f: f, srv: h.fast}
+			}
 			return h
 		}
 	}
@@ -102,7 +115,7 @@ func newHTTPServers(f *front) *httpServers {
 // before any TLS handshake: the TLS listener wraps conns. With a handoff,
 // std goes on serving the HTTP/2 connections whose handshakes were under
 // way until shutdown or close.
-func (h *httpServers) start(conns net.Listener, base context.Context, served chan<- struct{}, log func(error)) {
+func (h *httpServers) start(conns net.Listener, base context.Context, served chan<- struct{}, loopCounts *evloop.Counts, log func(error)) {
 	h.base = base
 	check := func(err error) {
 		if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
@@ -116,6 +129,9 @@ func (h *httpServers) start(conns net.Listener, base context.Context, served cha
 			check(h.std.Serve(h.handoff))
 		}()
 	}
+	if h.startLoop(loopCounts, log) {
+		h.loopLn = &loopListener{Listener: conns, loop: h.loop}
+	}
 	go func() {
 		defer close(served)
 		switch {
@@ -125,10 +141,48 @@ func (h *httpServers) start(conns net.Listener, base context.Context, served cha
 			check(h.std.Serve(conns))
 		case h.handoff != nil:
 			check(h.fast.Serve(tls.NewListener(conns, h.tls)))
+		case h.loopLn != nil:
+			check(h.fast.Serve(h.loopLn))
 		default:
 			check(h.fast.Serve(conns))
 		}
 	}()
+}
+
+// startLoop starts the event loops of an eventloop listener, and reports
+// whether it did; without them (another setting, or a system without
+// them) fast serves every connection, as lean.
+func (h *httpServers) startLoop(counts *evloop.Counts, log func(error)) bool {
+	if h.loopWith == nil {
+		return false
+	}
+	loop, err := h.loopWith.start(counts)
+	if err != nil {
+		log(fmt.Errorf("http1_server eventloop: serving as lean: %w", err))
+		return false
+	}
+	h.loop = loop
+	return true
+}
+
+// loopListener gives the event loops every connection they take: its
+// Accept returns only those they do not (none but after shutdown began,
+// for a plain TCP listener).
+type loopListener struct {
+	net.Listener
+	loop *evloop.Server
+}
+
+func (l *loopListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if !l.loop.Serve(c) {
+			return c, nil
+		}
+	}
 }
 
 // shutdown stops the servers gracefully, as http.Server.Shutdown does, all
@@ -143,8 +197,16 @@ func (h *httpServers) shutdown(ctx context.Context) error {
 		wg.Go(func() { stdErr = h.std.Shutdown(ctx) })
 	}
 	var err error
+	if h.loop != nil {
+		// First no more connections; then the loops' drain, whose
+		// hand-overs go to fast, which still serves them; then fast's.
+		_ = h.loopLn.Close()
+		err = h.loop.Shutdown(ctx)
+	}
 	if h.fast != nil {
-		err = h.fast.Shutdown(ctx)
+		if ferr := h.fast.Shutdown(ctx); err == nil {
+			err = ferr
+		}
 	}
 	wg.Wait()
 	h.waitHandoff()
@@ -165,6 +227,9 @@ func (h *httpServers) waitHandoff() {
 // close closes every listener and connection of the servers at once;
 // hijacked connections are left alone.
 func (h *httpServers) close() {
+	if h.loop != nil {
+		_ = h.loop.Close()
+	}
 	if h.fast != nil {
 		_ = h.fast.Close()
 	}

@@ -59,6 +59,10 @@ type leanTable struct {
 type leanRoute struct {
 	relay  *relay
 	limits []leanLimit
+	// onLoop: the event loops may serve it too (see loopExchanges): every
+	// upstream is an IP address, to which a loop connects without asking
+	// a resolver.
+	onLoop bool
 }
 
 type leanLimit struct {
@@ -86,7 +90,10 @@ func leanRouteOf(rl *relay, hasRate bool, limits ...*limiter) *leanRoute {
 	if !rl.t.CanSendHead() {
 		return nil
 	}
-	lr := &leanRoute{relay: rl}
+	lr := &leanRoute{relay: rl, onLoop: true}
+	for _, u := range rl.pool.ups {
+		lr.onLoop = lr.onLoop && u.ap.IsValid()
+	}
 	for _, l := range limits {
 		if l == nil {
 			continue
@@ -176,7 +183,7 @@ func (le leanExchanges) ServeExchange(x *http1.Exchange) bool {
 	lx := leanExchangePool.Get().(*leanExchange)
 	defer lx.put()
 	defer lx.release() // also when what follows panics
-	if !lx.admit(x, x.Head(), rt) {
+	if !lx.admit(x.AbortFunc(), x.Head(), rt) {
 		lt.counts.add(leanDeclined)
 		return false
 	}
@@ -233,10 +240,10 @@ func leanRequest(r *http.Request) bool {
 // records them as the chain's limits would; it reports false, having
 // given back what it took and recorded nothing, when one would not grant
 // one at once.
-func (lx *leanExchange) admit(x *http1.Exchange, r *http.Request, rt *route) bool {
+func (lx *leanExchange) admit(abort func(), r *http.Request, rt *route) bool {
 	var keys [maxKeys]string
 	for i, l := range rt.lean.limits {
-		key, p, ok := l.lim.TryAdmit(r, x.AbortFunc())
+		key, p, ok := l.lim.TryAdmit(r, abort)
 		if !ok {
 			lx.release()
 			return false
@@ -405,20 +412,7 @@ func (lx *leanExchange) answer(x *http1.Exchange, r *http.Request, resp *http.Re
 	if !leanAnswer(resp, lx.fields, head) {
 		return false
 	}
-	kept := cutHopFields(lx.fields)
-	b := http1.AppendStatusLine(lx.buf[:0], resp.StatusCode)
-	b = appendSortedFields(b, kept)
-	// As the server decides: a Date field the upstream sent, even empty,
-	// stands in for the server's.
-	if !slices.ContainsFunc(kept, func(f httpfield.Field) bool { return f.Name == "Date" }) {
-		b = append(b, "Date: "...)
-		b = http1.AppendDate(b)
-		b = append(b, "\r\n"...)
-	}
-	if x.Closing() {
-		b = append(b, "Connection: close\r\n"...)
-	}
-	b = append(b, "\r\n"...)
+	b := lx.appendAnswerHead(lx.buf[:0], resp.StatusCode, x.Closing())
 	headLen, n := len(b), int(resp.ContentLength)
 	if head {
 		n = 0 // the length is the GET's; there is no body
@@ -453,6 +447,28 @@ func (lx *leanExchange) answer(x *http1.Exchange, r *http.Request, resp *http.Re
 	lx.release()
 	exchangeEnded(o, r, &lx.st, start)
 	return true
+}
+
+// appendAnswerHead appends the head the server writes for an answer of
+// status code whose fields, as the upstream sent them, are lx.fields:
+// the status line, the fields but the hop-by-hop ones in the server's
+// order, its Date unless the upstream sent one, and "Connection: close"
+// when closing.
+func (lx *leanExchange) appendAnswerHead(b []byte, code int, closing bool) []byte {
+	kept := cutHopFields(lx.fields)
+	b = http1.AppendStatusLine(b, code)
+	b = appendSortedFields(b, kept)
+	// As the server decides: a Date field the upstream sent, even empty,
+	// stands in for the server's.
+	if !slices.ContainsFunc(kept, func(f httpfield.Field) bool { return f.Name == "Date" }) {
+		b = append(b, "Date: "...)
+		b = http1.AppendDate(b)
+		b = append(b, "\r\n"...)
+	}
+	if closing {
+		b = append(b, "Connection: close\r\n"...)
+	}
+	return append(b, "\r\n"...)
 }
 
 // leanAnswer reports whether resp, whose head came as fields, is an

@@ -54,7 +54,9 @@ func (b *fuzzBackend) serve(c net.Conn) {
 // whatever the upstream answers: the lean path writes the answers it
 // judges simple itself and hands every other to the relay's code, and a
 // misjudged answer (a field it should have cut or refused, a length it
-// should not have trusted) would show here as different bytes. The seeds
+// should not have trusted) would show here as different bytes. So is what
+// it receives from the lean path on event loops (http1_server eventloop),
+// which judges the same answers from the bytes as they come. The seeds
 // are the differential test's answers.
 //
 // With head, the request is a HEAD and a GET pipelined behind it: the
@@ -89,7 +91,8 @@ func FuzzLeanAnswerMatchesFast(f *testing.F) {
 		backend *fuzzBackend
 	}
 	var daemons []daemon
-	for _, server := range []config.HTTP1Server{config.HTTP1ServerFast, config.HTTP1ServerLean} {
+	servers := []config.HTTP1Server{config.HTTP1ServerFast, config.HTTP1ServerLean, config.HTTP1ServerEventLoop}
+	for _, server := range servers {
 		b := startFuzzBackend(f)
 		cfg := parseConfig(f, leanDiffConfig, "http://"+b.ln.Addr().String())
 		cfg.Listeners[0].HTTP1Server = server
@@ -126,14 +129,16 @@ func FuzzLeanAnswerMatchesFast(f *testing.F) {
 		if withHead {
 			request, methods = head+request, []string{http.MethodHead, http.MethodGet}
 		}
-		var got [2]string
+		var got [3]string
 		for i, d := range daemons {
 			d.backend.answer.Store(&answer)
 			got[i] = exchangeResetting(t, d.addr, request, closing, methods...)
 		}
-		if got[0] != got[1] {
-			t.Errorf("upstream answer %q to %v:\nthe fast path gave %q\nthe lean path gave %q",
-				answer, methods, got[0], got[1])
+		for i := 1; i < len(got); i++ {
+			if got[0] != got[i] {
+				t.Errorf("upstream answer %q to %v:\nthe fast path gave %q\n%s gave %q",
+					answer, methods, got[0], servers[i], got[i])
+			}
 		}
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/evloop"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
@@ -53,8 +54,11 @@ type Server struct {
 	access    *accessLogger
 	accessOut *lineBuffer // nil when Options.Logger was given
 	transport *uptransport.Transport
-	bufs      *bufferPool
-	metrics   *httpMetrics // the HTTP listeners' request metrics
+	// loopCounts are what the event loops of every eventloop listener did
+	// with their upstream connections, exported beside the transport's.
+	loopCounts *evloop.Counts
+	bufs       *bufferPool
+	metrics    *httpMetrics // the HTTP listeners' request metrics
 
 	base       context.Context // the context of every request; cancelled to cut off
 	cancelBase context.CancelFunc
@@ -90,11 +94,12 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	eff := cfg.Effective()
 	s := &Server{
-		log:       opts.Logger,
-		transport: newUpstreamTransport(),
-		bufs:      newBufferPool(),
-		metrics:   newHTTPMetrics(),
-		tables:    make(map[string]*atomic.Pointer[routeTable]),
+		log:        opts.Logger,
+		transport:  newUpstreamTransport(),
+		loopCounts: new(evloop.Counts),
+		bufs:       newBufferPool(),
+		metrics:    newHTTPMetrics(),
+		tables:     make(map[string]*atomic.Pointer[routeTable]),
 	}
 	if s.log == nil {
 		out := opts.LogOutput
@@ -343,7 +348,7 @@ func (s *Server) serve(f *front, cfg *config.Config) error {
 		f.serveH3(table)
 		return nil
 	default:
-		f.serveHTTP(table, s.base)
+		f.serveHTTP(table, s.base, s.loopCounts)
 		return nil
 	}
 }

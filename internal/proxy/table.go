@@ -131,7 +131,7 @@ func (b *tableBuilder) build() (*routeTable, error) {
 	h = reverseRequests(h)
 	opts := b.exchangeOpts()
 	t.handler = exchanges(h, opts)
-	if b.lc.HTTP1Server == config.HTTP1ServerLean && t.rate == nil && b.lc.Auth == nil {
+	if b.lc.HTTP1Server.Lean() && t.rate == nil && b.lc.Auth == nil {
 		t.lean = &leanTable{routes: routes, opts: opts}
 		if b.metrics != nil && !testHookNoRequestMetrics {
 			t.lean.counts = b.metrics.leanCounts(b.lc.Name)

@@ -10,6 +10,8 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -26,7 +28,8 @@ const upstreamDownFor = 5 * time.Second
 // upstream is one origin of a route.
 type upstream struct {
 	scheme, host string
-	downUntil    atomic.Int64 // unix nanoseconds; zero when up
+	ap           netip.AddrPort // host when it is an IP address and port (or port 80 implied); zero otherwise
+	downUntil    atomic.Int64   // unix nanoseconds; zero when up
 }
 
 func (u *upstream) isDown(now time.Time) bool { return u.downUntil.Load() > now.UnixNano() }
@@ -46,7 +49,7 @@ func newPool(urls []string) (*pool, error) {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("proxy: upstream %q is not an http or https URL with a host", raw)
 		}
-		p.ups = append(p.ups, &upstream{scheme: u.Scheme, host: u.Host})
+		p.ups = append(p.ups, &upstream{scheme: u.Scheme, host: u.Host, ap: addrPortOf(u.Host)})
 	}
 	if len(p.ups) == 0 {
 		return nil, errors.New("proxy: route has no upstream")
@@ -133,6 +136,25 @@ func (t *poolTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // isRefused reports whether err is a refused TCP connection.
+// addrPortOf returns host, a URL's host and optional port, as an IP
+// address and port (80 when none is given), or the zero AddrPort when its
+// host is a name.
+func addrPortOf(host string) netip.AddrPort {
+	h, port, err := net.SplitHostPort(host)
+	if err != nil {
+		h, port = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), "80"
+	}
+	ip, err := netip.ParseAddr(h)
+	if err != nil || ip.Zone() != "" {
+		return netip.AddrPort{}
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return netip.AddrPort{}
+	}
+	return netip.AddrPortFrom(ip, uint16(p))
+}
+
 func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
 
 // newUpstreamTransport returns the transport shared by every route. Plain

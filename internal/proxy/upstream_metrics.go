@@ -3,6 +3,7 @@ package proxy
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/seed-a07d1050/portcullis/internal/evloop"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
@@ -10,7 +11,10 @@ import (
 // how its connections to upstreams were opened, reused and dropped. A
 // backend that writes on idle connections shows in
 // portcullis_upstream_unsolicited_total.
-type upstreamCollector struct{ t *uptransport.Transport }
+type upstreamCollector struct {
+	t     *uptransport.Transport
+	loops *evloop.Counts // the event loops' upstream connections, counted in the same series
+}
 
 var (
 	upstreamDialsDesc = prometheus.NewDesc("portcullis_upstream_dials_total",
@@ -32,10 +36,10 @@ func (c upstreamCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c upstreamCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.t.Stats()
-	ch <- prometheus.MustNewConstMetric(upstreamDialsDesc, prometheus.CounterValue, float64(s.Dials))
-	ch <- prometheus.MustNewConstMetric(upstreamRetriesDesc, prometheus.CounterValue, float64(s.Retries))
-	ch <- prometheus.MustNewConstMetric(upstreamIdleClosedDesc, prometheus.CounterValue, float64(s.IdleClosed))
-	ch <- prometheus.MustNewConstMetric(upstreamUnsolicitedDesc, prometheus.CounterValue, float64(s.Unsolicited))
-	ch <- prometheus.MustNewConstMetric(upstreamIdleDesc, prometheus.GaugeValue, float64(s.Idle))
+	s, l := c.t.Stats(), c.loops
+	ch <- prometheus.MustNewConstMetric(upstreamDialsDesc, prometheus.CounterValue, float64(s.Dials+l.Dials.Load()))
+	ch <- prometheus.MustNewConstMetric(upstreamRetriesDesc, prometheus.CounterValue, float64(s.Retries+l.Retries.Load()))
+	ch <- prometheus.MustNewConstMetric(upstreamIdleClosedDesc, prometheus.CounterValue, float64(s.IdleClosed+l.IdleClosed.Load()))
+	ch <- prometheus.MustNewConstMetric(upstreamUnsolicitedDesc, prometheus.CounterValue, float64(s.Unsolicited+l.Unsolicited.Load()))
+	ch <- prometheus.MustNewConstMetric(upstreamIdleDesc, prometheus.GaugeValue, float64(int64(s.Idle)+l.Idle.Load()))
 }

@@ -1,0 +1,371 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/evloop"
+	"github.com/seed-a07d1050/portcullis/internal/http1"
+	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
+)
+
+// With http1_server eventloop, an http listener's plain connections are
+// served by event loops (internal/evloop) for as long as their requests
+// are ones the lean path takes; loopExchanges decides, on a loop's
+// thread, with the lean path's own pieces: the server's parser and checks
+// (http1.HeadParser), the route's pick, httplimit's admission, the relay's
+// upstream head, the upstream transport's reading of the answer's head,
+// the lean path's answer and exchangeEnded's log line and metrics.
+//
+// What it does not serve itself goes where it would have gone:
+//   - a request it does not take, before anything was counted or sent,
+//     goes back with its connection to the listener's server, which reads
+//     it again and serves it and every later request of the connection
+//     (the lean path first);
+//   - an exchange under way that it will not finish (an answer the lean
+//     path does not write itself, an upstream that failed, a client that
+//     left) is resumed on a goroutine: the server reads the request again
+//     and serves it through the relay's own code, which reads the answer
+//     from the upstream connection the loop hands over
+//     (uptransport.Transport.Adopt) or answers the failure, with the
+//     admission already recorded.
+type loopExchanges struct {
+	f   *front
+	srv *http1.Server // the listener's server: lean, for what the loops give back
+}
+
+// start starts the event loops of the listener.
+func (le *loopExchanges) start(counts *evloop.Counts) (*evloop.Server, error) {
+	maxHead, headTimeout, idleTimeout := le.srv.ReadLimits()
+	return evloop.New(evloop.Config{
+		Handler:           le,
+		Counts:            counts,
+		ReadHeaderTimeout: headTimeout,
+		IdleTimeout:       idleTimeout,
+		WriteTimeout:      le.srv.WriteTimeout,
+		MaxHeadBytes:      maxHead,
+		Logger:            le.f.log,
+	})
+}
+
+// loopConn is a connection's state on a loop: the parser of its heads.
+type loopConn struct {
+	parser *http1.HeadParser
+}
+
+func (le *loopExchanges) connOf(c *evloop.Conn) *loopConn {
+	if lc, ok := c.Value.(*loopConn); ok {
+		return lc
+	}
+	maxHead, _, _ := le.srv.ReadLimits()
+	lc := &loopConn{parser: http1.NewHeadParser(c.RemoteAddr().String(), maxHead-4096)}
+	c.Value = lc
+	return lc
+}
+
+// Begin takes the request whose head is head when the lean path would,
+// and its admission grants it at once; nil otherwise, having counted and
+// sent nothing.
+func (le *loopExchanges) Begin(c *evloop.Conn, head []byte) evloop.Exchange {
+	f := le.f
+	lt := f.table.Load().lean
+	if lt == nil {
+		return nil
+	}
+	r, ok := le.connOf(c).parser.Parse(head)
+	if !ok {
+		return nil
+	}
+	rt, ok := lt.take(f, r)
+	if !ok || !rt.lean.onLoop {
+		return nil
+	}
+	start := time.Now()
+	lx := loopExchangePool.Get().(*loopExchange)
+	lx.le, lx.c, lx.r, lx.rt, lx.opts, lx.counts, lx.start = le, c, r, rt, &lt.opts, lt.counts, start
+	rl := rt.lean.relay
+	lx.u = rl.pool.pickExcept(nil)
+	h, ok := lx.upstreamHead(r, rl, lx.u)
+	if !ok || !lx.admit(lx.abort, r, rt) {
+		lx.put()
+		return nil
+	}
+	lx.head = h
+	st := &lx.st
+	if st.metrics == nil {
+		st.metrics = lt.opts.metrics
+	}
+	f.active.Add(1)
+	lx.sent = time.Now()
+	return lx
+}
+
+// HandBack serves a connection the loops gave back on the listener's
+// server.
+func (le *loopExchanges) HandBack(c net.Conn) { _ = le.srv.ServeConn(c) }
+
+// Left releases what the connection held on the loop.
+func (le *loopExchanges) Left(c *evloop.Conn) {
+	if lc, ok := c.Value.(*loopConn); ok {
+		lc.parser.Release()
+		c.Value = nil
+	}
+}
+
+// loopExchange is one exchange on a loop: the lean path's state with what
+// the loop needs besides, pooled.
+type loopExchange struct {
+	leanExchange
+	le      *loopExchanges
+	c       *evloop.Conn
+	r       *http.Request // the connection's parser's: valid until the loop's next Begin on c
+	rt      *route
+	opts    *exchangeOpts
+	counts  *leanCounts
+	u       *upstream
+	head    uptransport.Head
+	tries   int
+	start   time.Time // when the head was whole
+	sent    time.Time // when the request went upstream
+	got     time.Time // when the answer's head came
+	resp    *http.Response
+	whole   int  // the answer's length, head and body, once its head is in
+	bodyAt  int  // where its body starts
+	replied bool // Reply ran: the status and size are recorded
+	abortMu sync.Mutex
+	aborted bool // the limit's reclaim cut the exchange
+	abort   func()
+}
+
+var loopExchangePool = sync.Pool{New: func() any {
+	lx := &loopExchange{}
+	lx.buf = make([]byte, 0, 4<<10)
+	lx.got1xx = lx.writeInformational
+	lx.abort = lx.cut
+	return lx
+}}
+
+// cut is the abort the limits' reclaim calls: the connection ends, and
+// the exchange with it.
+func (lx *loopExchange) cut() {
+	lx.abortMu.Lock()
+	lx.aborted = true
+	c := lx.c
+	lx.abortMu.Unlock()
+	if c != nil {
+		c.Abort()
+	}
+}
+
+func (lx *loopExchange) put() {
+	lx.release()
+	lx.reset()
+	lx.abortMu.Lock()
+	lx.aborted, lx.c = false, nil
+	lx.abortMu.Unlock()
+	lx.le, lx.r, lx.rt, lx.opts, lx.counts, lx.u = nil, nil, nil, nil, nil, nil
+	lx.head = uptransport.Head{}
+	lx.tries, lx.resp, lx.whole, lx.bodyAt, lx.replied = 0, nil, 0, 0, false
+	loopExchangePool.Put(lx)
+}
+
+func (lx *loopExchange) Upstream() (netip.AddrPort, []byte) { return lx.u.ap, lx.head.Bytes }
+
+func (lx *loopExchange) HeadTimeout() time.Duration { return lx.rt.lean.relay.timeout }
+
+// Refused turns to the route's next upstream, as the relay's sendHead
+// does.
+func (lx *loopExchange) Refused(netip.AddrPort) (netip.AddrPort, bool) {
+	p := lx.rt.lean.relay.pool
+	p.markDown(lx.u)
+	if lx.tries++; lx.tries >= len(p.ups) {
+		return netip.AddrPort{}, false
+	}
+	next := p.pickExcept(lx.u)
+	if next == nil {
+		return netip.AddrPort{}, false
+	}
+	lx.u = next
+	lx.head.Addr = next.host
+	return next.ap, true
+}
+
+// Answer reads the answer's head as the transport would, once it is in,
+// and says whether the lean path writes it: then it waits for the body.
+func (lx *loopExchange) Answer(b []byte, reused bool) (evloop.Verdict, int) {
+	if lx.resp == nil {
+		resp, n, ok := uptransport.ReadSimpleHead(b, lx.r.Method, &lx.fields)
+		if !ok {
+			if !headIn(b) {
+				return evloop.More, 0
+			}
+			return evloop.Resume, 0 // an answer the transport reads otherwise
+		}
+		if resp.StatusCode == http.StatusRequestTimeout && reused {
+			return evloop.Retry, 0 // as the transport retries a 408 on a kept connection
+		}
+		isHead := lx.r.Method == http.MethodHead
+		if !leanAnswer(resp, lx.fields, isHead) {
+			return evloop.Resume, 0
+		}
+		lx.resp, lx.got, lx.bodyAt, lx.whole = resp, time.Now(), n, n
+		if !isHead {
+			lx.whole += int(resp.ContentLength)
+		}
+	}
+	if len(b) < lx.whole {
+		return evloop.More, 0
+	}
+	return evloop.Whole, lx.whole
+}
+
+// headIn reports whether b holds a whole response head, lines ending in
+// CRLF or LF alone as http.ReadResponse reads them.
+func headIn(b []byte) bool {
+	return bytes.Contains(b, []byte("\n\r\n")) || bytes.Contains(b, []byte("\n\n"))
+}
+
+// Reply builds the client's answer as the lean path writes it.
+func (lx *loopExchange) Reply(answer []byte) evloop.Reply {
+	rl, st, o := lx.rt.lean.relay, &lx.st, lx.opts
+	d := lx.got.Sub(lx.sent)
+	st.upstream = max(d, 1)
+	if rl.metrics != nil {
+		rl.metrics.upstream.Observe(d.Seconds())
+	}
+	closing := lx.r.Close || lx.c.ShuttingDown()
+	b := lx.appendAnswerHead(lx.buf[:0], lx.resp.StatusCode, closing)
+	b = append(b, answer[lx.bodyAt:lx.whole]...)
+	lx.buf = b
+	st.status.Store(int32(lx.resp.StatusCode))
+	st.bytes.Store(int64(lx.whole - lx.bodyAt))
+	lx.replied = true
+	var by time.Time
+	if o.send > 0 {
+		now := time.Now()
+		var limit time.Time
+		if o.whole > 0 {
+			limit = lx.start.Add(o.whole)
+		}
+		by, _ = sendDeadline(now, o.send, limit)
+	}
+	if d := lx.le.srv.WriteTimeout; d > 0 {
+		if t := lx.start.Add(d); by.IsZero() || t.Before(by) {
+			by = t
+		}
+	}
+	return evloop.Reply{Out: b, Close: closing, KeepUpstream: !lx.resp.Close, WriteBy: by}
+}
+
+// Done ends an exchange the loop answered, or cut.
+func (lx *loopExchange) Done(err error) {
+	if !lx.replied {
+		// Cut before its answer (the server closed): the chain records
+		// what the relay's failure handler writes for a request whose
+		// client is gone.
+		lx.st.status.Store(http.StatusBadGateway)
+	}
+	lx.release()
+	exchangeEnded(lx.opts, lx.r, &lx.st, lx.start)
+	lx.counts.add(leanRelayed)
+	lx.le.f.active.Add(-1)
+	lx.put()
+}
+
+// Resume serves the exchange on the listener's server: it reads the
+// request again from client and serves it through the relay's code, from
+// the upstream connection up or the failure cause.
+func (lx *loopExchange) Resume(client, up net.Conn, cause error) {
+	lx.abortMu.Lock()
+	aborted := lx.aborted
+	lx.c = nil // the loop's no more: a late abort finds nothing
+	lx.abortMu.Unlock()
+	if aborted {
+		// The reclaim cut the exchange: the connection ends. The server
+		// still reads the request from what the loop read, and records
+		// the abandoned exchange as the chain does.
+		_ = client.Close()
+	}
+	served := false
+	_ = lx.le.srv.ServeConnWith(client, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served = true
+		lx.serveResumed(w, r, up, cause)
+	}))
+	if !served {
+		// The server was closed first: nothing more can be answered.
+		if up != nil {
+			_ = up.Close()
+		}
+		lx.st.status.Store(http.StatusBadGateway)
+		lx.finishResumed(lx.r)
+	}
+}
+
+// serveResumed is the relay's end of an exchange the loop began.
+func (lx *loopExchange) serveResumed(w http.ResponseWriter, r *http.Request, up net.Conn, cause error) {
+	o := lx.opts
+	ew := newExchangeWriter(w, *o, lx.start)
+	st := ew.state()
+	st.admission = lx.st.admission
+	if lx.st.metrics != nil {
+		st.metrics = lx.st.metrics
+	}
+	defer lx.finishResumed(nil)
+	defer exchangeEnded(o, r, st, lx.start)
+	defer lx.release()
+	rl := lx.rt.lean.relay
+	if cause == evloop.ErrClientGone {
+		ctx, cancel := context.WithCancel(r.Context())
+		cancel()
+		r = r.WithContext(ctx)
+		rl.fail(ew, r, context.Canceled)
+		return
+	}
+	if up == nil {
+		if r.Context().Err() == nil {
+			rl.countError(classifyUpstreamErr(cause))
+		}
+		rl.fail(ew, r, cause)
+		return
+	}
+	ob := outbounds.Get().(*outbound)
+	ob.w, ob.done = ew, false
+	opts := uptransport.SendOptions{HeadTimeout: rl.timeout, Fields: &lx.fields, Now: lx.sent, Got1xx: ob.hook}
+	resp, err := rl.t.Adopt(r.Context(), up, lx.head, opts)
+	ob.mu.Lock()
+	ob.done = true
+	ob.mu.Unlock()
+	ob.w = nil
+	outbounds.Put(ob)
+	if err != nil {
+		if r.Context().Err() == nil {
+			rl.countError(classifyUpstreamErr(err))
+		}
+		rl.fail(ew, r, err)
+		return
+	}
+	now := time.Now()
+	d := now.Sub(lx.sent)
+	st.upstream = max(d, 1)
+	if rl.metrics != nil {
+		rl.metrics.upstream.Observe(d.Seconds())
+	}
+	rl.answer(ew, r, resp, lx.fields, now)
+}
+
+// finishResumed ends a resumed exchange's part of the loop's books; with
+// r, it also records the exchange (when the server never served it).
+func (lx *loopExchange) finishResumed(r *http.Request) {
+	lx.release()
+	if r != nil {
+		exchangeEnded(lx.opts, r, &lx.st, lx.start)
+	}
+	lx.counts.add(leanHandedOver)
+	lx.le.f.active.Add(-1)
+	lx.put()
+}
