@@ -153,7 +153,9 @@ type Config struct {
 
 	// UpstreamIdleTimeout closes a worker's idle upstream connection
 	// after this long; zero means 90 s. MaxIdlePerUpstream bounds a
-	// worker's idle connections to one address; zero means 64.
+	// worker's idle connections to one address; zero means 1024, as the
+	// daemon's upstream transport keeps (fewer than the exchanges under
+	// way would close and open connections all the time).
 	UpstreamIdleTimeout time.Duration
 	MaxIdlePerUpstream  int
 
@@ -200,7 +202,7 @@ func (c *Config) maxIdlePerUpstream() int {
 	if c.MaxIdlePerUpstream > 0 {
 		return c.MaxIdlePerUpstream
 	}
-	return 64
+	return 1024
 }
 
 func (c *Config) logger() *slog.Logger {

@@ -72,7 +72,7 @@ func (up *upConn) begin(c *Conn, head []byte) {
 	up.c, c.up = c, up
 	up.head, up.off, up.n = head, 0, 0
 	if up.in == nil {
-		up.in = make([]byte, 16<<10)
+		up.in = up.w.answerBuf()
 	}
 	up.deadline = time.Time{}
 	if d := c.ex.HeadTimeout(); d > 0 {
@@ -358,6 +358,21 @@ func (up *upConn) answered() bool {
 	return false
 }
 
+// answerBufSize is the buffer an answer is read into at first.
+const answerBufSize = 16 << 10
+
+// answerBuf returns a buffer for an answer: one an idle connection gave
+// back, or a new one.
+func (w *worker) answerBuf() []byte {
+	if n := len(w.spareBufs); n > 0 {
+		b := w.spareBufs[n-1]
+		w.spareBufs[n-1] = nil
+		w.spareBufs = w.spareBufs[:n-1]
+		return b
+	}
+	return make([]byte, answerBufSize)
+}
+
 // overlap reports whether a and b share memory.
 func overlap(a, b []byte) bool {
 	if len(a) == 0 || cap(b) == 0 {
@@ -403,7 +418,10 @@ func (up *upConn) putIdle() {
 		stack[0].close()
 		stack = w.idle[up.addr]
 	}
-	up.c, up.head, up.n = nil, nil, 0
+	if up.in != nil && len(up.in) == answerBufSize {
+		w.spareBufs = append(w.spareBufs, up.in) // an idle connection holds no buffer
+	}
+	up.c, up.head, up.n, up.in = nil, nil, 0, nil
 	up.state, up.since, up.deadline = upIdle, w.now, time.Time{}
 	w.idle[up.addr] = append(stack, up)
 	w.s.cfg.Counts.Idle.Add(1)

@@ -36,7 +36,8 @@ type worker struct {
 	stopping  bool // stop ran: run returns
 	draining  bool // shutdown ran
 	events    [256]unix.EpollEvent
-	scratch   []byte // reads of bytes nobody asked for
+	scratch   []byte   // reads of bytes nobody asked for
+	spareBufs [][]byte // answer buffers idle connections gave back
 	headLimit int
 }
 
