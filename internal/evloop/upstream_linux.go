@@ -418,7 +418,7 @@ func (up *upConn) putIdle() {
 		stack[0].close()
 		stack = w.idle[up.addr]
 	}
-	if up.in != nil && len(up.in) == answerBufSize {
+	if len(up.in) == answerBufSize {
 		w.spareBufs = append(w.spareBufs, up.in) // an idle connection holds no buffer
 	}
 	up.c, up.head, up.n, up.in = nil, nil, 0, nil
