@@ -369,7 +369,10 @@ func (x *exchange) explain(what string, err error) error {
 		err = context.Cause(x.ctx)
 	case errors.Is(err, errHeadLimit):
 		return fmt.Errorf("upstream: %s: %w (limit %d bytes)", what, ErrHeadTooLarge, x.t.cfg.MaxResponseHeaderBytes)
-	case x.deadline && errors.Is(err, os.ErrDeadlineExceeded):
+	case x.deadline && (errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(x.c.readErr, os.ErrDeadlineExceeded)):
+		// The second: a head deadline that struck inside a line, which
+		// bufio.Reader.ReadLine hands out, dropping the error, for
+		// http.ReadResponse to find malformed.
 		err = ErrHeadTimeout
 	}
 	return fmt.Errorf("upstream: %s: %w", what, err)
