@@ -384,7 +384,7 @@ func (c *Conn) giveBack() net.Conn {
 		_ = c.nc.Close()
 		return c.nc
 	}
-	return &handedConn{Conn: sock, owner: c.nc, prefix: append([]byte(nil), c.in[:c.n]...)}
+	return &handedConn{prefixConn: prefixConn{Conn: sock, prefix: append([]byte(nil), c.in[:c.n]...)}, owner: c.nc}
 }
 
 // resume hands the exchange under way over with the client's connection,

@@ -57,20 +57,11 @@ func (c *prefixConn) CloseWrite() error {
 // descriptor the loop closed when it took a duplicate. Closing it closes
 // both, so that what the adopted connection holds (a connection cap's
 // slot) is given back; its remote address and what its wrappers say of
-// it (NetConn) are the adopted connection's, its I/O the socket's.
+// it (NetConn) are the adopted connection's, its I/O the socket's, with
+// what the loop read from it first.
 type handedConn struct {
-	net.Conn // the socket
-	owner    net.Conn
-	prefix   []byte // read by the loop, returned by Read first
-}
-
-func (c *handedConn) Read(p []byte) (int, error) {
-	if len(c.prefix) > 0 {
-		n := copy(p, c.prefix)
-		c.prefix = c.prefix[n:]
-		return n, nil
-	}
-	return c.Conn.Read(p)
+	prefixConn // the socket
+	owner      net.Conn
 }
 
 func (c *handedConn) Close() error {
@@ -84,17 +75,3 @@ func (c *handedConn) RemoteAddr() net.Addr { return c.owner.RemoteAddr() }
 // NetConn returns the adopted connection, so that what finds a
 // connection's origin through wrappers (connlimit.KeyOf) finds it.
 func (c *handedConn) NetConn() net.Conn { return c.owner }
-
-// SyscallConn returns the socket's, for what watches the socket rather
-// than reading it (a client's departure).
-func (c *handedConn) SyscallConn() (syscall.RawConn, error) {
-	return c.Conn.(syscall.Conn).SyscallConn()
-}
-
-// CloseWrite half-closes the socket.
-func (c *handedConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return syscall.EINVAL
-}

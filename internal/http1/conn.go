@@ -321,8 +321,14 @@ func (c *conn) refuse(err error) {
 // whose head was just read, with body as its Body, and returns it. It
 // has no context: serveRequest hands the handler a copy with one.
 func (c *conn) fillTemplate(body io.ReadCloser) *http.Request {
-	rr := &c.rr
-	t := &c.tmpl
+	fillRequest(&c.tmpl, &c.rr, body)
+	return &c.tmpl
+}
+
+// fillRequest sets t to the request whose head rr just read, with body as
+// its Body; t's Header, URL, RemoteAddr and TLS are the connection's,
+// set once.
+func fillRequest(t *http.Request, rr *requestReader, body io.ReadCloser) {
 	t.Method = rr.method
 	t.RequestURI = rr.target
 	t.Proto = rr.proto
@@ -337,7 +343,6 @@ func (c *conn) fillTemplate(body io.ReadCloser) *http.Request {
 		rr.te[0] = "chunked"
 		t.TransferEncoding = rr.te[:1:1]
 	}
-	return t
 }
 
 // serveRequest serves the request whose head was just read, and reports

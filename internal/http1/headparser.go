@@ -62,18 +62,8 @@ func (p *HeadParser) Parse(head []byte) (*http.Request, bool) {
 	if rr.contentLength != 0 || rr.chunked || rr.flags&keyExpect != 0 || rr.target == "*" && rr.method == "OPTIONS" || rr.h2Upgrade {
 		return nil, false
 	}
-	t := &p.tmpl
-	t.Method = rr.method
-	t.RequestURI = rr.target
-	t.Proto = rr.proto
-	t.ProtoMajor, t.ProtoMinor = rr.major, rr.minor
-	t.Host = rr.host
-	t.ContentLength = 0
-	t.Close = rr.close
-	t.Body = http.NoBody
-	t.Trailer = nil
-	t.TransferEncoding = nil
-	return t, true
+	fillRequest(&p.tmpl, rr, http.NoBody)
+	return &p.tmpl, true
 }
 
 // Release returns the parser's buffer to the server's pool; the parser

@@ -5,7 +5,6 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"time"
 )
 
 // Adopt reads the response to a request that another sender began: nc is
@@ -23,16 +22,8 @@ func (t *Transport) Adopt(ctx context.Context, nc net.Conn, h Head, opts SendOpt
 		nc.Close()
 		return nil, err
 	}
-	head.got1xx, head.fields, head.slack = opts.Got1xx, opts.Fields, deadlineSlack(opts.HeadTimeout)
+	_, deadline := t.applyOptions(&head, opts)
 	head.close = true
-	now := opts.Now
-	if now.IsZero() {
-		now = t.idle.now()
-	}
-	var deadline time.Time
-	if opts.HeadTimeout > 0 {
-		deadline = now.Add(opts.HeadTimeout)
-	}
 	c := newConn(nc, hostPort(h.Addr))
 	x := &exchange{t: t, c: c, ctx: ctx}
 	c.beginExchange(t.cfg.MaxResponseHeaderBytes)

@@ -47,15 +47,7 @@ func (t *Transport) roundTripFast(ctx context.Context, req *http.Request, opts S
 // upstream (see [Transport.exchange]). It is the fast path of Send,
 // RoundTrip and SendHead alike; see SendOptions for opts.
 func (t *Transport) send(ctx context.Context, addr string, head requestHead, opts SendOptions) (*http.Response, error) {
-	head.got1xx, head.fields, head.slack = opts.Got1xx, opts.Fields, deadlineSlack(opts.HeadTimeout)
-	now := opts.Now
-	if now.IsZero() {
-		now = t.idle.now()
-	}
-	var deadline time.Time
-	if opts.HeadTimeout > 0 {
-		deadline = now.Add(opts.HeadTimeout)
-	}
+	now, deadline := t.applyOptions(&head, opts)
 	c := t.takeIdle(addr, now)
 	if c != nil {
 		resp, retry, err := t.exchange(ctx, c, head, deadline, true)
@@ -70,6 +62,21 @@ func (t *Transport) send(ctx context.Context, addr string, head requestHead, opt
 	}
 	resp, _, err := t.exchange(ctx, c, head, deadline, false)
 	return resp, err
+}
+
+// applyOptions sets what opts say of head's exchange on head, and
+// returns when the request is sent (opts.Now, or now) and the deadline of
+// its answer's head (zero: none).
+func (t *Transport) applyOptions(head *requestHead, opts SendOptions) (now, deadline time.Time) {
+	head.got1xx, head.fields, head.slack = opts.Got1xx, opts.Fields, deadlineSlack(opts.HeadTimeout)
+	now = opts.Now
+	if now.IsZero() {
+		now = t.idle.now()
+	}
+	if opts.HeadTimeout > 0 {
+		deadline = now.Add(opts.HeadTimeout)
+	}
+	return now, deadline
 }
 
 // maxProbes bounds how many idle connections a request checks before it
