@@ -75,7 +75,7 @@ func (c *Conn) ShuttingDown() bool { return c.w.draining || c.w.stopping }
 func (c *Conn) Abort() {
 	c.w.post(func() {
 		if c.state != stateGone {
-			c.clientGone()
+			c.w.guard(c, c.clientGone)
 		}
 	}, false)
 }
@@ -329,6 +329,7 @@ func (c *Conn) fail(err error) {
 	if c.state == stateGone {
 		return
 	}
+	defer c.close() // also when Done panics
 	if up := c.up; up != nil {
 		c.up = nil
 		up.close()
@@ -337,7 +338,6 @@ func (c *Conn) fail(err error) {
 		c.ex = nil
 		ex.Done(err)
 	}
-	c.close()
 }
 
 // forget takes c out of the worker: its epoll registration and its

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -301,6 +302,7 @@ type testHandler struct {
 	onRefused   func(addr netip.AddrPort) (netip.AddrPort, bool)
 	onHandBack  func(c net.Conn)
 	onResume    func(client, up net.Conn, cause error)
+	panicIn     string // "begin", "answer" or "reply": that method panics for a request of /boom
 
 	mu         sync.Mutex
 	begins     int
@@ -350,6 +352,9 @@ func (h *testHandler) Begin(c *Conn, head []byte) Exchange {
 	h.mu.Unlock()
 	if h.onBegin != nil {
 		h.onBegin(c)
+	}
+	if h.panicIn == "begin" && bytes.HasPrefix(head, []byte("GET /boom ")) {
+		panic("test: panic in begin")
 	}
 	if !bytes.HasPrefix(head, []byte("GET ")) {
 		return nil
@@ -409,6 +414,7 @@ func (x *testExchange) Refused(addr netip.AddrPort) (netip.AddrPort, bool) {
 func (x *testExchange) HeadTimeout() time.Duration { return x.h.headTimeout }
 
 func (x *testExchange) Answer(b []byte, reused bool) (Verdict, int) {
+	x.mayPanic("answer")
 	i := bytes.Index(b, []byte("\r\n\r\n"))
 	if i < 0 {
 		return More, 0
@@ -439,6 +445,7 @@ func (x *testExchange) Answer(b []byte, reused bool) (Verdict, int) {
 }
 
 func (x *testExchange) Reply(answer []byte) Reply {
+	x.mayPanic("reply")
 	out := answer
 	if !x.h.aliasReply {
 		out = bytes.Clone(answer)
@@ -451,6 +458,14 @@ func (x *testExchange) Reply(answer []byte) Reply {
 		r.WriteBy = time.Now().Add(x.h.writeBy)
 	}
 	return r
+}
+
+// mayPanic panics in the method where when the handler says so, for a
+// request of /boom.
+func (x *testExchange) mayPanic(where string) {
+	if x.h.panicIn == where && bytes.HasPrefix(x.head, []byte("GET /boom ")) {
+		panic("test: panic in " + where)
+	}
 }
 
 func (x *testExchange) end(how string) {
@@ -2632,4 +2647,44 @@ func TestAdoptedConnOwnership(t *testing.T) {
 		waitFor(t, "the wrapper's Close", func() bool { return wc.closes.Load() == 1 })
 	})
 	r.waitGone(t, 2)
+}
+
+// A panic in the Handler's code ends the connection it was serving, with
+// its exchange (Done with errPanicked) when one was under way, and
+// nothing else: the worker goes on serving the other connections, and
+// every connection and count comes back to zero.
+func TestPanicEndsOnlyItsConnection(t *testing.T) {
+	for _, where := range []string{"begin", "answer", "reply"} {
+		t.Run(where, func(t *testing.T) {
+			be := newBackend(t, nil)
+			h := &testHandler{backend: be.addr, panicIn: where}
+			r := newRig(t, Config{Workers: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, h, nil)
+
+			bad := r.dial(t)
+			write(t, bad, get("/boom"))
+			if n, err := bad.Read(make([]byte, 1)); err == nil {
+				t.Fatalf("the connection whose handler panicked read %d bytes, want its end", n)
+			}
+
+			good := r.dial(t)
+			br := bufio.NewReader(good)
+			write(t, good, get("/fine"))
+			if code, _ := readAnswer(t, br); code != 200 {
+				t.Fatalf("another connection after the panic: status %d, want 200", code)
+			}
+			st := h.stats()
+			switch where {
+			case "begin":
+				if len(st.dones) != 1 || st.dones[0] != nil {
+					t.Errorf("Done calls %v, want one nil (the good connection's)", st.dones)
+				}
+			default:
+				if dones := r.waitDones(t, 2); len(dones) != 2 || !errors.Is(dones[0], errPanicked) || dones[1] != nil {
+					t.Errorf("Done calls %v, want errPanicked then nil", dones)
+				}
+			}
+			good.Close()
+			r.waitGone(t, 2)
+		})
+	}
 }

@@ -77,7 +77,7 @@ func (s *Server) Serve(c net.Conn) bool {
 	}
 	w := s.workers[int(s.next.Add(1))%len(s.workers)]
 	conn := newConn(w, c, fd, pending)
-	if !w.post(func() { w.adopt(conn) }, false) {
+	if !w.post(func() { w.guard(conn, func() { w.adopt(conn) }) }, false) {
 		// Closed meanwhile: the connection goes back.
 		conn.state = stateGone
 		go s.cfg.Handler.HandBack(conn.giveBack())

@@ -3,9 +3,11 @@
 package evloop
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -153,7 +155,7 @@ func (w *worker) run() {
 				continue
 			}
 			if s := w.sockets[tok]; s != nil {
-				s.ready(ev.Events)
+				w.dispatch(s, ev.Events)
 			}
 		}
 		if !w.now.Before(w.nextScan) {
@@ -169,11 +171,55 @@ func (w *worker) scan() {
 		switch s := s.(type) {
 		case *Conn:
 			if !s.deadline.IsZero() && !w.now.Before(s.deadline) {
-				s.timeUp()
+				w.guard(s, s.timeUp)
 			}
 		case *upConn:
-			s.timeUp()
+			w.guard(s, s.timeUp)
 		}
+	}
+}
+
+// errPanicked is Exchange.Done's cause when a Handler's code panicked
+// while the loop served the exchange.
+var errPanicked = errors.New("evloop: the handler panicked")
+
+// dispatch hands events to s. A panic on the way, a Handler's bug, ends
+// what s was serving (its exchange, if any, with errPanicked, and its
+// connection), as the daemon's server ends a connection whose handler
+// panicked, instead of the process.
+func (w *worker) dispatch(s socket, events uint32) {
+	defer w.recoverFor(s)
+	s.ready(events)
+}
+
+// guard runs fn, work of s's, as dispatch runs s's events.
+func (w *worker) guard(s socket, fn func()) {
+	defer w.recoverFor(s)
+	fn()
+}
+
+func (w *worker) recoverFor(s socket) {
+	if r := recover(); r != nil {
+		w.s.cfg.logger().Error("evloop: panic serving a connection", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		w.abandon(s)
+	}
+}
+
+// abandon ends what s served after a panic.
+func (w *worker) abandon(s socket) {
+	defer func() {
+		if r := recover(); r != nil { // in Exchange.Done: the connection closes all the same
+			w.s.cfg.logger().Error("evloop: panic ending an exchange", "panic", fmt.Sprint(r))
+		}
+	}()
+	switch s := s.(type) {
+	case *Conn:
+		s.fail(errPanicked)
+	case *upConn:
+		if c := s.c; c != nil {
+			c.fail(errPanicked)
+		}
+		s.close()
 	}
 }
 

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"net/http"
+
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/evloop"
 )
@@ -58,4 +60,13 @@ func SetRequestMetrics(on bool) (restore func()) {
 	old := testHookNoRequestMetrics
 	testHookNoRequestMetrics = !on
 	return func() { testHookNoRequestMetrics = old }
+}
+
+// SetLoopPanicHook has the event loops' exchanges call hook at their
+// steps ("begin", "reply"; see testHookLoopPanic). The returned function
+// removes it.
+func SetLoopPanicHook(hook func(step string, r *http.Request)) (restore func()) {
+	old := testHookLoopPanic
+	testHookLoopPanic = hook
+	return func() { testHookLoopPanic = old }
 }

@@ -53,6 +53,11 @@ func (le *loopExchanges) start(counts *evloop.Counts) (*evloop.Server, error) {
 	})
 }
 
+// testHookLoopPanic, when set, is called by the loops' exchanges at a
+// step ("begin", once the permits are taken; "reply"), for the tests of
+// what a panic there gives back.
+var testHookLoopPanic func(step string, r *http.Request)
+
 // loopConn is a connection's state on a loop: the parser of its heads.
 type loopConn struct {
 	parser *http1.HeadParser
@@ -87,6 +92,7 @@ func (le *loopExchanges) Begin(c *evloop.Conn, head []byte) evloop.Exchange {
 	}
 	start := time.Now()
 	lx := loopExchangePool.Get().(*loopExchange)
+	defer lx.putOnPanic() // the permits taken so far go back; the loop ends the connection
 	lx.le, lx.c, lx.r, lx.rt, lx.opts, lx.counts, lx.start = le, c, r, rt, &lt.opts, lt.counts, start
 	rl := rt.lean.relay
 	lx.u = rl.pool.pickExcept(nil)
@@ -96,6 +102,9 @@ func (le *loopExchanges) Begin(c *evloop.Conn, head []byte) evloop.Exchange {
 		return nil
 	}
 	lx.head = h
+	if testHookLoopPanic != nil {
+		testHookLoopPanic("begin", r)
+	}
 	st := &lx.st
 	if st.metrics == nil {
 		st.metrics = lt.opts.metrics
@@ -159,6 +168,15 @@ func (lx *loopExchange) cut() {
 	lx.abortMu.Unlock()
 	if c != nil {
 		c.Abort()
+	}
+}
+
+// putOnPanic puts lx back, with what it holds, when Begin panics, and
+// panics on.
+func (lx *loopExchange) putOnPanic() {
+	if r := recover(); r != nil {
+		lx.put()
+		panic(r)
 	}
 }
 
@@ -232,6 +250,9 @@ func headIn(b []byte) bool {
 
 // Reply builds the client's answer as the lean path writes it.
 func (lx *loopExchange) Reply(answer []byte) evloop.Reply {
+	if testHookLoopPanic != nil {
+		testHookLoopPanic("reply", lx.r)
+	}
 	rl, st, o := lx.rt.lean.relay, &lx.st, lx.opts
 	d := lx.got.Sub(lx.sent)
 	st.upstream = max(d, 1)

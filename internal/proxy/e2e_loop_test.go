@@ -1,0 +1,79 @@
+package proxy_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/proxy"
+)
+
+// TestLoopPanicGivesEverythingBack makes the event loops' exchange panic
+// once its permits are taken, and again as it is about to write its
+// answer: the client's connection ends, every permit comes back, and the
+// daemon goes on serving, on the loops, as the server does after a
+// handler's panic.
+func TestLoopPanicGivesEverythingBack(t *testing.T) {
+	for _, step := range []string{"begin", "reply"} {
+		t.Run(step, func(t *testing.T) {
+			restore := proxy.SetLoopPanicHook(func(s string, r *http.Request) {
+				if s == step && r.URL.Path == "/boom" {
+					panic("test: panic in the loop's " + s)
+				}
+			})
+			defer restore()
+			b := startRawBackend(t, map[string]string{
+				"/boom": leanAnswers["/simple"], "/simple": leanAnswers["/simple"],
+			})
+			cfg := parseConfig(t, leanDiffConfig, "http://"+b.ln.Addr().String())
+			cfg.Listeners[0].HTTP1Server = config.HTTP1ServerEventLoop
+			srv, err := proxy.Start(cfg, proxy.Options{LogOutput: io.Discard})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = srv.Shutdown(ctx)
+			}()
+			addr := srv.Addr("web").String()
+
+			bad := dialFrom(t, "127.0.0.2", addr)
+			defer bad.Close()
+			_ = bad.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.WriteString(bad, "GET /boom HTTP/1.1\r\nHost: app.test\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := bad.Read(make([]byte, 1)); err == nil {
+				t.Fatalf("the connection whose exchange panicked read %d bytes, want its end", n)
+			}
+			if !waitUntil(func() bool { return srv.Snapshot().InUse() == 0 }) {
+				t.Fatalf("after the panic, held: %+v", srv.Snapshot())
+			}
+
+			good := dialFrom(t, "127.0.0.2", addr)
+			defer good.Close()
+			_ = good.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.WriteString(good, "GET /simple HTTP/1.1\r\nHost: app.test\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(good), nil)
+			if err != nil {
+				t.Fatalf("a request after the panic: %v", err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("a request after the panic: status %d, want 200", resp.StatusCode)
+			}
+			good.Close()
+			if !waitUntil(func() bool { return srv.Snapshot().InUse() == 0 }) {
+				t.Errorf("at the end, held: %+v", srv.Snapshot())
+			}
+		})
+	}
+}
