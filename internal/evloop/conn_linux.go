@@ -82,15 +82,9 @@ func (c *Conn) Abort() {
 
 // read reads into b; n is 0 with a nil error at the end of the stream,
 // and err is unix.EAGAIN when nothing is there yet.
-func (c *Conn) read(b []byte) (int, error) {
-	n, err := unix.Read(c.fd, b)
-	return max(n, 0), err
-}
+func (c *Conn) read(b []byte) (int, error) { return rawRead(c.fd, b) }
 
-func (c *Conn) write(b []byte) (int, error) {
-	n, err := unix.Write(c.fd, b)
-	return max(n, 0), err
-}
+func (c *Conn) write(b []byte) (int, error) { return rawWrite(c.fd, b) }
 
 // adopt registers c in the worker's epoll set and serves what it holds.
 func (w *worker) adopt(c *Conn) {

@@ -24,6 +24,7 @@ type upConn struct {
 
 	c        *Conn // the exchange's client; nil while idle
 	reused   bool  // it carried an exchange before this one
+	canRead  bool  // an event said bytes may be waiting, and no read found it empty since
 	head     []byte
 	off      int    // head[:off] was written
 	in       []byte // the answer read so far: in[:n]
@@ -105,7 +106,7 @@ func (w *worker) takeIdle(addr netip.AddrPort) *upConn {
 			continue
 		}
 		w.s.cfg.Counts.Idle.Add(-1)
-		up.state, up.reused = upSending, true
+		up.state, up.reused, up.canRead = upSending, true, false // the peek found it empty
 		return up
 	}
 	return nil
@@ -115,7 +116,7 @@ func (w *worker) takeIdle(addr netip.AddrPort) *upConn {
 // or bytes came on it that no request asked for, and counts which; false
 // when nothing is waiting on it.
 func (up *upConn) idleGone() bool {
-	k, _, err := unix.Recvfrom(up.fd, up.w.scratch[:peekLen], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	k, err := rawPeek(up.fd, up.w.scratch[:peekLen])
 	switch {
 	case err == unix.EAGAIN:
 		return false
@@ -203,6 +204,7 @@ func dialError(addr netip.AddrPort, errno error) error {
 
 func (up *upConn) ready(events uint32) {
 	readable := events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
+	up.canRead = up.canRead || readable
 	switch up.state {
 	case upConnecting:
 		up.connected()
@@ -261,7 +263,7 @@ func (up *upConn) giveUp(cause error) {
 // sendHead writes what is left of the request head.
 func (up *upConn) sendHead() {
 	for up.off < len(up.head) {
-		k, err := unix.Write(up.fd, up.head[up.off:])
+		k, err := rawWrite(up.fd, up.head[up.off:])
 		if err == unix.EAGAIN {
 			return // the next EPOLLOUT edge goes on
 		}
@@ -275,7 +277,9 @@ func (up *upConn) sendHead() {
 		up.off += k
 	}
 	up.state = upReading
-	up.readAnswer() // an edge that came while sending was not read
+	if up.canRead {
+		up.readAnswer() // an edge came while sending; otherwise the next one brings the answer
+	}
 }
 
 // stale sends the exchange again on a new connection when up, taken from
@@ -306,9 +310,10 @@ func (up *upConn) readAnswer() {
 			copy(grown, up.in[:up.n])
 			up.in = grown
 		}
-		k, err := unix.Read(up.fd, up.in[up.n:])
+		k, err := rawRead(up.fd, up.in[up.n:])
 		switch {
 		case err == unix.EAGAIN:
+			up.canRead = false
 			return
 		case err != nil || k == 0:
 			if !up.stale() {

@@ -140,7 +140,7 @@ func (w *worker) run() {
 		if len(w.sockets) > 0 {
 			timeout = max(int(w.nextScan.Sub(w.now)/time.Millisecond), 0) + 1
 		}
-		n, err := unix.EpollWait(w.ep, w.events[:], timeout)
+		n, err := w.poll(timeout)
 		w.now = time.Now()
 		if err != nil && err != unix.EINTR {
 			w.s.cfg.logger().Error("evloop: epoll_wait failed; closing the worker's connections", "error", err)
@@ -254,4 +254,15 @@ func (w *worker) release() {
 	w.stop()
 	unix.Close(w.wake)
 	unix.Close(w.ep)
+}
+
+// poll waits up to timeout ms for events (-1: for ever). It first looks
+// without blocking: under load something nearly always waits, and a
+// blocking wait is a system call the runtime must account for, handing
+// the thread's processor away while it lasts and taking one back after.
+func (w *worker) poll(timeout int) (int, error) {
+	if n, err := epollWaitNow(w.ep, w.events[:]); n > 0 || err != nil && err != unix.EINTR {
+		return n, err
+	}
+	return unix.EpollWait(w.ep, w.events[:], timeout)
 }
