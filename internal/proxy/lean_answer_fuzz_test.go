@@ -3,9 +3,12 @@ package proxy_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -135,7 +138,7 @@ func FuzzLeanAnswerMatchesFast(f *testing.F) {
 			got[i] = exchangeResetting(t, d.addr, request, closing, methods...)
 		}
 		for i := 1; i < len(got); i++ {
-			if got[0] != got[i] {
+			if oneChunk(got[0]) != oneChunk(got[i]) {
 				t.Errorf("upstream answer %q to %v:\nthe fast path gave %q\n%s gave %q",
 					answer, methods, got[0], servers[i], got[i])
 			}
@@ -173,4 +176,52 @@ func exchangeResetting(t *testing.T, addr, request string, closing bool, methods
 		t.Errorf("the exchange took %v; got %q", d, got)
 	}
 	return got
+}
+
+// oneChunk returns answers with every chunked body's chunks joined into
+// one: where a body of unknown length is cut into chunks depends on how
+// its bytes came to the server's reads, which an event loop handing an
+// exchange over, with the bytes it read put back in front, changes. What
+// the client learns (the fields, the body's bytes, where it ends) does
+// not change. A body whose chunks do not parse is left as it is.
+func oneChunk(answers string) string {
+	const te = "Transfer-Encoding: chunked\r\n"
+	var b strings.Builder
+	for {
+		i := strings.Index(answers, te)
+		if i < 0 {
+			b.WriteString(answers)
+			return b.String()
+		}
+		j := strings.Index(answers[i:], "\r\n\r\n")
+		if j < 0 {
+			b.WriteString(answers)
+			return b.String()
+		}
+		start := i + j + 4
+		b.WriteString(answers[:start])
+		data, rest := joinChunks(answers[start:])
+		if data != "" {
+			fmt.Fprintf(&b, "%x\r\n%s\r\n", len(data), data)
+		}
+		answers = rest
+	}
+}
+
+// joinChunks reads chunks from s while they parse and returns their
+// bytes, and what follows them (the last chunk on).
+func joinChunks(s string) (data, rest string) {
+	var d strings.Builder
+	for {
+		line, after, ok := strings.Cut(s, "\r\n")
+		if !ok {
+			return d.String(), s
+		}
+		n, err := strconv.ParseUint(line, 16, 32)
+		if err != nil || n == 0 || uint64(len(after)) < n+2 || after[n:n+2] != "\r\n" {
+			return d.String(), s
+		}
+		d.WriteString(after[:n])
+		s = after[n+2:]
+	}
 }
