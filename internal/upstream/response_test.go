@@ -238,31 +238,38 @@ func TestReadResponseMatchesNetHTTP(t *testing.T) {
 	for i := range 4000 {
 		in := []byte(responseCorpus[rng.IntN(len(responseCorpus))])
 		for range 1 + rng.IntN(3) {
-			pos := 0
-			if len(in) > 0 {
-				pos = rng.IntN(len(in))
-			}
-			var c byte
-			if rng.IntN(2) == 0 {
-				c = special[rng.IntN(len(special))]
-			} else {
-				c = byte(rng.IntN(256))
-			}
-			switch rng.IntN(3) {
-			case 0:
-				if len(in) > 0 {
-					in[pos] = c
+			in = mutateOnce(rng, in, func() byte {
+				if rng.IntN(2) == 0 {
+					return special[rng.IntN(len(special))]
 				}
-			case 1:
-				in = append(in[:pos], append([]byte{c}, in[pos:]...)...)
-			case 2:
-				if len(in) > 0 {
-					in = append(in[:pos], in[pos+1:]...)
-				}
-			}
+				return byte(rng.IntN(256))
+			})
 		}
 		t.Run(fmt.Sprint(i), func(t *testing.T) { checkSameAsNetHTTP(t, in) })
 	}
+}
+
+// mutateOnce changes in at a random place: one byte (from pick) set,
+// inserted or removed.
+func mutateOnce(rng *rand.Rand, in []byte, pick func() byte) []byte {
+	pos := 0
+	if len(in) > 0 {
+		pos = rng.IntN(len(in))
+	}
+	c := pick()
+	switch rng.IntN(3) {
+	case 0:
+		if len(in) > 0 {
+			in[pos] = c
+		}
+	case 1:
+		in = append(in[:pos], append([]byte{c}, in[pos:]...)...)
+	case 2:
+		if len(in) > 0 {
+			in = append(in[:pos], in[pos+1:]...)
+		}
+	}
+	return in
 }
 
 // TestReadResponseAllocations checks that the fast path is what it is for:
