@@ -6,21 +6,29 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// worker is one event loop: an OS thread, its epoll set, the client and
+// worker is one event loop: a goroutine, its epoll set, the client and
 // upstream connections registered in it, and an inbox through which
 // other goroutines hand it work.
 type worker struct {
 	s        *Server
 	ep, wake int
+	// epf holds ep in the runtime's poller, where the loop parks when its
+	// set has nothing ready: see poll.
+	epf       *os.File
+	epc       syscall.RawConn
+	deadline  time.Time // epf's read deadline, as last set
+	lastYield time.Time
 
 	mu     sync.Mutex
 	inbox  []func()
@@ -71,7 +79,32 @@ func newWorker(s *Server) (*worker, error) {
 		unix.Close(wake)
 		return nil, err
 	}
+	if err := w.parkInRuntime(); err != nil {
+		unix.Close(ep)
+		unix.Close(wake)
+		return nil, err
+	}
 	return w, nil
+}
+
+// parkInRuntime registers the loop's epoll set in the runtime's poller
+// (an epoll set is readable while it has events ready), so that an idle
+// loop waits as any goroutine reading a socket does: parked, its thread
+// and processor free for other goroutines. A loop that blocked in
+// epoll_wait itself would hold a thread in a system call the runtime
+// must account for: its monitor takes the processor away and keeps
+// waking every 20 us while loops do that thousands of times a second.
+func (w *worker) parkInRuntime() error {
+	if err := unix.SetNonblock(w.ep, true); err != nil {
+		return fmt.Errorf("evloop: epoll set non-blocking: %w", err)
+	}
+	w.epf = os.NewFile(uintptr(w.ep), "evloop-epoll")
+	rc, err := w.epf.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("evloop: epoll set in the runtime's poller: %w", err)
+	}
+	w.epc = rc
+	return nil
 }
 
 // post has the loop run fn; final marks the last post (stop). It reports
@@ -130,19 +163,19 @@ func tokenOf(ev *unix.EpollEvent) uint64 {
 
 // run serves events until stop ran, then closes what is left.
 func (w *worker) run() {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	defer w.release()
 	w.now = time.Now()
 	w.nextScan = w.now.Add(scanEvery)
+	w.lastYield = w.now
 	for !w.stopping {
-		timeout := -1
+		var until time.Time // none: nothing to time out
 		if len(w.sockets) > 0 {
-			timeout = max(int(w.nextScan.Sub(w.now)/time.Millisecond), 0) + 1
+			until = w.nextScan
 		}
-		n, err := w.poll(timeout)
+		n, err := w.poll(until)
 		w.now = time.Now()
-		if err != nil && err != unix.EINTR {
+		w.yieldNowAndThen()
+		if err != nil {
 			w.s.cfg.logger().Error("evloop: epoll_wait failed; closing the worker's connections", "error", err)
 			w.stop()
 			return
@@ -253,16 +286,45 @@ func (w *worker) release() {
 	w.runInbox()
 	w.stop()
 	unix.Close(w.wake)
-	unix.Close(w.ep)
+	w.epf.Close() // and w.ep with it
 }
 
-// poll waits up to timeout ms for events (-1: for ever). It first looks
-// without blocking: under load something nearly always waits, and a
-// blocking wait is a system call the runtime must account for, handing
-// the thread's processor away while it lasts and taking one back after.
-func (w *worker) poll(timeout int) (int, error) {
-	if n, err := epollWaitNow(w.ep, w.events[:]); n > 0 || err != nil && err != unix.EINTR {
-		return n, err
+// poll waits for events until the time until (for ever if zero). Under
+// load something nearly always waits, and the first look finds it; when
+// nothing does, the loop parks in the runtime's poller until its epoll
+// set has events or the time comes.
+func (w *worker) poll(until time.Time) (int, error) {
+	if !until.Equal(w.deadline) {
+		if err := w.epf.SetReadDeadline(until); err != nil {
+			return 0, fmt.Errorf("evloop: epoll set deadline: %w", err)
+		}
+		w.deadline = until
 	}
-	return unix.EpollWait(w.ep, w.events[:], timeout)
+	var n int
+	var werr error
+	err := w.epc.Read(func(uintptr) bool {
+		n, werr = epollWaitNow(w.ep, w.events[:])
+		return n > 0 || werr != nil && werr != unix.EINTR
+	})
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	case werr != nil && werr != unix.EINTR:
+		return 0, werr
+	}
+	return n, nil
+}
+
+// yieldEvery bounds how long a busy loop keeps its processor from the
+// process's other goroutines (accepting, serving connections the loops
+// gave back, metrics): a loop under load never parks.
+const yieldEvery = time.Millisecond
+
+func (w *worker) yieldNowAndThen() {
+	if w.now.Sub(w.lastYield) >= yieldEvery {
+		runtime.Gosched()
+		w.lastYield = w.now
+	}
 }
