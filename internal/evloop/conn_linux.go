@@ -33,7 +33,7 @@ type Conn struct {
 	deadline time.Time // zero: none
 	close1   bool      // close once the answer is written
 	writeBy  time.Time // the answer's write deadline, from its Reply
-	canRead  bool      // the socket may hold bytes: no read since its last event came back empty
+	canRead  bool      // the socket may hold bytes: no read since its last event drained it
 	shut     bool      // the client closed its side (EPOLLRDHUP)
 	served   bool      // a request was served: the next head waits under IdleTimeout
 }
@@ -173,6 +173,9 @@ func (c *Conn) readHead() {
 				c.handBack() // ended inside a head: the server answers as it would
 			}
 			return
+		}
+		if k < len(c.in)-c.n && !c.shut {
+			c.canRead = false // see drained
 		}
 		if c.n == 0 && c.served {
 			c.n = k

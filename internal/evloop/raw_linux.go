@@ -58,3 +58,11 @@ func epollWaitNow(ep int, events []unix.EpollEvent) (int, error) {
 	}
 	return int(n), nil
 }
+
+// drained is why a read that returns less than it asked for ends the
+// reading of a socket until its next event, as nginx's reads do, instead
+// of one more read to find it empty: the socket's queue was empty when
+// the read returned, so whatever comes after it raises a new edge on the
+// edge-triggered epoll set. Not when an event said the peer closed its
+// side (EPOLLRDHUP: that edge came already) or the connection failed:
+// then reads go on until the end of the stream or the error.

@@ -24,7 +24,8 @@ type upConn struct {
 
 	c        *Conn // the exchange's client; nil while idle
 	reused   bool  // it carried an exchange before this one
-	canRead  bool  // an event said bytes may be waiting, and no read found it empty since
+	canRead  bool  // an event said bytes may be waiting, and no read drained the socket since
+	hup      bool  // an event said the upstream closed its side or the connection failed
 	head     []byte
 	off      int    // head[:off] was written
 	in       []byte // the answer read so far: in[:n]
@@ -205,6 +206,7 @@ func dialError(addr netip.AddrPort, errno error) error {
 func (up *upConn) ready(events uint32) {
 	readable := events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
 	up.canRead = up.canRead || readable
+	up.hup = up.hup || events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
 	switch up.state {
 	case upConnecting:
 		up.connected()
@@ -300,7 +302,7 @@ func (up *upConn) stale() bool {
 // readAnswer reads what the upstream sent, until the socket is empty or
 // the exchange says the answer is whole or not for the loop.
 func (up *upConn) readAnswer() {
-	for up.state == upReading {
+	for up.state == upReading && up.canRead {
 		if up.n == len(up.in) {
 			if len(up.in) >= maxAnswer {
 				up.handOver()
@@ -320,6 +322,9 @@ func (up *upConn) readAnswer() {
 				up.handOver() // the transport reads the end of it, as it would have
 			}
 			return
+		}
+		if k < len(up.in)-up.n && !up.hup {
+			up.canRead = false // see drained
 		}
 		up.n += k
 		if !up.answered() {
@@ -343,10 +348,10 @@ func (up *upConn) answered() bool {
 			// connection's next exchange must not read into it.
 			up.in = nil
 		}
-		if r.KeepUpstream && n == up.n {
+		if r.KeepUpstream && n == up.n && !up.hup {
 			up.putIdle()
 		} else {
-			up.close() // or bytes after the answer: nobody asked for them
+			up.close() // or bytes after the answer, nobody asked for them, or the upstream closing
 		}
 		c.up = nil
 		c.reply(r)
