@@ -92,7 +92,7 @@ func (w *worker) adopt(c *Conn) {
 		c.handBack()
 		return
 	}
-	c.token = w.nextToken()
+	c.token = w.sockets.token(c.fd)
 	// Edge-triggered, for everything at once: no change of the
 	// registration per request, and each socket is read until it is empty.
 	if err := w.ctl(unix.EPOLL_CTL_ADD, c.fd, unix.EPOLLIN|unix.EPOLLOUT|unix.EPOLLRDHUP|unix.EPOLLET, c.token); err != nil {
@@ -101,7 +101,7 @@ func (w *worker) adopt(c *Conn) {
 		c.handBack()
 		return
 	}
-	w.sockets[c.token] = c
+	w.sockets.add(c.token, c)
 	w.live.Add(1)
 	c.canRead = true
 	c.waitHead()
@@ -342,7 +342,7 @@ func (c *Conn) fail(err error) {
 func (c *Conn) forget() {
 	if c.token != 0 {
 		_ = c.w.ctl(unix.EPOLL_CTL_DEL, c.fd, 0, 0)
-		delete(c.w.sockets, c.token)
+		c.w.sockets.remove(c.token)
 		c.w.live.Add(-1)
 		c.token = 0
 	}

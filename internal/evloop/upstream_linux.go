@@ -183,13 +183,13 @@ func (w *worker) dial(addr netip.AddrPort) (*upConn, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	up := &upConn{w: w, fd: fd, addr: addr, state: state, token: w.nextToken()}
+	up := &upConn{w: w, fd: fd, addr: addr, state: state, token: w.sockets.token(fd)}
 	// Edge-triggered, as the clients' sockets are.
 	if err := w.ctl(unix.EPOLL_CTL_ADD, fd, unix.EPOLLIN|unix.EPOLLOUT|unix.EPOLLRDHUP|unix.EPOLLET, up.token); err != nil {
 		unix.Close(fd)
 		return nil, unix.ENOMEM
 	}
-	w.sockets[up.token] = up
+	w.sockets.add(up.token, up)
 	if state == upSending {
 		w.s.cfg.Counts.Dials.Add(1)
 	}
@@ -409,7 +409,7 @@ func (up *upConn) handOver() {
 // with what was read from it in front.
 func (up *upConn) detach() (net.Conn, error) {
 	_ = up.w.ctl(unix.EPOLL_CTL_DEL, up.fd, 0, 0)
-	delete(up.w.sockets, up.token)
+	up.w.sockets.remove(up.token)
 	f := os.NewFile(uintptr(up.fd), "upstream")
 	nc, err := net.FileConn(f) // a duplicate, in the runtime's poller
 	f.Close()
@@ -491,7 +491,7 @@ func (up *upConn) close() {
 			delete(w.idle, up.addr)
 		}
 	}
-	delete(w.sockets, up.token)
+	w.sockets.remove(up.token)
 	unix.Close(up.fd) // which takes it out of the epoll set
 	up.state, up.fd = upClosed, -1
 }

@@ -38,9 +38,8 @@ type worker struct {
 	live atomic.Int32 // client connections held, read by Shutdown
 
 	// The loop's own: the thread running run.
-	sockets   map[uint64]socket
+	sockets   socketTable
 	idle      map[netip.AddrPort][]*upConn
-	token     uint64
 	now       time.Time
 	nextScan  time.Time
 	stopping  bool // stop ran: run returns
@@ -72,7 +71,7 @@ func newWorker(s *Server) (*worker, error) {
 		unix.Close(ep)
 		return nil, fmt.Errorf("evloop: eventfd: %w", err)
 	}
-	w := &worker{s: s, ep: ep, wake: wake, sockets: map[uint64]socket{}, idle: map[netip.AddrPort][]*upConn{},
+	w := &worker{s: s, ep: ep, wake: wake, idle: map[netip.AddrPort][]*upConn{},
 		scratch: make([]byte, 512), headLimit: s.cfg.maxHeadBytes()}
 	if err := w.ctl(unix.EPOLL_CTL_ADD, wake, unix.EPOLLIN, wakeToken); err != nil {
 		unix.Close(ep)
@@ -141,14 +140,6 @@ func (w *worker) runInbox() {
 	w.mu.Unlock()
 }
 
-// nextToken returns a token no socket of the worker has had: an event
-// that comes for a socket already closed finds nothing, even when its
-// descriptor number was given to a new one.
-func (w *worker) nextToken() uint64 {
-	w.token++
-	return w.token
-}
-
 func (w *worker) ctl(op, fd int, events uint32, token uint64) error {
 	ev := unix.EpollEvent{Events: events, Fd: int32(uint32(token)), Pad: int32(uint32(token >> 32))}
 	if err := unix.EpollCtl(w.ep, op, fd, &ev); err != nil {
@@ -169,7 +160,7 @@ func (w *worker) run() {
 	w.lastYield = w.now
 	for !w.stopping {
 		var until time.Time // none: nothing to time out
-		if len(w.sockets) > 0 {
+		if w.sockets.len() > 0 {
 			until = w.nextScan
 		}
 		n, err := w.poll(until)
@@ -187,7 +178,7 @@ func (w *worker) run() {
 				w.runInbox()
 				continue
 			}
-			if s := w.sockets[tok]; s != nil {
+			if s := w.sockets.get(tok); s != nil {
 				w.dispatch(s, ev.Events)
 			}
 		}
@@ -200,7 +191,7 @@ func (w *worker) run() {
 
 // scan ends what ran out of time.
 func (w *worker) scan() {
-	for _, s := range w.sockets {
+	w.sockets.each(func(s socket) {
 		switch s := s.(type) {
 		case *Conn:
 			if !s.deadline.IsZero() && !w.now.Before(s.deadline) {
@@ -209,7 +200,7 @@ func (w *worker) scan() {
 		case *upConn:
 			w.guard(s, s.timeUp)
 		}
-	}
+	})
 }
 
 // errPanicked is Exchange.Done's cause when a Handler's code panicked
@@ -260,24 +251,24 @@ func (w *worker) abandon(s socket) {
 // rest to close once their exchange ends.
 func (w *worker) shutdown() {
 	w.draining = true
-	for _, s := range w.sockets {
+	w.sockets.each(func(s socket) {
 		if c, ok := s.(*Conn); ok && c.state == stateReading && c.n == 0 {
 			c.close()
 		}
-	}
+	})
 }
 
 // stop closes every connection: exchanges under way end with ErrClosed.
 func (w *worker) stop() {
 	w.stopping = true
-	for _, s := range w.sockets {
+	w.sockets.each(func(s socket) {
 		switch s := s.(type) {
 		case *Conn:
 			s.fail(ErrClosed)
 		case *upConn:
 			s.close()
 		}
-	}
+	})
 }
 
 // release runs last on the loop's thread: posts that came after stop
