@@ -315,17 +315,18 @@ type Listener struct {
 
 	// HTTP1Server is what serves HTTP/1.x on this listener: on http listeners every
 	// connection, on https listeners the connections whose TLS handshake chose HTTP/1.1
-	// (ALPN). HTTP1ServerLean, the default, is the daemon's own HTTP/1.1 server with a
-	// second data path that relays the plainest exchanges (bodyless GETs and HEADs on routes whose
-	// limits are counted in the process, answered with a small body of known length) as
-	// bytes, and sends every other request down the first; HTTP1ServerFast is that server
-	// without the second path; HTTP1ServerEventLoop is lean with the second path run on event
-	// loops of the daemon's own for plain (not TLS) connections, on Linux (lean elsewhere, and
-	// for TLS connections); HTTP1ServerNetHTTP is Go's net/http server, kept so that an
-	// operator can compare or fall back. The daemon's server does per request only the work
+	// (ALPN). HTTP1ServerLean is the daemon's own HTTP/1.1 server with a second data path
+	// that relays the plainest exchanges (bodyless GETs and HEADs on routes whose limits are
+	// counted in the process, answered with a small body of known length) as bytes, and
+	// sends every other request down the first; HTTP1ServerFast is that server without the
+	// second path; HTTP1ServerEventLoop, the default, is lean with the second path run on
+	// event loops of the daemon's own for plain (not TLS) connections, on Linux (lean
+	// elsewhere, for TLS connections, and while no route of the listener can take the
+	// second path); HTTP1ServerNetHTTP is Go's net/http server, kept so that an operator can
+	// compare or fall back. The daemon's server does per request only the work
 	// a request needs and is held to net/http's behaviour by differential tests. HTTP/2 on
 	// https listeners is served by net/http either way. Every limit, route, log line and
-	// metric behaves the same with all four. Empty means HTTP1ServerLean. http and https
+	// metric behaves the same with all four. Empty means HTTP1ServerEventLoop. http and https
 	// listeners only.
 	HTTP1Server HTTP1Server `yaml:"http1_server"`
 

@@ -120,7 +120,7 @@ func (l *Listener) effective(i int) Listener {
 		e.SendTimeout = orDefault(e.SendTimeout, DefaultSendTimeout)
 	}
 	if l.Protocol.Uses("http1_server") {
-		e.HTTP1Server = orDefault(e.HTTP1Server, HTTP1ServerLean)
+		e.HTTP1Server = orDefault(e.HTTP1Server, HTTP1ServerEventLoop)
 	}
 	if l.Protocol == ProtocolTCP {
 		e.TCPIdleTimeout = orDefault(e.TCPIdleTimeout, DefaultTCPIdleTimeout)

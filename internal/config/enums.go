@@ -114,13 +114,13 @@ const (
 	HTTP1ServerFast HTTP1Server = "fast"
 	// HTTP1ServerNetHTTP is Go's net/http server.
 	HTTP1ServerNetHTTP HTTP1Server = "net/http"
-	// HTTP1ServerLean, the default, is the daemon's own server with a
-	// second data path for the plainest exchanges, which relays them as
-	// bytes.
+	// HTTP1ServerLean is the daemon's own server with a second data
+	// path for the plainest exchanges, which relays them as bytes.
 	HTTP1ServerLean HTTP1Server = "lean"
-	// HTTP1ServerEventLoop is lean with the plainest exchanges of plain
-	// (not TLS) connections relayed on event loops of the daemon's own,
-	// outside the Go runtime's poller (Linux; lean elsewhere).
+	// HTTP1ServerEventLoop, the default, is lean with the plainest
+	// exchanges of plain (not TLS) connections relayed on event loops of
+	// the daemon's own, outside the Go runtime's poller (Linux; lean
+	// elsewhere).
 	HTTP1ServerEventLoop HTTP1Server = "eventloop"
 )
 

@@ -21,6 +21,7 @@ type Server struct {
 	workers []*worker
 	next    atomic.Uint32
 	state   atomic.Int32 // running, shuttingDown, closed
+	adopted atomic.Uint64
 	wg      sync.WaitGroup
 }
 
@@ -75,6 +76,7 @@ func (s *Server) Serve(c net.Conn) bool {
 	if p, ok := c.(interface{ TakePending() []byte }); ok {
 		pending = p.TakePending()
 	}
+	s.adopted.Add(1)
 	w := s.workers[int(s.next.Add(1))%len(s.workers)]
 	conn := newConn(w, c, fd, pending)
 	if !w.post(func() { w.guard(conn, func() { w.adopt(conn) }) }, false) {
@@ -186,5 +188,8 @@ func (s *Server) Conns() int {
 	}
 	return n
 }
+
+// Adopted returns how many connections Serve took since New.
+func (s *Server) Adopted() uint64 { return s.adopted.Load() }
 
 func (s *Server) String() string { return fmt.Sprintf("evloop.Server(%d workers)", len(s.workers)) }

@@ -33,6 +33,9 @@ func (s *Server) Close() error { return nil }
 // Conns returns 0: see New.
 func (s *Server) Conns() int { return 0 }
 
+// Adopted returns how many connections Serve took: none.
+func (s *Server) Adopted() uint64 { return 0 }
+
 // Conn is a client connection served by a loop: none on this system.
 type Conn struct {
 	// Value is the Handler's.

@@ -70,3 +70,15 @@ func SetLoopPanicHook(hook func(step string, r *http.Request)) (restore func()) 
 	testHookLoopPanic = hook
 	return func() { testHookLoopPanic = old }
 }
+
+// LoopConnsOf returns the client connections the event loops of the
+// listener named name hold now, and how many they took since it started:
+// 0, 0 without loops.
+func LoopConnsOf(s *Server, name string) (held int, adopted uint64) {
+	for _, f := range s.frontList() {
+		if f.cfg.Name == name && f.http != nil && f.http.loop != nil {
+			return f.http.loop.Conns(), f.http.loop.Adopted()
+		}
+	}
+	return 0, 0
+}

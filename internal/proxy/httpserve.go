@@ -130,7 +130,7 @@ func (h *httpServers) start(conns net.Listener, base context.Context, served cha
 		}()
 	}
 	if h.startLoop(loopCounts, log) {
-		h.loopLn = &loopListener{Listener: conns, loop: h.loop}
+		h.loopLn = &loopListener{Listener: conns, loop: h.loop, takes: h.loopWith.takes}
 	}
 	go func() {
 		defer close(served)
@@ -167,10 +167,12 @@ func (h *httpServers) startLoop(counts *evloop.Counts, log func(error)) bool {
 
 // loopListener gives the event loops every connection they take: its
 // Accept returns only those they do not (none but after shutdown began,
-// for a plain TCP listener).
+// for a plain TCP listener), and every connection while the listener's
+// configuration (reloads included) gives the loops nothing to serve.
 type loopListener struct {
 	net.Listener
-	loop *evloop.Server
+	loop  *evloop.Server
+	takes func() bool
 }
 
 func (l *loopListener) Accept() (net.Conn, error) {
@@ -179,7 +181,7 @@ func (l *loopListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !l.loop.Serve(c) {
+		if !l.takes() || !l.loop.Serve(c) {
 			return c, nil
 		}
 	}

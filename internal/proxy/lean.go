@@ -52,6 +52,7 @@ type leanTable struct {
 	routes []*route
 	opts   exchangeOpts // the chain's exchanges' options
 	counts *leanCounts  // nil: no metrics
+	onLoop bool         // some route's leanRoute is onLoop
 }
 
 // leanRoute is a route the lean path may serve: its relay and its limits

@@ -39,6 +39,16 @@ type loopExchanges struct {
 	srv *http1.Server // the listener's server: lean, for what the loops give back
 }
 
+// takes reports whether the loops may serve any exchange under the
+// listener's configuration now. When none (every route has a rate limit,
+// a cluster limit or a hostname upstream, or the listener authenticates),
+// a connection would only be adopted to be given back at its first
+// request: the listener's server keeps it from the start.
+func (le *loopExchanges) takes() bool {
+	lt := le.f.table.Load().lean
+	return lt != nil && lt.onLoop
+}
+
 // start starts the event loops of the listener.
 func (le *loopExchanges) start(counts *evloop.Counts) (*evloop.Server, error) {
 	maxHead, headTimeout, idleTimeout := le.srv.ReadLimits()

@@ -133,6 +133,9 @@ func (b *tableBuilder) build() (*routeTable, error) {
 	t.handler = exchanges(h, opts)
 	if b.lc.HTTP1Server.Lean() && t.rate == nil && b.lc.Auth == nil {
 		t.lean = &leanTable{routes: routes, opts: opts}
+		for _, r := range routes {
+			t.lean.onLoop = t.lean.onLoop || r.lean != nil && r.lean.onLoop
+		}
 		if b.metrics != nil && !testHookNoRequestMetrics {
 			t.lean.counts = b.metrics.leanCounts(b.lc.Name)
 		}

@@ -14,18 +14,18 @@ import (
 
 // proxyColors keeps each proxy's colour the same in both panels.
 var proxyColors = map[string]color.Color{
-	"portcullis":           color.RGBA{R: 0x1f, G: 0x6f, B: 0xb4, A: 0xff},
-	"portcullis-fast":      color.RGBA{R: 0x17, G: 0xbe, B: 0xcf, A: 0xff},
-	"portcullis-eventloop": color.RGBA{R: 0x08, G: 0x30, B: 0x9c, A: 0xff},
-	"portcullis-nethttp":   color.RGBA{R: 0x9a, G: 0x6f, B: 0xc4, A: 0xff},
-	"portcullis-log":       color.RGBA{R: 0x4f, G: 0x9f, B: 0xc8, A: 0xff},
-	"portcullis-rst":       color.RGBA{R: 0x7f, G: 0xb0, B: 0xe0, A: 0xff},
-	"portcullis-syn":       color.RGBA{R: 0x0b, G: 0x3a, B: 0x66, A: 0xff},
-	"nginx":                color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
-	"haproxy":              color.RGBA{R: 0xd6, G: 0x5f, B: 0x0e, A: 0xff},
-	floor:                  color.Gray{Y: 0x99},
-	floorAdmit:             color.Gray{Y: 0xbb},
-	floorEpollAdmit:        color.Gray{Y: 0x66},
+	"portcullis":         color.RGBA{R: 0x1f, G: 0x6f, B: 0xb4, A: 0xff},
+	"portcullis-fast":    color.RGBA{R: 0x17, G: 0xbe, B: 0xcf, A: 0xff},
+	"portcullis-lean":    color.RGBA{R: 0x08, G: 0x30, B: 0x9c, A: 0xff},
+	"portcullis-nethttp": color.RGBA{R: 0x9a, G: 0x6f, B: 0xc4, A: 0xff},
+	"portcullis-log":     color.RGBA{R: 0x4f, G: 0x9f, B: 0xc8, A: 0xff},
+	"portcullis-rst":     color.RGBA{R: 0x7f, G: 0xb0, B: 0xe0, A: 0xff},
+	"portcullis-syn":     color.RGBA{R: 0x0b, G: 0x3a, B: 0x66, A: 0xff},
+	"nginx":              color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	"haproxy":            color.RGBA{R: 0xd6, G: 0x5f, B: 0x0e, A: 0xff},
+	floor:                color.Gray{Y: 0x99},
+	floorAdmit:           color.Gray{Y: 0xbb},
+	floorEpollAdmit:      color.Gray{Y: 0x66},
 }
 
 const barWidth = 18 // points, at most

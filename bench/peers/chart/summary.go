@@ -17,7 +17,7 @@ const (
 )
 
 // proxyOrder is the order of proxies in tables and charts.
-var proxyOrder = []string{"portcullis", "portcullis-eventloop", "portcullis-fast", "portcullis-nethttp", "portcullis-log", "portcullis-syn", "portcullis-rst", "nginx", "haproxy", floor, floorAdmit, floorEpollAdmit}
+var proxyOrder = []string{"portcullis", "portcullis-lean", "portcullis-fast", "portcullis-nethttp", "portcullis-log", "portcullis-syn", "portcullis-rst", "nginx", "haproxy", floor, floorAdmit, floorEpollAdmit}
 
 // floor is internal/benchfloor (bench/floor): the least a Go proxy does per
 // request, a reference for the throughput scenario only. It limits

@@ -24,7 +24,7 @@ type TargetCheck struct {
 
 // portcullisVariants are the Portcullis configurations whose attack
 // targets are checked, each under its own label.
-var portcullisVariants = []string{"portcullis", "portcullis-eventloop", "portcullis-fast", "portcullis-nethttp", "portcullis-log", "portcullis-syn", "portcullis-rst"}
+var portcullisVariants = []string{"portcullis", "portcullis-lean", "portcullis-fast", "portcullis-nethttp", "portcullis-log", "portcullis-syn", "portcullis-rst"}
 
 func checkTargets(s Summary) []TargetCheck {
 	var out []TargetCheck
