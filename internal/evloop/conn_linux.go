@@ -66,7 +66,7 @@ func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
 
 // ShuttingDown reports whether the server is shutting down: the
 // connection closes after the exchange under way, whose answer should say
-// so. For the Handler, on the loop's thread.
+// so. For the Handler, on the loop's goroutine.
 func (c *Conn) ShuttingDown() bool { return c.w.draining || c.w.stopping }
 
 // Abort cuts the connection from any goroutine: an exchange under way

@@ -1,10 +1,12 @@
 // Package evloop serves the plainest HTTP/1.1 exchanges of adopted TCP
 // connections on event loops of its own, outside the Go runtime's network
-// poller: the shape of nginx's workers. Each worker is one OS thread with
-// its own epoll set; it reads a connection's request heads, asks its
-// [Handler] whether to relay each, sends the ones it takes to their
-// upstream on connections of its own, and writes the answers back, each
-// step only once epoll said the socket was ready.
+// poller: the shape of nginx's workers. Each worker is one goroutine with
+// its own edge-triggered epoll set; it reads a connection's request heads,
+// asks its [Handler] whether to relay each, sends the ones it takes to
+// their upstream on connections of its own, and writes the answers back,
+// each step only once epoll said the socket was ready. A worker with
+// nothing ready parks on its epoll set in the runtime's poller; a busy one
+// never waits and yields its processor once a millisecond.
 //
 // It serves no request by itself. What the Handler does not take goes
 // back, with every byte read from it, to a server of goroutines
@@ -27,7 +29,7 @@ import (
 	"time"
 )
 
-// A Handler decides, on a loop's thread, what the loop relays. Its
+// A Handler decides, on a loop's goroutine, what the loop relays. Its
 // methods must not block: every connection of the worker waits for them.
 type Handler interface {
 	// Begin is called with the whole head of the next request of c, from
@@ -48,7 +50,7 @@ type Handler interface {
 }
 
 // An Exchange is one request the loop relays. Its methods are called on
-// the loop's thread, but Resume, which runs on a goroutine of its own.
+// the loop's goroutine, but Resume, which runs on a goroutine of its own.
 type Exchange interface {
 	// Upstream returns where to send the request and the bytes to send:
 	// one request head, whole.
@@ -131,7 +133,7 @@ type Config struct {
 	// Handler decides what the loop relays. Required.
 	Handler Handler
 
-	// Workers is the number of event loops, each an OS thread. Zero means
+	// Workers is the number of event loops, each a goroutine. Zero means
 	// runtime.GOMAXPROCS(0).
 	Workers int
 

@@ -37,7 +37,7 @@ type worker struct {
 
 	live atomic.Int32 // client connections held, read by Shutdown
 
-	// The loop's own: the thread running run.
+	// The loop's own: the goroutine running run.
 	sockets   socketTable
 	idle      map[netip.AddrPort][]*upConn
 	now       time.Time
@@ -271,7 +271,7 @@ func (w *worker) stop() {
 	})
 }
 
-// release runs last on the loop's thread: posts that came after stop
+// release runs last on the loop's goroutine: posts that came after stop
 // (none can: stop is final) and the descriptors.
 func (w *worker) release() {
 	w.runInbox()
