@@ -294,15 +294,19 @@ func (w *worker) poll(until time.Time) (int, error) {
 	var n int
 	var werr error
 	err := w.epc.Read(func(uintptr) bool {
-		n, werr = epollWaitNow(w.ep, w.events[:])
-		return n > 0 || werr != nil && werr != unix.EINTR
+		// Looked at again after a signal: the runtime's poller only wakes
+		// the loop for events that come from now on.
+		for n, werr = epollWaitNow(w.ep, w.events[:]); werr == unix.EINTR; {
+			n, werr = epollWaitNow(w.ep, w.events[:])
+		}
+		return n > 0 || werr != nil
 	})
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return 0, nil
 	case err != nil:
 		return 0, err
-	case werr != nil && werr != unix.EINTR:
+	case werr != nil:
 		return 0, werr
 	}
 	return n, nil
