@@ -27,11 +27,19 @@ const (
 // after the first line that is waiting, whichever comes first, and on
 // Flush. One timer at most is armed, and only while lines wait; no
 // goroutine runs in between. A line is never split across two writes.
+//
+// A batch is written outside the lock the lines are added under: a write
+// to a file can last tens of microseconds, and a goroutine adding its
+// line meanwhile (an event loop, whose every connection waits for it)
+// should not wait for it. Batches still go out in the order they were
+// taken: wmu is taken before mu is let go.
 type lineBuffer struct {
 	out io.Writer
+	wmu sync.Mutex // held while a batch is written
 
 	mu    sync.Mutex
 	buf   []byte
+	spare []byte      // a written batch's buffer, for the next one
 	timer *time.Timer // armed while buf holds lines
 	err   error       // the last write error, reported by the next Write
 }
@@ -43,45 +51,80 @@ func newLineBuffer(out io.Writer) *lineBuffer {
 // Write adds p, which slog's handlers make one whole line, to the batch.
 // It returns the error of the last batch written, if any.
 func (b *lineBuffer) Write(p []byte) (int, error) {
+	var full [2][]byte // at most the lines before p, then p alone
+	n := 0
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if len(b.buf)+len(p) > accessBufferSize && len(b.buf) > 0 {
-		b.flushLocked()
+		full[n] = b.takeLocked()
+		n++
 	}
 	b.buf = append(b.buf, p...)
 	if len(b.buf) >= accessBufferSize {
-		b.flushLocked()
+		full[n] = b.takeLocked()
+		n++
 	} else if b.timer == nil {
 		b.timer = time.AfterFunc(accessFlushAfter, b.Flush)
 	}
 	err := b.err
 	b.err = nil
+	b.writeUnlock(full[:n])
 	return len(p), err
 }
 
 // Flush writes the lines waiting, at once.
 func (b *lineBuffer) Flush() {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.flushLocked()
+	var full [1][]byte
+	n := 0
+	if len(b.buf) > 0 {
+		full[0] = b.takeLocked()
+		n = 1
+	} else if b.timer != nil {
+		b.timer.Stop()
+		b.timer = nil
+	}
+	b.writeUnlock(full[:n])
 }
 
-func (b *lineBuffer) flushLocked() {
+// takeLocked returns the lines waiting as a batch and starts another.
+func (b *lineBuffer) takeLocked() []byte {
 	if b.timer != nil {
 		b.timer.Stop()
 		b.timer = nil
 	}
-	if len(b.buf) == 0 {
+	batch := b.buf
+	b.buf, b.spare = b.spare[:0], nil
+	if b.buf == nil {
+		b.buf = make([]byte, 0, accessBufferSize)
+	}
+	return batch
+}
+
+// writeUnlock writes batches, in order after any batch taken before them,
+// and lets go of mu, which the caller holds, before it writes.
+func (b *lineBuffer) writeUnlock(batches [][]byte) {
+	if len(batches) == 0 {
+		b.mu.Unlock()
 		return
 	}
-	if _, err := b.out.Write(b.buf); err != nil {
-		b.err = err
+	b.wmu.Lock()
+	b.mu.Unlock()
+	var werr error
+	for _, batch := range batches {
+		if _, err := b.out.Write(batch); err != nil {
+			werr = err
+		}
 	}
-	if cap(b.buf) > 2*accessBufferSize {
-		b.buf = make([]byte, 0, accessBufferSize) // after one huge line
-	} else {
-		b.buf = b.buf[:0]
+	b.wmu.Unlock()
+	last := batches[len(batches)-1]
+	b.mu.Lock()
+	if werr != nil {
+		b.err = werr
 	}
+	if b.spare == nil && cap(last) <= 2*accessBufferSize { // not after one huge line
+		b.spare = last[:0]
+	}
+	b.mu.Unlock()
 }
 
 // accessLogger writes the access lines of the HTTP listeners: through

@@ -102,6 +102,51 @@ func TestLineBufferBatchesLines(t *testing.T) {
 		}
 		b.Flush()
 	})
+	t.Run("lines are added while a batch is written", func(t *testing.T) {
+		// The first batch's write blocks until released: a line added
+		// meanwhile does not wait for it, and goes out after it.
+		out := &blockingWriter{release: make(chan struct{}), started: make(chan struct{})}
+		b := newLineBuffer(out)
+		full := strings.Repeat("z", accessBufferSize-1) + "\n"
+		go func() { _, _ = b.Write([]byte(full)) }()
+		select {
+		case <-out.started:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the full batch was never written")
+		}
+		added := make(chan struct{})
+		go func() {
+			_, _ = b.Write([]byte("next\n"))
+			close(added)
+		}()
+		select {
+		case <-added:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a line waited for the batch being written")
+		}
+		close(out.release)
+		b.Flush()
+		if w := out.got(); len(w) != 2 || w[0] != full || w[1] != "next\n" {
+			t.Errorf("writes of %d batches, want the full one then the next line", len(w))
+		}
+	})
+}
+
+// blockingWriter records its writes; the first one waits for release.
+type blockingWriter struct {
+	recordingWriter
+	started, release chan struct{}
+	once             sync.Once
+}
+
+func (w *blockingWriter) Write(p []byte) (int, error) {
+	first := false
+	w.once.Do(func() { first = true })
+	if first {
+		close(w.started)
+		<-w.release
+	}
+	return w.recordingWriter.Write(p)
 }
 
 // af returns the fields of an access line from a peer, without the
