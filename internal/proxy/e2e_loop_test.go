@@ -33,15 +33,7 @@ func TestLoopPanicGivesEverythingBack(t *testing.T) {
 			})
 			cfg := parseConfig(t, leanDiffConfig, "http://"+b.ln.Addr().String())
 			cfg.Listeners[0].HTTP1Server = config.HTTP1ServerEventLoop
-			srv, err := proxy.Start(cfg, proxy.Options{LogOutput: io.Discard})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = srv.Shutdown(ctx)
-			}()
+			srv := startQuiet(t, cfg)
 			addr := srv.Addr("web").String()
 
 			bad := dialFrom(t, "127.0.0.2", addr)
@@ -106,15 +98,7 @@ func TestLoopsTakeOnlyWhatTheyCanServe(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, err := proxy.Start(cfg, proxy.Options{LogOutput: io.Discard})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = srv.Shutdown(ctx)
-			}()
+			srv := startQuiet(t, cfg)
 			if got := proxy.HTTP1ServerOf(srv, "web"); got != config.HTTP1ServerEventLoop {
 				t.Fatalf("default HTTP/1.1 server %q, want eventloop", got)
 			}
@@ -147,4 +131,20 @@ func TestLoopsTakeOnlyWhatTheyCanServe(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startQuiet starts cfg's daemon, its logs discarded, and shuts it down
+// when t ends.
+func startQuiet(t *testing.T, cfg *config.Config) *proxy.Server {
+	t.Helper()
+	srv, err := proxy.Start(cfg, proxy.Options{LogOutput: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	return srv
 }
