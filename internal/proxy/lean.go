@@ -431,20 +431,16 @@ func (lx *leanExchange) answer(x *http1.Exchange, r *http.Request, resp *http.Re
 		d, slack := sendDeadline(now, o.send, limit)
 		_ = x.SetWriteDeadlineWithin(d, slack)
 	}
-	if rerr == nil {
-		wrote, _ := x.Write(b)
-		lx.st.bytes.Store(int64(max(wrote-headLen, 0)))
-	} else {
-		// The upstream failed before the body was whole: the chain cuts
-		// the response short, and the client learns it from the
-		// connection's end. Nothing of it has left yet, so nothing does:
-		// the chain's writer, which holds a small response until the
-		// handler returns, sends nothing either. What came is counted
-		// as the chain counts what it gave its writer.
+	if rerr != nil {
+		// The upstream failed before the body was whole: what came is
+		// sent, as the relay sends it, and the connection's end then
+		// tells the client the answer is incomplete.
 		rl.log.Debug("upstream body copy failed", "path", r.URL.Path, "error", rerr)
-		lx.st.bytes.Store(int64(got))
+		b = b[:headLen+got]
 		x.CloseAfter()
 	}
+	wrote, _ := x.Write(b)
+	lx.st.bytes.Store(int64(max(wrote-headLen, 0)))
 	lx.release()
 	exchangeEnded(o, r, &lx.st, start)
 	return true

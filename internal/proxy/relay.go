@@ -360,7 +360,9 @@ func (rl *relay) respond(w http.ResponseWriter, r *http.Request, resp *http.Resp
 // stream reaches the client as the upstream sends it; a known length is written
 // as the server's buffer fills, so that a small response leaves in one
 // write with its head. It returns the first write error, or read error
-// other than EOF.
+// other than EOF; before returning a read error it sends what the upstream
+// sent, as the event loops do and nginx does, so that the bytes a client
+// receives of a body cut short do not depend on the server's buffer.
 func (rl *relay) copyBody(w http.ResponseWriter, resp *http.Response, flushEach bool) error {
 	var flush func() error
 	if flushEach {
@@ -384,6 +386,9 @@ func (rl *relay) copyBody(w http.ResponseWriter, resp *http.Response, flushEach 
 			return nil
 		}
 		if rerr != nil {
+			if flush == nil {
+				_ = http.NewResponseController(w).Flush()
+			}
 			return rerr
 		}
 	}
