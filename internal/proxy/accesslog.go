@@ -44,7 +44,12 @@ type lineBuffer struct {
 	err   error       // the last write error, reported by the next Write
 }
 
+// newLineBuffer returns a lineBuffer writing to out, directly when out is
+// a file that can be (see directWriter).
 func newLineBuffer(out io.Writer) *lineBuffer {
+	if d := newDirectWriter(out); d != nil {
+		out = d
+	}
 	return &lineBuffer{out: out, buf: make([]byte, 0, accessBufferSize)}
 }
 

@@ -1,0 +1,190 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestDirectWriterOnlyForLocalFiles(t *testing.T) {
+	dir := t.TempDir()
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		t.Fatal(err)
+	}
+	if !localFilesystem(int64(fs.Type)) {
+		t.Fatalf("the test's temporary directory %s is on a filesystem (magic %#x) this test cannot use: set TMPDIR to one on ext4, xfs, btrfs, f2fs, tmpfs or overlayfs", dir, fs.Type)
+	}
+	file, err := os.Create(filepath.Join(dir, "access.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	if newDirectWriter(file) == nil {
+		t.Error("a regular file on a local filesystem is not written directly")
+	}
+
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if newDirectWriter(w) != nil {
+		t.Error("a pipe, which may block for good, is written directly")
+	}
+	// The pipe's end stays non-blocking: looking at it did not call Fd.
+	if err := w.SetWriteDeadline(time.Now().Add(time.Hour)); err != nil {
+		t.Errorf("the pipe lost its non-blocking mode: %v", err)
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	if newDirectWriter(null) != nil {
+		t.Error("a device is written directly")
+	}
+	if newDirectWriter(&recordingWriter{}) != nil {
+		t.Error("a writer that is not a file is written directly")
+	}
+
+	for _, tc := range []struct {
+		name  string
+		magic int64
+		want  bool
+	}{
+		{"ext4", unix.EXT4_SUPER_MAGIC, true},
+		{"xfs", unix.XFS_SUPER_MAGIC, true},
+		{"tmpfs", unix.TMPFS_MAGIC, true},
+		{"overlayfs", unix.OVERLAYFS_SUPER_MAGIC, true},
+		{"nfs", unix.NFS_SUPER_MAGIC, false},
+		{"fuse", unix.FUSE_SUPER_MAGIC, false},
+		{"smb2", unix.SMB2_SUPER_MAGIC, false},
+		{"cifs", unix.CIFS_SUPER_MAGIC, false},
+	} {
+		if got := localFilesystem(tc.magic); got != tc.want {
+			t.Errorf("localFilesystem(%s) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestDirectWriterKeepsLinesWhole writes lines from many goroutines through
+// a lineBuffer over a direct writer and reads the file back: every line
+// whole, each goroutine's in its order.
+func TestDirectWriterKeepsLinesWhole(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "access.log")
+	file, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	b := newLineBuffer(file)
+	if _, ok := b.out.(*directWriter); !ok {
+		t.Fatalf("the buffer writes through %T, not directly", b.out)
+	}
+	const writers, lines = 8, 3000
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pad := strings.Repeat("p", 50+w*37)
+			for i := range lines {
+				if _, err := fmt.Fprintf(b, "%d %d %s\n", w, i, pad); err != nil {
+					t.Errorf("writer %d, line %d: %v", w, i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.Flush()
+
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	next := make([]int, writers)
+	sc := bufio.NewScanner(f)
+	n := 0
+	for sc.Scan() {
+		var w, i int
+		var pad string
+		if _, err := fmt.Sscanf(sc.Text(), "%d %d %s", &w, &i, &pad); err != nil || w < 0 || w >= writers ||
+			pad != strings.Repeat("p", 50+w*37) {
+			t.Fatalf("line %d is not whole: %q", n, sc.Text())
+		}
+		if i != next[w] {
+			t.Fatalf("writer %d: line %d after %d", w, i, next[w]-1)
+		}
+		next[w]++
+		n++
+	}
+	if n != writers*lines {
+		t.Errorf("%d lines in the file, want %d", n, writers*lines)
+	}
+}
+
+func TestDirectWriterPausesAfterASlowWrite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "access.log")
+	file, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	d := newDirectWriter(file)
+	if d == nil {
+		t.Fatal("a regular file is not written directly")
+	}
+	if _, err := d.Write([]byte("fast\n")); err != nil || d.paused() {
+		t.Fatalf("after a quick write: error %v, paused %v; want neither", err, d.paused())
+	}
+	d.slowWrite = 0 // every write is slow
+	if _, err := d.Write([]byte("slow\n")); err != nil || !d.paused() {
+		t.Fatalf("after a slow write: error %v, paused %v; want paused", err, d.paused())
+	}
+	if until := time.Until(d.pausedUntil); until < pauseAfterSlow-time.Second || until > pauseAfterSlow {
+		t.Errorf("paused for %v, want %v", until, pauseAfterSlow)
+	}
+	if _, err := d.Write([]byte("through the file\n")); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(path)
+	if string(got) != "fast\nslow\nthrough the file\n" {
+		t.Errorf("the file holds %q", got)
+	}
+}
+
+func TestDirectWriterReportsErrors(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "access.log")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	readOnly, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDirectWriter(readOnly)
+	if d == nil {
+		t.Fatal("a regular file is not written directly")
+	}
+	var pe *os.PathError
+	if n, err := d.Write([]byte("line\n")); n != 0 || !errors.As(err, &pe) || !errors.Is(err, syscall.EBADF) || pe.Path != path {
+		t.Errorf("writing to a file opened for reading: %d, %v; want 0 and EBADF naming the file", n, err)
+	}
+	readOnly.Close()
+	if _, err := d.Write([]byte("line\n")); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("writing to a closed file: %v, want os.ErrClosed", err)
+	}
+}
