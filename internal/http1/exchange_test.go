@@ -1381,7 +1381,15 @@ func TestExchangeInformationalAndHead(t *testing.T) {
 			t.Errorf("AppendStatusLine(%d) = %q, want %q", code, got, "x"+want)
 		}
 	}
-	if d, err := http.ParseTime(string(AppendDate(nil))); err != nil || time.Since(d) > time.Minute || time.Since(d) < -time.Minute {
+	if d, err := http.ParseTime(string(AppendDate(nil, time.Now()))); err != nil || time.Since(d) > time.Minute || time.Since(d) < -time.Minute {
 		t.Errorf("AppendDate: %v, %v", d, err)
+	}
+	// The time given, not the clock's: a second of another day, in
+	// another zone, and the same second again, which the cache returns.
+	at := time.Date(2024, 2, 29, 23, 59, 58, 900e6, time.FixedZone("X", -5*3600))
+	for range 2 {
+		if got, want := string(AppendDate([]byte("x"), at)), "xFri, 01 Mar 2024 04:59:58 GMT"; got != want {
+			t.Errorf("AppendDate(%v) = %q, want %q", at, got, want)
+		}
 	}
 }

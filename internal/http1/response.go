@@ -829,9 +829,11 @@ type dateValue struct {
 	b   [len(http.TimeFormat)]byte
 }
 
-// AppendDate appends the current time as an HTTP Date field's value (RFC
-// 9110 IMF-fixdate), as the server writes it, to dst.
-func AppendDate(dst []byte) []byte { return appendDate(dst) }
+// AppendDate appends now, a time just read from the clock, as an HTTP
+// Date field's value (RFC 9110 IMF-fixdate), as the server writes the
+// current time, to dst. It takes the time so that a caller that read the
+// clock already need not read it again.
+func AppendDate(dst []byte, now time.Time) []byte { return appendDateAt(dst, now) }
 
 // AppendStatusLine appends the HTTP/1.1 status line of code, with its line
 // end, as the server writes it, to dst.
@@ -842,8 +844,9 @@ func AppendStatusLine(dst []byte, code int) []byte {
 	return append(dst, statusLine(true, code)...)
 }
 
-func appendDate(dst []byte) []byte {
-	now := time.Now()
+func appendDate(dst []byte) []byte { return appendDateAt(dst, time.Now()) }
+
+func appendDateAt(dst []byte, now time.Time) []byte {
 	sec := now.Unix()
 	if d := dateCache.Load(); d != nil && d.sec == sec {
 		return append(dst, d.b[:]...)

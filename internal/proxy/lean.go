@@ -413,7 +413,7 @@ func (lx *leanExchange) answer(x *http1.Exchange, r *http.Request, resp *http.Re
 	if !leanAnswer(resp, lx.fields, head) {
 		return false
 	}
-	b := lx.appendAnswerHead(lx.buf[:0], resp.StatusCode, x.Closing())
+	b := lx.appendAnswerHead(lx.buf[:0], resp.StatusCode, x.Closing(), now)
 	headLen, n := len(b), int(resp.ContentLength)
 	if head {
 		n = 0 // the length is the GET's; there is no body
@@ -449,9 +449,9 @@ func (lx *leanExchange) answer(x *http1.Exchange, r *http.Request, resp *http.Re
 // appendAnswerHead appends the head the server writes for an answer of
 // status code whose fields, as the upstream sent them, are lx.fields:
 // the status line, the fields but the hop-by-hop ones in the server's
-// order, its Date unless the upstream sent one, and "Connection: close"
-// when closing.
-func (lx *leanExchange) appendAnswerHead(b []byte, code int, closing bool) []byte {
+// order, its Date (now) unless the upstream sent one, and "Connection:
+// close" when closing.
+func (lx *leanExchange) appendAnswerHead(b []byte, code int, closing bool, now time.Time) []byte {
 	kept := cutHopFields(lx.fields)
 	b = http1.AppendStatusLine(b, code)
 	b = appendSortedFields(b, kept)
@@ -459,7 +459,7 @@ func (lx *leanExchange) appendAnswerHead(b []byte, code int, closing bool) []byt
 	// stands in for the server's.
 	if !slices.ContainsFunc(kept, func(f httpfield.Field) bool { return f.Name == "Date" }) {
 		b = append(b, "Date: "...)
-		b = http1.AppendDate(b)
+		b = http1.AppendDate(b, now)
 		b = append(b, "\r\n"...)
 	}
 	if closing {

@@ -120,7 +120,10 @@ func (le *loopExchanges) Begin(c *evloop.Conn, head []byte) evloop.Exchange {
 		st.metrics = lt.opts.metrics
 	}
 	f.active.Add(1)
-	lx.sent = time.Now()
+	// Admission on a loop never waits, and the head was built above: the
+	// request goes upstream within microseconds of start, one clock read
+	// fewer per exchange.
+	lx.sent = start
 	return lx
 }
 
@@ -151,7 +154,7 @@ type loopExchange struct {
 	tries   int
 	start   time.Time // when the head was whole
 	sent    time.Time // when the request went upstream
-	got     time.Time // when the answer's head came
+	got     time.Time // when the answer's head came; zero until Reply when its body came with it
 	resp    *http.Response
 	whole   int  // the answer's length, head and body, once its head is in
 	bodyAt  int  // where its body starts
@@ -199,6 +202,7 @@ func (lx *loopExchange) put() {
 	lx.le, lx.r, lx.rt, lx.opts, lx.counts, lx.u = nil, nil, nil, nil, nil, nil
 	lx.head = uptransport.Head{}
 	lx.tries, lx.resp, lx.whole, lx.bodyAt, lx.replied = 0, nil, 0, 0, false
+	lx.got = time.Time{}
 	loopExchangePool.Put(lx)
 }
 
@@ -241,12 +245,15 @@ func (lx *loopExchange) Answer(b []byte, reused bool) (evloop.Verdict, int) {
 		if !leanAnswer(resp, lx.fields, isHead) {
 			return evloop.Resume, 0
 		}
-		lx.resp, lx.got, lx.bodyAt, lx.whole = resp, time.Now(), n, n
+		lx.resp, lx.bodyAt, lx.whole = resp, n, n
 		if !isHead {
 			lx.whole += int(resp.ContentLength)
 		}
 	}
 	if len(b) < lx.whole {
+		if lx.got.IsZero() {
+			lx.got = time.Now() // the head came before its body
+		}
 		return evloop.More, 0
 	}
 	return evloop.Whole, lx.whole
@@ -264,13 +271,20 @@ func (lx *loopExchange) Reply(answer []byte) evloop.Reply {
 		testHookLoopPanic("reply", lx.r)
 	}
 	rl, st, o := lx.rt.lean.relay, &lx.st, lx.opts
+	// One clock read for the answer's arrival when it came whole in one
+	// read (the common answer: Reply follows at once), its Date and its
+	// send deadline.
+	now := time.Now()
+	if lx.got.IsZero() {
+		lx.got = now
+	}
 	d := lx.got.Sub(lx.sent)
 	st.upstream = max(d, 1)
 	if rl.metrics != nil {
 		rl.metrics.upstream.Observe(d.Seconds())
 	}
 	closing := lx.r.Close || lx.c.ShuttingDown()
-	b := lx.appendAnswerHead(lx.buf[:0], lx.resp.StatusCode, closing)
+	b := lx.appendAnswerHead(lx.buf[:0], lx.resp.StatusCode, closing, now)
 	b = append(b, answer[lx.bodyAt:lx.whole]...)
 	lx.buf = b
 	st.status.Store(int32(lx.resp.StatusCode))
@@ -278,7 +292,6 @@ func (lx *loopExchange) Reply(answer []byte) evloop.Reply {
 	lx.replied = true
 	var by time.Time
 	if o.send > 0 {
-		now := time.Now()
 		var limit time.Time
 		if o.whole > 0 {
 			limit = lx.start.Add(o.whole)
