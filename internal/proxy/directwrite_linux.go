@@ -3,6 +3,7 @@ package proxy
 import (
 	"io"
 	"os"
+	"runtime"
 	"syscall"
 	"time"
 	"unsafe"
@@ -28,11 +29,12 @@ import (
 // the kernel throttles writers when the page cache holds too much unwritten
 // data, and a network or FUSE filesystem may not answer at all. So only
 // files on the local filesystems of localFilesystems are written this way,
-// and a direct write that takes longer than slowWrite sends the next
-// pauseAfterSlow of writes through os.File.Write, where a blocked write
-// blocks its goroutine only: a disk under pressure makes the log cost what
-// it cost before rather than stall the loops and the collector, which must
-// wait for a direct write to end.
+// and a direct write during which the kernel made the thread wait, and
+// which took longer than slowWrite, sends the next pauseAfterSlow of
+// writes through os.File.Write, where a blocked write blocks its goroutine
+// only: a disk under pressure makes the log cost what it cost before
+// rather than stall the loops and the collector, which must wait for a
+// direct write to end.
 type directWriter struct {
 	f  *os.File
 	rc syscall.RawConn
@@ -102,6 +104,14 @@ func (d *directWriter) Write(p []byte) (int, error) {
 	}
 	n := 0
 	var errno syscall.Errno
+	// The thread's count of voluntary context switches tells a write the
+	// kernel made wait (it slept: throttled, or waiting on the disk)
+	// from one that only lost its core to another thread for a while,
+	// which the time alone cannot: on a busy machine a 10 us write
+	// preempted for a few milliseconds is not the disk's doing. So the
+	// goroutine stays on its thread from one count to the other.
+	runtime.LockOSThread()
+	sleptBefore := voluntarySwitches()
 	err := d.rc.Write(func(fd uintptr) bool {
 		for n < len(p) {
 			k, _, e := unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[n])), uintptr(len(p)-n))
@@ -118,9 +128,10 @@ func (d *directWriter) Write(p []byte) (int, error) {
 		}
 		return true
 	})
-	if time.Since(start) > d.slowWrite {
+	if time.Since(start) > d.slowWrite && (sleptBefore < 0 || voluntarySwitches() != sleptBefore) {
 		d.pausedUntil = time.Now().Add(pauseAfterSlow)
 	}
+	runtime.UnlockOSThread()
 	switch {
 	case err != nil:
 		// The only error RawConn.Write gives on a file that is not
@@ -132,6 +143,17 @@ func (d *directWriter) Write(p []byte) (int, error) {
 		return n, io.ErrShortWrite
 	}
 	return n, nil
+}
+
+// voluntarySwitches returns how many times the calling thread gave up its
+// core to wait, or -1 when that cannot be read. It makes the call
+// directly, as the write, for the same reason.
+func voluntarySwitches() int64 {
+	var ru unix.Rusage
+	if _, _, e := unix.RawSyscall(unix.SYS_GETRUSAGE, uintptr(unix.RUSAGE_THREAD), uintptr(unsafe.Pointer(&ru)), 0); e != 0 {
+		return -1
+	}
+	return ru.Nvcsw
 }
 
 // paused reports whether writes go through os.File.Write now.

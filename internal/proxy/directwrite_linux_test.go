@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -136,6 +137,11 @@ func TestDirectWriterKeepsLinesWhole(t *testing.T) {
 	}
 }
 
+// TestDirectWriterPausesAfterASlowWrite has a direct write wait in the
+// kernel, on a blocking pipe whose reader is late (a file's write cannot
+// be made to wait here), and checks that writes then go through the file
+// for pauseAfterSlow; and that a write only slower than slowWrite, without
+// waiting, does not pause them.
 func TestDirectWriterPausesAfterASlowWrite(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "access.log")
 	file, err := os.Create(path)
@@ -147,22 +153,54 @@ func TestDirectWriterPausesAfterASlowWrite(t *testing.T) {
 	if d == nil {
 		t.Fatal("a regular file is not written directly")
 	}
-	if _, err := d.Write([]byte("fast\n")); err != nil || d.paused() {
-		t.Fatalf("after a quick write: error %v, paused %v; want neither", err, d.paused())
+	d.slowWrite = 0 // every write is slow, but a file's does not wait
+	for range 100 {
+		if _, err := d.Write([]byte("quick\n")); err != nil || d.paused() {
+			t.Fatalf("after a write that did not wait: error %v, paused %v; want neither", err, d.paused())
+		}
 	}
-	d.slowWrite = 0 // every write is slow
-	if _, err := d.Write([]byte("slow\n")); err != nil || !d.paused() {
-		t.Fatalf("after a slow write: error %v, paused %v; want paused", err, d.paused())
-	}
-	if until := time.Until(d.pausedUntil); until < pauseAfterSlow-time.Second || until > pauseAfterSlow {
-		t.Errorf("paused for %v, want %v", until, pauseAfterSlow)
-	}
-	if _, err := d.Write([]byte("through the file\n")); err != nil {
+
+	// The reader is another process: a direct write holds its processor
+	// while it waits, and a reader in this one could be stopped with
+	// every goroutine by the collector, which waits for that processor.
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil { // blocking, unlike os.Pipe's
 		t.Fatal(err)
 	}
-	got, _ := os.ReadFile(path)
-	if string(got) != "fast\nslow\nthrough the file\n" {
-		t.Errorf("the file holds %q", got)
+	r, w := os.NewFile(uintptr(fds[0]), "pipe-r"), os.NewFile(uintptr(fds[1]), "pipe-w")
+	defer w.Close()
+	reader := exec.Command("sh", "-c", "sleep 0.05; wc -c")
+	reader.Stdin = r
+	var count strings.Builder
+	reader.Stdout = &count
+	if err := reader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	rc, err := w.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := &directWriter{f: w, rc: rc, slowWrite: time.Millisecond}
+	batch := []byte(strings.Repeat("x", 256<<10)) // more than the pipe holds
+	if n, err := slow.Write(batch); n != len(batch) || err != nil {
+		t.Fatalf("a write that waited: %d, %v", n, err)
+	}
+	if !slow.paused() {
+		t.Fatal("a write that waited 50 ms in the kernel did not pause direct writes")
+	}
+	if until := time.Until(slow.pausedUntil); until < pauseAfterSlow-time.Second || until > pauseAfterSlow {
+		t.Errorf("paused for %v, want %v", until, pauseAfterSlow)
+	}
+	if n, err := slow.Write(batch); n != len(batch) || err != nil { // through the file
+		t.Fatalf("a write while paused: %d, %v", n, err)
+	}
+	w.Close()
+	if err := reader.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(count.String()); got != fmt.Sprint(2*len(batch)) {
+		t.Errorf("the reader got %s bytes, want %d", got, 2*len(batch))
 	}
 }
 
