@@ -155,6 +155,3 @@ func voluntarySwitches() int64 {
 	}
 	return ru.Nvcsw
 }
-
-// paused reports whether writes go through os.File.Write now.
-func (d *directWriter) paused() bool { return time.Now().Before(d.pausedUntil) }

@@ -25,11 +25,7 @@ func TestDirectWriterOnlyForLocalFiles(t *testing.T) {
 	if !localFilesystem(int64(fs.Type)) {
 		t.Fatalf("the test's temporary directory %s is on a filesystem (magic %#x) this test cannot use: set TMPDIR to one on ext4, xfs, btrfs, f2fs, tmpfs or overlayfs", dir, fs.Type)
 	}
-	file, err := os.Create(filepath.Join(dir, "access.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer file.Close()
+	file, _ := createLog(t, dir)
 	if newDirectWriter(file) == nil {
 		t.Error("a regular file on a local filesystem is not written directly")
 	}
@@ -83,12 +79,7 @@ func TestDirectWriterOnlyForLocalFiles(t *testing.T) {
 // a lineBuffer over a direct writer and reads the file back: every line
 // whole, each goroutine's in its order.
 func TestDirectWriterKeepsLinesWhole(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "access.log")
-	file, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer file.Close()
+	file, path := createLog(t, t.TempDir())
 	b := newLineBuffer(file)
 	if _, ok := b.out.(*directWriter); !ok {
 		t.Fatalf("the buffer writes through %T, not directly", b.out)
@@ -143,12 +134,7 @@ func TestDirectWriterKeepsLinesWhole(t *testing.T) {
 // for pauseAfterSlow; and that a write only slower than slowWrite, without
 // waiting, does not pause them.
 func TestDirectWriterPausesAfterASlowWrite(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "access.log")
-	file, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer file.Close()
+	file, _ := createLog(t, t.TempDir())
 	d := newDirectWriter(file)
 	if d == nil {
 		t.Fatal("a regular file is not written directly")
@@ -226,3 +212,19 @@ func TestDirectWriterReportsErrors(t *testing.T) {
 		t.Errorf("writing to a closed file: %v, want os.ErrClosed", err)
 	}
 }
+
+// createLog creates access.log in dir, closed when t ends, and returns it
+// and its path.
+func createLog(t *testing.T, dir string) (*os.File, string) {
+	t.Helper()
+	path := filepath.Join(dir, "access.log")
+	file, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { file.Close() })
+	return file, path
+}
+
+// paused reports whether d's writes go through os.File.Write now.
+func (d *directWriter) paused() bool { return time.Now().Before(d.pausedUntil) }
