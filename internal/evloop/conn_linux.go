@@ -64,6 +64,13 @@ func (c *Conn) NetConn() net.Conn { return c.nc }
 // RemoteAddr returns the connection's remote address.
 func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
 
+// Now returns the loop's clock: the time it read last, when its latest
+// look at the epoll set returned or at most clockEvery events later. A
+// duration between two readings is off by at most a turn's work, as with
+// nginx's cached clock, for one read per turn instead of several per
+// exchange. For the Handler, on the loop's goroutine.
+func (c *Conn) Now() time.Time { return c.w.now }
+
 // ShuttingDown reports whether the server is shutting down: the
 // connection closes after the exchange under way, whose answer should say
 // so. For the Handler, on the loop's goroutine.

@@ -778,6 +778,40 @@ func TestRelayKeepAlive(t *testing.T) {
 	r.waitGone(t, 1)
 }
 
+// TestConnNowIsTheLoopsClock checks Conn.Now as Begin sees it: never
+// before the request was sent nor after Begin ran, and moving on between
+// requests.
+func TestConnNowIsTheLoopsClock(t *testing.T) {
+	be := newBackend(t, nil)
+	type reading struct{ loop, wall time.Time }
+	readings := make(chan reading, 2)
+	h := &testHandler{backend: be.addr, onBegin: func(c *Conn) {
+		readings <- reading{c.Now(), time.Now()}
+	}}
+	r := newRig(t, Config{}, h, nil)
+	c := r.dial(t)
+	br := bufio.NewReader(c)
+	var prev time.Time
+	for i := range 2 {
+		if i > 0 {
+			time.Sleep(30 * time.Millisecond)
+		}
+		sent := time.Now()
+		write(t, c, get("/now"))
+		got := recv(t, readings, "Begin")
+		if got.loop.Before(sent) || got.loop.After(got.wall) {
+			t.Errorf("request %d: Now() = %v, not between its sending %v and Begin's clock %v", i, got.loop, sent, got.wall)
+		}
+		if i > 0 && got.loop.Sub(prev) < 30*time.Millisecond {
+			t.Errorf("request %d: Now() moved %v since the last request, sent 30ms later", i, got.loop.Sub(prev))
+		}
+		prev = got.loop
+		if code, _ := readAnswer(t, br); code != 200 {
+			t.Fatalf("answer %d: %d", i, code)
+		}
+	}
+}
+
 func TestUpstreamPoolSharedAcrossClients(t *testing.T) {
 	be := newBackend(t, nil)
 	h := &testHandler{backend: be.addr}

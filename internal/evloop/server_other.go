@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 )
 
 // Server runs the event loops; on this system there are none: New fails.
@@ -51,6 +52,9 @@ func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
 
 // ShuttingDown reports false: see New.
 func (c *Conn) ShuttingDown() bool { return false }
+
+// Now returns the time.
+func (c *Conn) Now() time.Time { return time.Now() }
 
 // Abort does nothing: see New.
 func (c *Conn) Abort() {}

@@ -29,6 +29,9 @@ type worker struct {
 	epc       syscall.RawConn
 	deadline  time.Time // epf's read deadline, as last set
 	lastYield time.Time
+	look      func(uintptr) bool // w.lookOnce, made once: poll runs every turn
+	polled    int                // what look found: events, or the error
+	pollErr   error
 
 	mu     sync.Mutex
 	inbox  []func()
@@ -73,6 +76,7 @@ func newWorker(s *Server) (*worker, error) {
 	}
 	w := &worker{s: s, ep: ep, wake: wake, idle: map[netip.AddrPort][]*upConn{},
 		scratch: make([]byte, 512), headLimit: s.cfg.maxHeadBytes()}
+	w.look = w.lookOnce
 	if err := w.ctl(unix.EPOLL_CTL_ADD, wake, unix.EPOLLIN, wakeToken); err != nil {
 		unix.Close(ep)
 		unix.Close(wake)
@@ -177,6 +181,9 @@ func (w *worker) run() {
 			return
 		}
 		for i := range n {
+			if i > 0 && i%clockEvery == 0 {
+				w.now = time.Now()
+			}
 			ev := &w.events[i]
 			tok := tokenOf(ev)
 			if tok == wakeToken {
@@ -193,6 +200,11 @@ func (w *worker) run() {
 		}
 	}
 }
+
+// clockEvery is how many events a turn serves before the loop reads the
+// clock again: a busy turn (up to 256 events) would otherwise keep its
+// first reading for milliseconds.
+const clockEvery = 16
 
 // scan ends what ran out of time.
 func (w *worker) scan() {
@@ -296,25 +308,31 @@ func (w *worker) poll(until time.Time) (int, error) {
 		}
 		w.deadline = until
 	}
-	var n int
-	var werr error
-	err := w.epc.Read(func(uintptr) bool {
-		// Looked at again after a signal: the runtime's poller only wakes
-		// the loop for events that come from now on.
-		for n, werr = epollWaitNow(w.ep, w.events[:]); werr == unix.EINTR; {
-			n, werr = epollWaitNow(w.ep, w.events[:])
-		}
-		return n > 0 || werr != nil
-	})
+	w.polled, w.pollErr = 0, nil
+	err := w.epc.Read(w.look)
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return 0, nil
 	case err != nil:
 		return 0, err
-	case werr != nil:
-		return 0, werr
+	case w.pollErr != nil:
+		return 0, w.pollErr
 	}
-	return n, nil
+	return w.polled, nil
+}
+
+// lookOnce is poll's look at the epoll set, made by the runtime's poller
+// first and again each time it found the set readable. It reports
+// whether to stop: events came, or the look failed.
+func (w *worker) lookOnce(uintptr) bool {
+	n, err := epollWaitNow(w.ep, w.events[:])
+	// Looked at again after a signal: the runtime's poller only wakes the
+	// loop for events that come from now on.
+	for err == unix.EINTR {
+		n, err = epollWaitNow(w.ep, w.events[:])
+	}
+	w.polled, w.pollErr = n, err
+	return n > 0 || err != nil
 }
 
 // yieldEvery bounds how long a busy loop keeps its processor from the

@@ -54,11 +54,16 @@ func exchanges(next http.Handler, o exchangeOpts) http.Handler {
 
 // exchangeEnded counts and logs an exchange that began at start.
 func exchangeEnded(o *exchangeOpts, r *http.Request, st *exchangeState, start time.Time) {
+	exchangeEndedAt(o, r, st, start, time.Now())
+}
+
+// exchangeEndedAt counts and logs an exchange that began at start and
+// ended at now.
+func exchangeEndedAt(o *exchangeOpts, r *http.Request, st *exchangeState, start, now time.Time) {
 	status := int(st.status.Load())
 	if status == 0 {
 		status = http.StatusOK // nothing written: net/http answers 200
 	}
-	now := time.Now()
 	if st.metrics != nil {
 		st.metrics.ended(status, now.Sub(start))
 	}

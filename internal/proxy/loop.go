@@ -100,7 +100,7 @@ func (le *loopExchanges) Begin(c *evloop.Conn, head []byte) evloop.Exchange {
 	if !ok || !rt.lean.onLoop {
 		return nil
 	}
-	start := time.Now()
+	start := c.Now() // the loop's clock: see evloop.Conn.Now
 	lx := loopExchangePool.Get().(*loopExchange)
 	defer lx.putOnPanic() // the permits taken so far go back; the loop ends the connection
 	lx.le, lx.c, lx.r, lx.rt, lx.opts, lx.counts, lx.start = le, c, r, rt, &lt.opts, lt.counts, start
@@ -121,8 +121,7 @@ func (le *loopExchanges) Begin(c *evloop.Conn, head []byte) evloop.Exchange {
 	}
 	f.active.Add(1)
 	// Admission on a loop never waits, and the head was built above: the
-	// request goes upstream within microseconds of start, one clock read
-	// fewer per exchange.
+	// request goes upstream within the loop's turn.
 	lx.sent = start
 	return lx
 }
@@ -155,10 +154,11 @@ type loopExchange struct {
 	start   time.Time // when the head was whole
 	sent    time.Time // when the request went upstream
 	got     time.Time // when the answer's head came; zero until Reply when its body came with it
-	resp    *http.Response
-	whole   int  // the answer's length, head and body, once its head is in
-	bodyAt  int  // where its body starts
-	replied bool // Reply ran: the status and size are recorded
+	heads   uptransport.SimpleHeadReader
+	resp    *http.Response // heads's, once the answer's head is in
+	whole   int            // the answer's length, head and body, once its head is in
+	bodyAt  int            // where its body starts
+	replied bool           // Reply ran: the status and size are recorded
 	abortMu sync.Mutex
 	aborted bool // the limit's reclaim cut the exchange
 	abort   func()
@@ -231,7 +231,7 @@ func (lx *loopExchange) Refused(netip.AddrPort) (netip.AddrPort, bool) {
 // and says whether the lean path writes it: then it waits for the body.
 func (lx *loopExchange) Answer(b []byte, reused bool) (evloop.Verdict, int) {
 	if lx.resp == nil {
-		resp, n, ok := uptransport.ReadSimpleHead(b, lx.r.Method, &lx.fields)
+		resp, n, ok := lx.heads.Read(b, lx.r.Method, &lx.fields)
 		if !ok {
 			if !headIn(b) {
 				return evloop.More, 0
@@ -252,7 +252,7 @@ func (lx *loopExchange) Answer(b []byte, reused bool) (evloop.Verdict, int) {
 	}
 	if len(b) < lx.whole {
 		if lx.got.IsZero() {
-			lx.got = time.Now() // the head came before its body
+			lx.got = lx.c.Now() // the head came before its body
 		}
 		return evloop.More, 0
 	}
@@ -271,10 +271,9 @@ func (lx *loopExchange) Reply(answer []byte) evloop.Reply {
 		testHookLoopPanic("reply", lx.r)
 	}
 	rl, st, o := lx.rt.lean.relay, &lx.st, lx.opts
-	// One clock read for the answer's arrival when it came whole in one
-	// read (the common answer: Reply follows at once), its Date and its
-	// send deadline.
-	now := time.Now()
+	// The answer's arrival when it came whole in one read (the common
+	// answer: Reply follows at once), its Date and its send deadline.
+	now := lx.c.Now()
 	if lx.got.IsZero() {
 		lx.got = now
 	}
@@ -315,7 +314,7 @@ func (lx *loopExchange) Done(err error) {
 		lx.st.status.Store(http.StatusBadGateway)
 	}
 	lx.release()
-	exchangeEnded(lx.opts, lx.r, &lx.st, lx.start)
+	exchangeEndedAt(lx.opts, lx.r, &lx.st, lx.start, lx.c.Now())
 	lx.counts.add(leanRelayed)
 	lx.le.f.active.Add(-1)
 	lx.put()

@@ -92,9 +92,19 @@ type fastResponse struct {
 // With fields not nil, the header goes to *fields, replacing what it held,
 // and resp.Header is nil. resp.Request is nil.
 func simpleResponse(buf []byte, method string, fields *[]httpfield.Field) *fastResponse {
+	r := &fastResponse{}
+	if !r.parse(buf, method, fields) {
+		return nil
+	}
+	return r
+}
+
+// parse is simpleResponse into r, which must be zero; false, r left in
+// any state, when simpleResponse would return nil.
+func (r *fastResponse) parse(buf []byte, method string, fields *[]httpfield.Field) bool {
 	end := bytes.Index(buf, []byte("\r\n\r\n"))
 	if end < 0 {
-		return nil
+		return false
 	}
 	head := buf[:end+2] // every line with its CRLF
 	// Bare CR or LF anywhere: http.ReadResponse's line reading decides.
@@ -103,26 +113,25 @@ func simpleResponse(buf []byte, method string, fields *[]httpfield.Field) *fastR
 		switch c {
 		case '\n':
 			if i == 0 || head[i-1] != '\r' {
-				return nil
+				return false
 			}
 			lines++
 		case '\r':
 			if i+1 >= len(head) || head[i+1] != '\n' {
-				return nil
+				return false
 			}
 		}
 	}
 	nfields := lines - 1
 	if nfields < 1 || nfields > maxSimpleFields {
-		return nil
+		return false
 	}
 	code, ok := simpleStatusLine(head)
 	if !ok {
-		return nil
+		return false
 	}
 	// One string for the whole head: the fields are slices of it.
 	s := string(head)
-	r := &fastResponse{}
 	resp := &r.resp
 	lineEnd := bytes.IndexByte(head, '\r')
 	resp.Proto, resp.ProtoMajor, resp.ProtoMinor = s[:8], 1, 1
@@ -148,11 +157,11 @@ func simpleResponse(buf []byte, method string, fields *[]httpfield.Field) *fastR
 		pos += n + 2
 		key, value, ok := simpleField(line)
 		if !ok {
-			return nil
+			return false
 		}
 		switch key {
 		case "Transfer-Encoding", "Trailer", "Pragma":
-			return nil
+			return false
 		case "Content-Length":
 			if clLines++; clLines == 1 {
 				cl = value
@@ -171,11 +180,11 @@ func simpleResponse(buf []byte, method string, fields *[]httpfield.Field) *fastR
 		}
 	}
 	if clLines != 1 {
-		return nil
+		return false
 	}
 	length, ok := plainLength(cl)
 	if !ok {
-		return nil
+		return false
 	}
 	// As net/http's shouldClose: "Connection: close" ends the connection
 	// and is not kept in the header.
@@ -198,7 +207,7 @@ func simpleResponse(buf []byte, method string, fields *[]httpfield.Field) *fastR
 		r.body.n = length
 		resp.Body = &r.body
 	}
-	return r
+	return true
 }
 
 // simpleStatusLine returns the status code of head's first line when it is
@@ -311,10 +320,20 @@ func (b *fixedBody) Close() error { return nil }
 // whole one: SendHead would read that answer otherwise, through
 // http.ReadResponse, and so must whoever reads it instead.
 func ReadSimpleHead(b []byte, method string, fields *[]httpfield.Field) (resp *http.Response, headLen int, ok bool) {
-	r := simpleResponse(b, method, fields)
-	if r == nil {
+	return new(SimpleHeadReader).Read(b, method, fields)
+}
+
+// A SimpleHeadReader reads answers' heads as ReadSimpleHead does, into a
+// Response of its own that each Read replaces: for a reader of one answer
+// after another, one allocation fewer per answer. Its zero value is ready.
+type SimpleHeadReader struct{ r fastResponse }
+
+// Read is ReadSimpleHead; resp is valid until the next Read.
+func (sr *SimpleHeadReader) Read(b []byte, method string, fields *[]httpfield.Field) (resp *http.Response, headLen int, ok bool) {
+	sr.r = fastResponse{}
+	if !sr.r.parse(b, method, fields) {
 		return nil, 0, false
 	}
-	r.resp.Body = http.NoBody
-	return &r.resp, int(r.body.headLen), true
+	sr.r.resp.Body = http.NoBody
+	return &sr.r.resp, int(sr.r.body.headLen), true
 }
