@@ -165,18 +165,49 @@ type cachedKey struct {
 
 func (c *keyCache) string(k clientkey.Key) string {
 	if !k.IsValid() {
-		return "invalid"
+		return invalidClient
 	}
 	slot := &c.slots[hashKey(k)&(keyCacheSize-1)]
 	if e := slot.Load(); e != nil && e.key == k {
 		return e.s
 	}
-	var buf [len("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")]byte
-	b, _ := k.AppendText(buf[:0])
-	e := &cachedKey{key: k, s: string(b)}
+	e := &cachedKey{key: k, s: clientKeyText(k)}
 	slot.Store(e)
 	return e.s
 }
+
+// invalidClient is ByClientIP's key for a request whose RemoteAddr cannot
+// be read.
+const invalidClient = "invalid"
+
+// clientKeyText is ByClientIP's key string for k.
+func clientKeyText(k clientkey.Key) string {
+	if !k.IsValid() {
+		return invalidClient
+	}
+	var buf [len("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")]byte
+	b, _ := k.AppendText(buf[:0])
+	return string(b)
+}
+
+// ClientIPConnKey returns the key ByClientIP(res) gives r, and true when
+// every request with r's RemoteAddr gets that key: when res finds it from
+// the peer's address alone (see clientkey.Resolver.KeyFromPeer), not from
+// a trusted proxy's forwarding header. A server that keeps state per
+// connection may then remember the key under its Limiter and admit the
+// connection's later requests with TryAdmitKey, sparing each the look-up.
+func ClientIPConnKey(res *clientkey.Resolver, r *http.Request) (string, bool) {
+	k, fromPeer := res.KeyFromPeer(r)
+	if !fromPeer {
+		return "", false
+	}
+	return connKeyStrings.string(k), true
+}
+
+// connKeyStrings gives ClientIPConnKey's keys, so that a client's
+// connections share one string: the limiter's look-ups then compare
+// pointers, not bytes. Its seed is unused (no peers table).
+var connKeyStrings keyCache
 
 // hashKey mixes a key's address and prefix length. It needs no secret
 // seed: a client that forces collisions only costs itself cache misses.

@@ -138,3 +138,48 @@ func TestUnkeyedRequestIsNotLimited(t *testing.T) {
 	<-a
 	<-b
 }
+
+// TestClientIPConnKey checks ClientIPConnKey against ByClientIP: the same
+// key, and true only when the peer's address alone decides it.
+func TestClientIPConnKey(t *testing.T) {
+	proxies, err := clientkey.ParseProxySet([]string{"10.0.0.0/8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	trusting := &clientkey.Resolver{Trusted: proxies, Header: clientkey.HeaderXForwardedFor}
+	keyer48, err := clientkey.NewKeyer(0, 48)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide := &clientkey.Resolver{Keyer: keyer48}
+	for _, tc := range []struct {
+		res    *clientkey.Resolver
+		remote string
+		xff    string
+		want   string
+		stable bool
+	}{
+		{nil, "192.0.2.7:4000", "", "192.0.2.7", true},
+		{nil, "[::ffff:192.0.2.7]:4000", "", "192.0.2.7", true},
+		{nil, "[2001:db8:1:2::9]:4000", "", "2001:db8:1:2::/64", true},
+		{wide, "[2001:db8:1:2::9]:4000", "", "2001:db8:1::/48", true},
+		{trusting, "192.0.2.7:4000", "198.51.100.1", "192.0.2.7", true}, // an untrusted peer's header is not read
+		{trusting, "10.1.2.3:4000", "198.51.100.1", "", false},          // a trusted proxy's header decides, per request
+		{nil, "not an address", "", "", false},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = tc.remote
+		if tc.xff != "" {
+			r.Header.Set("X-Forwarded-For", tc.xff)
+		}
+		key, ok := httplimit.ClientIPConnKey(tc.res, r)
+		if key != tc.want || ok != tc.stable {
+			t.Errorf("%s (xff %q): %q, %v; want %q, %v", tc.remote, tc.xff, key, ok, tc.want, tc.stable)
+		}
+		if ok {
+			if byIP := httplimit.ByClientIP(tc.res)(r); byIP != key {
+				t.Errorf("%s: ClientIPConnKey %q, ByClientIP %q", tc.remote, key, byIP)
+			}
+		}
+	}
+}

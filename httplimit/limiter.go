@@ -158,14 +158,23 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request, lim *limit.Limit
 // Config.OnAdmit is not called: the caller records the admission.
 func (l *Limiter) TryAdmit(r *http.Request, onReclaim func()) (string, limit.Permit[string], bool) {
 	key := l.s.Key(r)
+	p, ok := l.TryAdmitKey(r, key, onReclaim)
+	return key, p, ok
+}
+
+// TryAdmitKey is TryAdmit for a caller that has r's key already: key must
+// be what the Limiter's Key function returns for r, for instance the key
+// of r's connection remembered from its first request (see
+// ClientIPConnKey).
+func (l *Limiter) TryAdmitKey(r *http.Request, key string, onReclaim func()) (limit.Permit[string], bool) {
 	if key == "" {
-		return "", limit.Permit[string]{}, true
+		return limit.Permit[string]{}, true
 	}
 	if isTunnel(r) {
-		return key, limit.Permit[string]{}, false
+		return limit.Permit[string]{}, false
 	}
 	p, err := l.exchanges.AcquireWith(context.Background(), key, limit.AcquireOptions{Quiet: true, OnReclaim: onReclaim})
-	return key, p, err == nil
+	return p, err == nil
 }
 
 func (h *handler) serveTunnel(w http.ResponseWriter, r *http.Request, key string) {

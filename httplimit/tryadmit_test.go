@@ -88,3 +88,33 @@ func TestTryAdmitReclaim(t *testing.T) {
 	p.Release() // a reclaimed permit's release is a no-op
 	expectIdle(t, l)
 }
+
+// TestTryAdmitKey checks that TryAdmitKey counts under the key it is
+// given, as TryAdmit counts under the Key function's: the same limit,
+// tunnels declined, an empty key not limited.
+func TestTryAdmitKey(t *testing.T) {
+	l := newLimiter(t, httplimit.Config{Permits: 1, Key: httplimit.ByClientIP(nil)})
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "192.0.2.7:4000"
+	p, ok := l.TryAdmitKey(r, "192.0.2.7", nil)
+	if !ok || !p.Valid() {
+		t.Fatalf("first request: ok %v, permit valid %v", ok, p.Valid())
+	}
+	if _, _, ok := l.TryAdmit(r, nil); ok {
+		t.Error("TryAdmit admitted past the permit TryAdmitKey took for the same key")
+	}
+	if p2, ok := l.TryAdmitKey(r, "192.0.2.7", nil); ok || p2.Valid() {
+		t.Errorf("second request: ok %v, permit valid %v", ok, p2.Valid())
+	}
+	up := httptest.NewRequest(http.MethodGet, "/", nil)
+	up.Header.Set("Connection", "Upgrade")
+	up.Header.Set("Upgrade", "websocket")
+	if p3, ok := l.TryAdmitKey(up, "198.51.100.1", nil); ok || p3.Valid() {
+		t.Errorf("an upgrade request: ok %v, permit valid %v", ok, p3.Valid())
+	}
+	if p4, ok := l.TryAdmitKey(r, "", nil); !ok || p4.Valid() {
+		t.Errorf("an unkeyed request: ok %v, permit valid %v", ok, p4.Valid())
+	}
+	p.Release()
+	expectIdle(t, l)
+}

@@ -3,8 +3,10 @@ package proxy_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -147,4 +149,140 @@ func startQuiet(t *testing.T, cfg *config.Config) *proxy.Server {
 		_ = srv.Shutdown(ctx)
 	})
 	return srv
+}
+
+// TestClientKeyOfEachRequestOnOneConnection sends several requests over
+// one kept-alive connection and checks the key each one holds its
+// client_limit permit under: a trusted proxy's requests each under the
+// client its X-Forwarded-For names, an untrusted peer's all under the
+// peer, whatever they claim. The loops remember a connection's key, but
+// only a key found from the peer's address alone.
+func TestClientKeyOfEachRequestOnOneConnection(t *testing.T) {
+	bothServers(t, testClientKeyOfEachRequestOnOneConnection)
+}
+
+func testClientKeyOfEachRequestOnOneConnection(t *testing.T) {
+	d := startDaemon(t, `
+admin: {listen: "127.0.0.1:0"}
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    trusted_proxies: ["127.0.0.9/32"]
+    client_limit: {permits: 4}
+    routes:
+      - name: r
+        upstreams: ["{{backend}}"]
+`)
+	busy := func() []string {
+		var keys []string
+		for _, k := range d.listener("web").ClientLimit.Busy {
+			keys = append(keys, k.Key)
+		}
+		return keys
+	}
+	for _, tc := range []struct {
+		peer string
+		xff  []string
+		want []string // the key each request holds
+	}{
+		{"127.0.0.9", []string{"203.0.113.1", "203.0.113.2", "203.0.113.1"}, []string{"203.0.113.1", "203.0.113.2", "203.0.113.1"}},
+		{"127.0.0.2", []string{"203.0.113.3", "203.0.113.4"}, []string{"127.0.0.2", "127.0.0.2"}},
+	} {
+		conn := dialFrom(t, tc.peer, d.srv.Addr("web").String())
+		_ = conn.SetDeadline(time.Now().Add(2 * waitLimit))
+		br := bufio.NewReader(conn)
+		for i, xff := range tc.xff {
+			req := "GET /slow?ms=300 HTTP/1.1\r\nHost: web.test\r\nX-Forwarded-For: " + xff + "\r\n\r\n"
+			if _, err := conn.Write([]byte(req)); err != nil {
+				t.Fatal(err)
+			}
+			want := tc.want[i]
+			d.waitFor(tc.peer+"'s request "+strconv.Itoa(i)+" held under "+want, func() bool {
+				keys := busy()
+				return len(keys) == 1 && keys[0] == want
+			})
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("%s, request %d: %v", tc.peer, i, err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || resp.Close {
+				t.Fatalf("%s, request %d: %d (close %v), want 200 on a kept connection", tc.peer, i, resp.StatusCode, resp.Close)
+			}
+		}
+		conn.Close()
+	}
+	d.checkIdle()
+}
+
+// TestRepeatedHeadRelayedAsItself sends, over one kept-alive connection,
+// the same request head again and again, different ones between, and the
+// same after a reload of the routes: the backend must see each request as
+// the head that came asks. The loops relay a repeated head's upstream head
+// again rather than build it anew, but only for a byte-identical head
+// within one table.
+func TestRepeatedHeadRelayedAsItself(t *testing.T) {
+	bothServers(t, testRepeatedHeadRelayedAsItself)
+}
+
+func testRepeatedHeadRelayedAsItself(t *testing.T) {
+	config := func(extraRoute string) string {
+		return `
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    trusted_proxies: ["127.0.0.9/32"]
+    routes:` + extraRoute + `
+      - name: r
+        upstreams: ["{{backend}}"]
+`
+	}
+	d := startDaemon(t, config(""))
+	d.manualStop = true // no admin listener: the final check reads the snapshot in process
+	conn := dialFrom(t, "127.0.0.9", d.srv.Addr("web").String())
+	_ = conn.SetDeadline(time.Now().Add(2 * waitLimit))
+	br := bufio.NewReader(conn)
+	head := func(trace, xff string) string {
+		return "GET /headers?q=" + trace + " HTTP/1.1\r\nHost: web.test\r\nX-Forwarded-For: " + xff + "\r\nX-Trace: " + trace + "\r\n\r\n"
+	}
+	relayed := func(step, trace, xff string) {
+		t.Helper()
+		if _, err := conn.Write([]byte(head(trace, xff))); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		defer resp.Body.Close()
+		var got map[string]string
+		if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d %v", step, resp.StatusCode, err)
+		}
+		want := xff + ", 127.0.0.9" // a trusted proxy's X-Forwarded-For, with the proxy
+		if got["X-Trace"] != trace || got["X-Forwarded-For"] != want || got["Host"] != "web.test" {
+			t.Errorf("%s: the backend saw X-Trace %q, X-Forwarded-For %q, Host %q; want %q, %q, web.test",
+				step, got["X-Trace"], got["X-Forwarded-For"], got["Host"], trace, want)
+		}
+	}
+	for i := range 3 {
+		relayed("repeated "+strconv.Itoa(i), "a", "203.0.113.1")
+	}
+	relayed("another trace", "b", "203.0.113.1")
+	relayed("another client", "b", "203.0.113.2")
+	relayed("the first again", "a", "203.0.113.1")
+	extra := `
+      - name: other
+        path_prefix: /other
+        upstreams: ["{{backend}}"]`
+	if err := d.srv.Reload(parseConfig(t, config(extra), d.backend.URL())); err != nil {
+		t.Fatal(err)
+	}
+	relayed("after the reload", "a", "203.0.113.1")
+	relayed("after the reload, again", "a", "203.0.113.1")
+	conn.Close()
+	d.checkIdle()
 }

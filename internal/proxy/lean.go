@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/textproto"
 	"slices"
 	"strings"
@@ -12,7 +13,9 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/seed-a07d1050/portcullis/clientkey"
 	"github.com/seed-a07d1050/portcullis/httplimit"
+	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/http1"
 	"github.com/seed-a07d1050/portcullis/internal/httpfield"
 	"github.com/seed-a07d1050/portcullis/internal/httppath"
@@ -69,6 +72,10 @@ type leanRoute struct {
 type leanLimit struct {
 	by  string // the access log's name of the limit
 	lim *httplimit.Limiter
+	// byPeer: lim keys requests by client address (httplimit.ByClientIP
+	// with res), so a connection's key may be remembered (peerKeys).
+	byPeer bool
+	res    *clientkey.Resolver
 }
 
 // leanMaxBody is the longest response body the lean path writes itself:
@@ -102,7 +109,8 @@ func leanRouteOf(rl *relay, hasRate bool, limits ...*limiter) *leanRoute {
 		if l.store != nil {
 			return nil
 		}
-		lr.limits = append(lr.limits, leanLimit{by: l.kind.label(), lim: l.lim})
+		byPeer := l.cfg.Key == config.KeyClientIP || l.cfg.Key == ""
+		lr.limits = append(lr.limits, leanLimit{by: l.kind.label(), lim: l.lim, byPeer: byPeer, res: l.id.resolver})
 	}
 	return lr
 }
@@ -119,6 +127,7 @@ type leanExchange struct {
 	fields  []httpfield.Field // the answer's head, from the upstream reader
 	buf     []byte            // the upstream head, then the client's answer
 	fwd     [5]string         // the forwarding fields' values
+	peer    netip.Addr        // the client connection's peer, when its server parsed it once for all its requests
 
 	// x is the exchange being served, for got1xx: a method value bound
 	// once per pooled leanExchange, where x.WriteInformational passed as
@@ -156,6 +165,7 @@ func (lx *leanExchange) reset() {
 	lx.fields = lx.fields[:0]
 	lx.buf = lx.buf[:0]
 	lx.fwd = [5]string{}
+	lx.peer = netip.Addr{}
 	lx.x = nil
 }
 
@@ -184,7 +194,7 @@ func (le leanExchanges) ServeExchange(x *http1.Exchange) bool {
 	lx := leanExchangePool.Get().(*leanExchange)
 	defer lx.put()
 	defer lx.release() // also when what follows panics
-	if !lx.admit(x.AbortFunc(), x.Head(), rt) {
+	if !lx.admit(x.AbortFunc(), x.Head(), rt, nil) {
 		lt.counts.add(leanDeclined)
 		return false
 	}
@@ -241,10 +251,10 @@ func leanRequest(r *http.Request) bool {
 // records them as the chain's limits would; it reports false, having
 // given back what it took and recorded nothing, when one would not grant
 // one at once.
-func (lx *leanExchange) admit(abort func(), r *http.Request, rt *route) bool {
+func (lx *leanExchange) admit(abort func(), r *http.Request, rt *route, ck *peerKeys) bool {
 	var keys [maxKeys]string
 	for i, l := range rt.lean.limits {
-		key, p, ok := l.lim.TryAdmit(r, abort)
+		key, p, ok := ck.tryAdmit(l, r, abort)
 		if !ok {
 			lx.release()
 			return false
@@ -266,6 +276,52 @@ func (lx *leanExchange) admit(abort func(), r *http.Request, rt *route) bool {
 		}
 	}
 	return true
+}
+
+// peerKeys remembers, for one client connection, the keys its requests
+// have under limits that key them by client address alone: the same for
+// every request of the connection (httplimit.ClientIPConnKey).
+type peerKeys struct {
+	ks   [maxKeys]peerKey
+	next int // the slot the next key takes once all are used
+}
+
+type peerKey struct {
+	lim *httplimit.Limiter
+	key string
+}
+
+// tryAdmit is l.lim.TryAdmit(r, abort), with r's key remembered for its
+// connection when ck is not nil and l keys by client address.
+func (ck *peerKeys) tryAdmit(l leanLimit, r *http.Request, abort func()) (string, limit.Permit[string], bool) {
+	if ck == nil || !l.byPeer {
+		return l.lim.TryAdmit(r, abort)
+	}
+	key, ok := ck.lookup(l.lim)
+	if !ok {
+		if key, ok = httplimit.ClientIPConnKey(l.res, r); !ok {
+			return l.lim.TryAdmit(r, abort) // from a trusted proxy's header: per request
+		}
+		ck.remember(l.lim, key)
+	}
+	p, ok := l.lim.TryAdmitKey(r, key, abort)
+	return key, p, ok
+}
+
+func (ck *peerKeys) lookup(lim *httplimit.Limiter) (string, bool) {
+	for i := range ck.ks {
+		if ck.ks[i].lim == lim {
+			return ck.ks[i].key, true
+		}
+	}
+	return "", false
+}
+
+// remember keeps key for lim, in place of the oldest key once every slot
+// is taken (a connection whose requests go to routes with many limits).
+func (ck *peerKeys) remember(lim *httplimit.Limiter, key string) {
+	ck.ks[ck.next] = peerKey{lim, key}
+	ck.next = (ck.next + 1) % len(ck.ks)
 }
 
 // relay sends r upstream and answers it, on the lean path when it can,
@@ -335,7 +391,10 @@ func (lx *leanExchange) upstreamHead(r *http.Request, rl *relay, u *upstream) (u
 	if !ok {
 		return uptransport.Head{}, false
 	}
-	peer := peerAddr(r)
+	peer := lx.peer
+	if !peer.IsValid() {
+		peer = peerAddr(r)
+	}
 	trusted := rl.fw.trusts(peer)
 	vals, forwarded, ok := rl.fw.values(r, peer, trusted, lx.fwd[:])
 	if !ok {

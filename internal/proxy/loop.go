@@ -68,17 +68,54 @@ func (le *loopExchanges) start(counts *evloop.Counts) (*evloop.Server, error) {
 // what a panic there gives back.
 var testHookLoopPanic func(step string, r *http.Request)
 
-// loopConn is a connection's state on a loop: the parser of its heads.
+// loopConn is a connection's state on a loop: the parser of its heads,
+// its peer's address, parsed once, its keys under the limits, and the
+// last request head it sent with the upstream head relayed for it.
 type loopConn struct {
 	parser *http1.HeadParser
+	peer   netip.Addr
+	keys   peerKeys
+
+	lastRelay *relay // nil: no upstream head kept
+	lastHead  []byte
+	lastUp    []byte
 }
+
+// upstreamHead returns lx.upstreamHead(r, rl, u). When head is byte for
+// byte the connection's last request head, relayed through the same
+// route's relay (the same table), the upstream head is that request's:
+// it depends on nothing else (the request, parsed from head; the peer;
+// the relay's forwarding settings), and a keep-alive client often sends
+// the same head again and again.
+func (lc *loopConn) upstreamHead(lx *loopExchange, head []byte, r *http.Request, rl *relay, u *upstream) (uptransport.Head, bool) {
+	if lc.lastRelay == rl && bytes.Equal(head, lc.lastHead) {
+		lx.buf = append(lx.buf[:0], lc.lastUp...)
+		return uptransport.Head{Addr: u.host, Method: r.Method, Bytes: lx.buf}, true
+	}
+	h, ok := lx.upstreamHead(r, rl, u)
+	lc.lastRelay = nil
+	if ok && len(head) <= maxKeptHead {
+		lc.lastRelay = rl
+		lc.lastHead = append(lc.lastHead[:0], head...)
+		lc.lastUp = append(lc.lastUp[:0], h.Bytes...)
+	}
+	return h, ok
+}
+
+// maxKeptHead bounds the request head a connection keeps for the next
+// (most are shorter): memory held by every kept-alive connection.
+const maxKeptHead = 2 << 10
 
 func (le *loopExchanges) connOf(c *evloop.Conn) *loopConn {
 	if lc, ok := c.Value.(*loopConn); ok {
 		return lc
 	}
 	maxHead, _, _ := le.srv.ReadLimits()
-	lc := &loopConn{parser: http1.NewHeadParser(c.RemoteAddr().String(), maxHead-4096)}
+	remote := c.RemoteAddr().String()
+	lc := &loopConn{parser: http1.NewHeadParser(remote, maxHead-4096)}
+	if ap, err := netip.ParseAddrPort(remote); err == nil {
+		lc.peer = ap.Addr() // as peerAddr reads each request's RemoteAddr
+	}
 	c.Value = lc
 	return lc
 }
@@ -92,7 +129,8 @@ func (le *loopExchanges) Begin(c *evloop.Conn, head []byte) evloop.Exchange {
 	if lt == nil {
 		return nil
 	}
-	r, ok := le.connOf(c).parser.Parse(head)
+	lc := le.connOf(c)
+	r, ok := lc.parser.Parse(head)
 	if !ok {
 		return nil
 	}
@@ -104,10 +142,11 @@ func (le *loopExchanges) Begin(c *evloop.Conn, head []byte) evloop.Exchange {
 	lx := loopExchangePool.Get().(*loopExchange)
 	defer lx.putOnPanic() // the permits taken so far go back; the loop ends the connection
 	lx.le, lx.c, lx.r, lx.rt, lx.opts, lx.counts, lx.start = le, c, r, rt, &lt.opts, lt.counts, start
+	lx.peer = lc.peer
 	rl := rt.lean.relay
 	lx.u = rl.pool.pickExcept(nil)
-	h, ok := lx.upstreamHead(r, rl, lx.u)
-	if !ok || !lx.admit(lx.abort, r, rt) {
+	h, ok := lc.upstreamHead(lx, head, r, rl, lx.u)
+	if !ok || !lx.admit(lx.abort, r, rt, &lc.keys) {
 		lx.put()
 		return nil
 	}
