@@ -146,9 +146,14 @@ func ByHeader(name string) KeyFunc {
 // just replaces the slot, so memory is fixed. Entries are compared whole,
 // so a slot never answers for another client.
 type keyCache struct {
-	slots [keyCacheSize]atomic.Pointer[cachedKey]
+	keyStrings
 	peers [keyCacheSize]atomic.Pointer[peerKey]
 	seed  maphash.Seed
+}
+
+// keyStrings is the table from client keys to their strings.
+type keyStrings struct {
+	slots [keyCacheSize]atomic.Pointer[cachedKey]
 }
 
 type peerKey struct {
@@ -163,7 +168,7 @@ type cachedKey struct {
 	s   string
 }
 
-func (c *keyCache) string(k clientkey.Key) string {
+func (c *keyStrings) string(k clientkey.Key) string {
 	if !k.IsValid() {
 		return invalidClient
 	}
@@ -206,8 +211,8 @@ func ClientIPConnKey(res *clientkey.Resolver, r *http.Request) (string, bool) {
 
 // connKeyStrings gives ClientIPConnKey's keys, so that a client's
 // connections share one string: the limiter's look-ups then compare
-// pointers, not bytes. Its seed is unused (no peers table).
-var connKeyStrings keyCache
+// pointers, not bytes.
+var connKeyStrings keyStrings
 
 // hashKey mixes a key's address and prefix length. It needs no secret
 // seed: a client that forces collisions only costs itself cache misses.
