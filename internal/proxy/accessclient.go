@@ -54,3 +54,13 @@ func (c *accessClients) client(r *http.Request) netip.Addr {
 	slot.Store(&peerClient{remoteAddr: r.RemoteAddr, addr: peer})
 	return peer
 }
+
+// peerIsClient reports whether the client of every request on a
+// connection from peer is peer itself, as client finds it: true unless
+// peer is a proxy whose forwarding header is believed (or invalid).
+func (c *accessClients) peerIsClient(peer netip.Addr) bool {
+	if !peer.IsValid() {
+		return false
+	}
+	return c == nil || c.res == nil || c.res.Header == clientkey.HeaderNone || !c.res.Trusted.Contains(peer)
+}

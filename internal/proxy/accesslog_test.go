@@ -82,6 +82,41 @@ func TestLineBufferBatchesLines(t *testing.T) {
 			t.Errorf("%d writes for %d bytes", n, 100*len(line))
 		}
 	})
+	t.Run("access lines formatted in place, lines whole", func(t *testing.T) {
+		var out recordingWriter
+		b := newLineBuffer(&out)
+		at := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
+		var want bytes.Buffer
+		longest := 0
+		for i := range 400 {
+			f := af("web", "127.0.0.2:1", "GET", "h", "/"+strings.Repeat("p", i*7%1500), "HTTP/1.1", 200, int64(i), time.Millisecond)
+			if i%9 == 0 {
+				f.path += " with spaces" // slog's to quote: declined, nothing added
+			}
+			line, ok := appendAccessLine(nil, i%2 == 0, at, &f)
+			if got := b.addAccessLine(i%2 == 0, at, &f); got != ok {
+				t.Fatalf("line %d: addAccessLine %v, appendAccessLine %v", i, got, ok)
+			}
+			if ok {
+				want.Write(line)
+				longest = max(longest, len(line))
+			}
+		}
+		b.Flush()
+		var all bytes.Buffer
+		for _, w := range out.got() {
+			if !strings.HasSuffix(w, "\n") || len(w) > accessBufferSize-accessLineRoom+longest {
+				t.Errorf("a write of %d bytes: a line split, or more than a batch holds", len(w))
+			}
+			all.WriteString(w)
+		}
+		if all.String() != want.String() {
+			t.Errorf("wrote %d bytes, want the %d bytes of the lines in order", all.Len(), want.Len())
+		}
+		if n := len(out.got()); n < want.Len()/accessBufferSize {
+			t.Errorf("%d writes for %d bytes", n, want.Len())
+		}
+	})
 	t.Run("a line longer than the buffer", func(t *testing.T) {
 		var out recordingWriter
 		b := newLineBuffer(&out)

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/limit"
@@ -44,6 +45,10 @@ type admission struct {
 	// upstream is the time from sending the request upstream to its
 	// response head; zero when no upstream answered.
 	upstream time.Duration
+	// client is the access line's client when the path that served the
+	// exchange knew it already (a loop's connection whose peer is the
+	// client of all its requests); invalid: found from the request.
+	client   netip.Addr
 	keys     [maxKeys]string // the distinct keys the limits counted, in order
 	nkeys    uint8
 	gatePend bool // a gate (a rate, authentication) is deciding; see gated

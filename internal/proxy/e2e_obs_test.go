@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -388,4 +389,95 @@ listeners:
 	wantFields(t, "denied", findLine(t, accessLines(t, out.String()), "/loopback", 403), map[string]any{
 		"admission": "refused", "limit": "forward", "reason": "denied", "listener": "egress", "upstream_ms": nil,
 	})
+}
+
+// TestAccessClientOfEachRequestOnOneConnection sends requests naming
+// different clients in X-Forwarded-For over one kept-alive connection
+// from a trusted proxy, and over one from an untrusted peer: each access
+// line names the client its own request's header names behind the
+// trusted proxy, and the peer otherwise. The loops know the client of a
+// connection's every request once when the peer is it.
+func TestAccessClientOfEachRequestOnOneConnection(t *testing.T) {
+	bothServers(t, testAccessClientOfEachRequestOnOneConnection)
+}
+
+func testAccessClientOfEachRequestOnOneConnection(t *testing.T) {
+	for _, format := range []string{"json", "text"} {
+		var out syncBuffer
+		d := startLoggingDaemon(t, `
+log: {format: `+format+`}
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    trusted_proxies: ["127.0.0.9/32"]
+    routes:
+      - name: r
+        upstreams: ["{{backend}}"]
+`, &out)
+		want := map[string]string{} // path: client
+		for _, tc := range []struct {
+			peer    string
+			xff     []string
+			clients []string
+		}{
+			{"127.0.0.9", []string{"203.0.113.1", "203.0.113.2", "203.0.113.1"}, []string{"203.0.113.1", "203.0.113.2", "203.0.113.1"}},
+			{"127.0.0.2", []string{"203.0.113.3", "203.0.113.4"}, []string{"127.0.0.2", "127.0.0.2"}},
+		} {
+			conn := dialFrom(t, tc.peer, d.srv.Addr("web").String())
+			_ = conn.SetDeadline(time.Now().Add(2 * waitLimit))
+			br := bufio.NewReader(conn)
+			for i, xff := range tc.xff {
+				path := "/" + tc.peer + "/" + strconv.Itoa(i)
+				want[path] = tc.clients[i]
+				req := "GET " + path + " HTTP/1.1\r\nHost: web.test\r\nX-Forwarded-For: " + xff + "\r\n\r\n"
+				if _, err := conn.Write([]byte(req)); err != nil {
+					t.Fatal(err)
+				}
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("%s, request %d: %v", tc.peer, i, err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || resp.Close {
+					t.Fatalf("%s, request %d: %d (close %v), want 200 on a kept connection", tc.peer, i, resp.StatusCode, resp.Close)
+				}
+			}
+			conn.Close()
+		}
+		d.stop()
+		got := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			path, client := accessField(t, format, line, "path"), accessField(t, format, line, "client")
+			if accessField(t, format, line, "msg") == "access" {
+				got[path] = client
+			}
+		}
+		for path, client := range want {
+			if got[path] != client {
+				t.Errorf("%s: the access line of %s names client %q, want %q", format, path, got[path], client)
+			}
+		}
+	}
+}
+
+// accessField returns the value of key in a log line of format (json or
+// text, whose values here are never quoted), "" when it has none.
+func accessField(t *testing.T, format, line, key string) string {
+	t.Helper()
+	if format == "json" {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("a log line that is not JSON: %q: %v", line, err)
+		}
+		s, _ := m[key].(string)
+		return s
+	}
+	for _, f := range strings.Fields(line) {
+		if k, v, ok := strings.Cut(f, "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
 }

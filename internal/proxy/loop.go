@@ -79,6 +79,25 @@ type loopConn struct {
 	lastRelay *relay // nil: no upstream head kept
 	lastHead  []byte
 	lastUp    []byte
+
+	// client is the access lines' client of every request, when the peer
+	// is (invalid otherwise), as found under clientsOf.
+	client    netip.Addr
+	clientsOf *accessClients
+	clientSet bool
+}
+
+// accessClient returns the client the access line of each of the
+// connection's requests names, when the peer is the client of them all
+// under clients; invalid when each request's own header may name it.
+func (lc *loopConn) accessClient(clients *accessClients) netip.Addr {
+	if !lc.clientSet || lc.clientsOf != clients {
+		lc.client, lc.clientsOf, lc.clientSet = netip.Addr{}, clients, true
+		if clients.peerIsClient(lc.peer) {
+			lc.client = lc.peer
+		}
+	}
+	return lc.client
 }
 
 // upstreamHead returns lx.upstreamHead(r, rl, u). When head is byte for
@@ -157,6 +176,9 @@ func (le *loopExchanges) Begin(c *evloop.Conn, head []byte) evloop.Exchange {
 	st := &lx.st
 	if st.metrics == nil {
 		st.metrics = lt.opts.metrics
+	}
+	if lt.opts.log != nil {
+		st.client = lc.accessClient(lt.opts.clients)
 	}
 	f.active.Add(1)
 	// Admission on a loop never waits, and the head was built above: the
