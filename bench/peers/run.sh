@@ -2,12 +2,21 @@
 # Peer comparison: the same siege scenarios against Portcullis, nginx and
 # HAProxy, each on loopback in front of the same backend (2 ms per response).
 #
-# Usage: bench/peers/run.sh [--quick] [--rounds N] [--duration D] [--warmup D]
+# Usage: bench/peers/run.sh [--quick] [--rounds N] [--throughput-rounds N] [--duration D] [--warmup D]
 #                           [--proxies "portcullis nginx haproxy"] [--no-profile]
 #                           [--no-throughput] [--no-attacks] [--attack-rate R] [--out DIR]
 #
 #   --quick       1 round of 3 s windows (about 3 minutes): a smoke test
 #   --rounds N    interleaved rounds; the table shows medians (default 3)
+#   --throughput-rounds N  rounds of the throughput scenario (default 5, or
+#                 --rounds when that is given): the rounds beyond --rounds
+#                 run the throughput scenario alone. Within each round
+#                 nginx, portcullis, haproxy and portcullis-log run back to
+#                 back, portcullis next to each peer, in that order in odd
+#                 rounds and the reverse in even ones (the others, rotated,
+#                 before or after them): the issue's throughput targets
+#                 compare them round by round, and this machine's speed
+#                 drifts by a tenth over a minute
 #   --duration D  measured window of each run (default 10s)
 #   --warmup D    attacker alone before each attack window (default 3s)
 #   --proxies L   which proxies to run (default "portcullis portcullis-lean portcullis-fast
@@ -54,6 +63,7 @@
 set -euo pipefail
 
 ROUNDS=3
+TROUNDS= # --throughput-rounds; empty: 5, or --rounds when given
 DURATION=10s
 WARMUP=3s
 PROXIES="portcullis portcullis-lean portcullis-fast portcullis-nethttp portcullis-log nginx haproxy floor floor-admit floor-epoll-admit"
@@ -68,8 +78,9 @@ CMDLINE="bench/peers/run.sh $*"
 
 while (($#)); do
 	case $1 in
-	--quick) ROUNDS=1 DURATION=3s WARMUP=1s ;;
-	--rounds) ROUNDS=$2; shift ;;
+	--quick) ROUNDS=1 TROUNDS=1 DURATION=3s WARMUP=1s ;;
+	--rounds) ROUNDS=$2; shift; [[ -n $TROUNDS ]] || TROUNDS=$ROUNDS ;;
+	--throughput-rounds) TROUNDS=$2; shift ;;
 	--duration) DURATION=$2; shift ;;
 	--warmup) WARMUP=$2; shift ;;
 	--proxies) PROXIES=$2; shift ;;
@@ -89,7 +100,9 @@ for p in $PROXIES; do
 	*) echo "run.sh: unknown proxy $p" >&2; exit 2 ;;
 	esac
 done
+TROUNDS=${TROUNDS:-5}
 [[ $ROUNDS =~ ^[1-9][0-9]?$ ]] || { echo "run.sh: --rounds must be 1..99" >&2; exit 2; }
+[[ $TROUNDS =~ ^[1-9][0-9]?$ ]] || { echo "run.sh: --throughput-rounds must be 1..99" >&2; exit 2; }
 for d in "$DURATION" "$WARMUP"; do
 	[[ $d =~ ^[1-9][0-9]{0,2}s$ ]] || { echo "run.sh: durations are whole seconds, 1s..999s (got $d)" >&2; exit 2; }
 done
@@ -302,6 +315,28 @@ rotate() {
 	for ((i = 0; i < n; i++)); do printf '%s ' "${l[(i + $1) % n]}"; done
 }
 
+# paired are the proxies the issue's throughput targets compare, in the
+# order they run within a round: Portcullis next to each peer.
+PAIRED="nginx portcullis haproxy portcullis-log"
+
+# throughput_order prints the proxies in the order they run the throughput
+# scenario in round $1: those of PAIRED that run, back to back, first in odd
+# rounds and last, reversed, in even ones (a slow drift of the machine then
+# favours neither side of a pair from one round to the next); the others
+# rotated as rotate does.
+throughput_order() {
+	local p
+	local -a paired=() rest=()
+	for p in $PAIRED; do [[ " $PROXIES " == *" $p "* ]] && paired+=("$p"); done
+	for p in $(rotate "$1"); do [[ " $PAIRED " == *" $p "* ]] || rest+=("$p"); done
+	if (($1 % 2)); then
+		printf '%s ' "${paired[@]}" "${rest[@]}"
+	else
+		printf '%s ' "${rest[@]}"
+		for ((p = ${#paired[@]} - 1; p >= 0; p--)); do printf '%s ' "${paired[p]}"; done
+	fi
+}
+
 # profile_portcullis SERVER SUFFIX: a CPU profile of the daemon serving with
 # http1_server SERVER under the throughput scenario, written to
 # portcullis$SUFFIX-throughput.pprof, pprof-top$SUFFIX.txt and
@@ -339,7 +374,7 @@ write_meta() {
 		--arg cpus "$(nproc)" --arg cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')" \
 		--arg cmd "$CMDLINE" --arg start "$1" --arg end "$(date -u +%FT%TZ)" \
 		--arg load_start "$2" --arg load_end "$(cut -d' ' -f1-3 /proc/loadavg)" \
-		--arg rounds "$ROUNDS" --arg duration "$DURATION" --arg warmup "$WARMUP" \
+		--arg rounds "$ROUNDS" --arg throughput_rounds "$TROUNDS" --arg duration "$DURATION" --arg warmup "$WARMUP" \
 		--arg attack_conns "$ATTACK_CONNS" --arg attack_rate "$ATTACK_RATE" --arg legit "$LEGIT_CLIENTS" --arg legit_rate "$LEGIT_RATE" --arg cap "$CAP" \
 		'$ARGS.named' >"$RAW/meta.json"
 }
@@ -364,13 +399,15 @@ main() {
 	local p r
 	for p in $PROXIES; do start_proxy "$p"; done
 
-	for ((r = 1; r <= ROUNDS; r++)); do
-		log "round $r of $ROUNDS"
-		if ((THROUGHPUT)); then
+	local last=$ROUNDS
+	((THROUGHPUT && TROUNDS > last)) && last=$TROUNDS
+	for ((r = 1; r <= last; r++)); do
+		log "round $r of $last"
+		if ((THROUGHPUT && r <= TROUNDS)); then
 			throughput direct "$r"
-			for p in $(rotate "$r"); do throughput "$p" "$r"; done
+			for p in $(throughput_order "$r"); do throughput "$p" "$r"; done
 		fi
-		((ATTACKS)) || continue
+		((ATTACKS && r <= ROUNDS)) || continue
 		for p in $(rotate "$r"); do
 			[[ $p == floor* ]] && continue # references, not proxies to attack: throughput only
 			baseline "$p" "$r"

@@ -48,6 +48,7 @@ type Summary struct {
 	Proxies    []string        `json:"proxies"`
 	Throughput []ThroughputRow `json:"throughput"`
 	Protection []ProtectionRow `json:"protection"`
+	Paired     []PairedRow     `json:"paired"`
 	Targets    []TargetCheck   `json:"targets"`
 	// OtherCoresMedian and OtherCoresMax describe the CPU other people's
 	// processes took during the runs, in cores (the machine has Meta["cpus"]).
@@ -126,6 +127,7 @@ func summarize(meta Meta, runs []Run) Summary {
 			}
 		}
 	}
+	s.Paired = pairedRows(idx)
 	s.Targets = checkTargets(s)
 	others := make([]float64, len(runs))
 	for i, r := range runs {
