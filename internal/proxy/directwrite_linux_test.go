@@ -128,9 +128,48 @@ func TestDirectWriterKeepsLinesWhole(t *testing.T) {
 	}
 }
 
+// TestDirectWriterStallBudget: waits for the disk now and then, as ext4's
+// journal commits and write-back make them, never pause the direct writes;
+// waits that come faster than the budget, or one longer than its burst, do.
+func TestDirectWriterStallBudget(t *testing.T) {
+	at := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		every   time.Duration // between the waits
+		took    time.Duration // each wait
+		n       int
+		pauseAt int // the wait that pauses, 0: none
+	}{
+		{"5 ms every 3 s", 3 * time.Second, 5 * time.Millisecond, 1000, 0},
+		{"15 ms every 10 s", 10 * time.Second, 15 * time.Millisecond, 1000, 0},
+		{"2 ms every 2 s", 2 * time.Second, 2 * time.Millisecond, 1000, 0},
+		{"2 ms every 500 ms", 500 * time.Millisecond, 2 * time.Millisecond, 100, 20}, // twice the rate
+		{"5 ms back to back", 5 * time.Millisecond, 5 * time.Millisecond, 10, 5},
+		{"2 ms every 100 ms", 100 * time.Millisecond, 2 * time.Millisecond, 100, 12},
+		{"one of 25 ms", time.Second, 25 * time.Millisecond, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var d directWriter
+			now := at
+			for i := 1; i <= tc.n; i++ {
+				now = now.Add(tc.every)
+				if d.waited(now, tc.took) {
+					if i != tc.pauseAt {
+						t.Fatalf("paused at wait %d, want %d", i, tc.pauseAt)
+					}
+					return
+				}
+			}
+			if tc.pauseAt != 0 {
+				t.Fatalf("no pause in %d waits, want one at wait %d", tc.n, tc.pauseAt)
+			}
+		})
+	}
+}
+
 // TestDirectWriterPausesAfterASlowWrite has a direct write wait in the
-// kernel, on a blocking pipe whose reader is late (a file's write cannot
-// be made to wait here), and checks that writes then go through the file
+// kernel longer than stallBurst, on a blocking pipe whose reader is late
+// (a file's write cannot be made to wait here), and checks that writes then go through the file
 // for pauseAfterSlow; and that a write only slower than slowWrite, without
 // waiting, does not pause them.
 func TestDirectWriterPausesAfterASlowWrite(t *testing.T) {
