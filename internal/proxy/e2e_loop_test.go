@@ -202,15 +202,7 @@ listeners:
 				keys := busy()
 				return len(keys) == 1 && keys[0] == want
 			})
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatalf("%s, request %d: %v", tc.peer, i, err)
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK || resp.Close {
-				t.Fatalf("%s, request %d: %d (close %v), want 200 on a kept connection", tc.peer, i, resp.StatusCode, resp.Close)
-			}
+			readKeptOK(t, br, tc.peer+", request "+strconv.Itoa(i))
 		}
 		conn.Close()
 	}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -434,15 +433,7 @@ listeners:
 				if _, err := conn.Write([]byte(req)); err != nil {
 					t.Fatal(err)
 				}
-				resp, err := http.ReadResponse(br, nil)
-				if err != nil {
-					t.Fatalf("%s, request %d: %v", tc.peer, i, err)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK || resp.Close {
-					t.Fatalf("%s, request %d: %d (close %v), want 200 on a kept connection", tc.peer, i, resp.StatusCode, resp.Close)
-				}
+				readKeptOK(t, br, tc.peer+", request "+strconv.Itoa(i))
 			}
 			conn.Close()
 		}

@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -398,4 +399,19 @@ func (d *daemon) listener(name string) proxy.ListenerSnapshot {
 	}
 	d.t.Fatalf("no listener %s in snapshot", name)
 	return proxy.ListenerSnapshot{}
+}
+
+// readKeptOK reads the next response from br and fails t unless it is a
+// 200 that keeps the connection open; what names the request.
+func readKeptOK(t *testing.T, br *bufio.Reader, what string) {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("%s: %d (close %v), want 200 on a kept connection", what, resp.StatusCode, resp.Close)
+	}
 }
