@@ -84,8 +84,17 @@ func (b *lineBuffer) Write(p []byte) (int, error) {
 // what its system calls would hold the lock for were it written alone.
 func (b *lineBuffer) addAccessLine(json bool, t time.Time, f *accessFields) bool {
 	b.mu.Lock()
+	// A panic while formatting must not leave every later line waiting
+	// for the lock: the loops recover from their handlers' panics.
+	formatting := true
+	defer func() {
+		if formatting {
+			b.mu.Unlock()
+		}
+	}()
 	at := len(b.buf)
 	buf, ok := appendAccessLine(b.buf, json, t, f)
+	formatting = false
 	if !ok {
 		b.buf = buf[:at]
 		b.mu.Unlock()

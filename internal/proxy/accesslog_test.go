@@ -117,6 +117,29 @@ func TestLineBufferBatchesLines(t *testing.T) {
 			t.Errorf("%d writes for %d bytes", n, want.Len())
 		}
 	})
+	t.Run("a panic while formatting leaves the buffer usable", func(t *testing.T) {
+		var out recordingWriter
+		b := newLineBuffer(&out)
+		func() {
+			defer func() { _ = recover() }()
+			b.addAccessLine(false, time.Now(), nil) // formatting nil fields panics
+			t.Fatal("formatting nil fields did not panic")
+		}()
+		done := make(chan struct{})
+		go func() {
+			_, _ = b.Write([]byte("after\n"))
+			b.Flush()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a line after the panic waits for the lock for good")
+		}
+		if w := out.got(); len(w) != 1 || w[0] != "after\n" {
+			t.Errorf("writes %q, want the line after the panic alone", w)
+		}
+	})
 	t.Run("a line longer than the buffer", func(t *testing.T) {
 		var out recordingWriter
 		b := newLineBuffer(&out)
