@@ -222,6 +222,98 @@ func TestReadSimpleHeadHEAD(t *testing.T) {
 	}
 }
 
+// readFresh is what a new SimpleHeadReader reads of in, with a field
+// list: the outcome a reader that has read other heads must match.
+func readFresh(in []byte, method string) (simpleOutcome, int, bool) {
+	fields := staleFields()
+	resp, n, ok := new(SimpleHeadReader).Read(in, method, &fields)
+	if !ok {
+		return simpleOutcome{}, n, false
+	}
+	return simpleOutcomeOf(resp, &fields), n, true
+}
+
+// checkReadAsFresh reads in with sr and fails unless it reads as a new
+// reader would.
+func checkReadAsFresh(t *testing.T, sr *SimpleHeadReader, in []byte, method string) {
+	t.Helper()
+	fields := staleFields()
+	resp, n, ok := sr.Read(in, method, &fields)
+	want, wantN, wantOK := readFresh(in, method)
+	if ok != wantOK || n != wantN {
+		t.Fatalf("%s %q: ok %v, %d bytes; a new reader: ok %v, %d bytes", method, in, ok, n, wantOK, wantN)
+	}
+	if ok {
+		if got := simpleOutcomeOf(resp, &fields); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s %q:\nread   %+v\nafresh %+v", method, in, got, want)
+		}
+	}
+}
+
+// TestSimpleHeadReaderRepeatedHead checks the reader's copy of a head the
+// same as the last: it reads as a fresh reader would, allocates nothing,
+// is not fooled by a head that differs from the last in one byte or goes
+// on past it, and does not see what its caller did to what it was given.
+func TestSimpleHeadReaderRepeatedHead(t *testing.T) {
+	const head = "HTTP/1.1 200 OK\r\nDate: Sat, 05 Dec 2026 21:00:00 GMT\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: 5\r\n\r\n"
+	answer := []byte(head + "hello")
+	var sr SimpleHeadReader
+	fields := staleFields()
+	if allocs := testing.AllocsPerRun(100, func() {
+		if _, _, ok := sr.Read(answer, "GET", &fields); !ok {
+			t.Fatal("the answer was not read")
+		}
+	}); allocs != 0 {
+		t.Errorf("reading the same head again: %.1f allocations, want 0", allocs)
+	}
+	others := []string{
+		strings.Replace(head, "21:00:00", "21:00:01", 1),
+		strings.Replace(head, "Length: 5", "Length: 6", 1),
+		strings.Replace(head, "200 OK", "201 OK", 1),
+		strings.Replace(head, "Connection: close\r\n", "", 1),
+		strings.Replace(head, "\r\n\r\n", "\r\nX-More: 1\r\n\r\n", 1),
+		strings.Replace(head, "\r\n\r\n", "\r\nX-More: 1\r\n", 1) + "\r\n", // the same, with the last CRLF apart
+		strings.Replace(head, "\r\n\r\n", "\r\nTransfer-Encoding: chunked\r\n\r\n", 1),
+		head[:len(head)-1],
+		head[:len(head)-2] + "\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-Long: " + strings.Repeat("l", maxRepeatedHead) + "\r\n\r\n",
+	}
+	for _, other := range others {
+		for _, method := range []string{"GET", "HEAD"} {
+			checkReadAsFresh(t, &sr, answer, method)
+			checkReadAsFresh(t, &sr, []byte(other), method)
+			checkReadAsFresh(t, &sr, []byte(other), method)
+			checkReadAsFresh(t, &sr, answer, method)
+		}
+	}
+	// What the caller does to the fields it was given, and to the
+	// Response, shows in no later read.
+	fields = staleFields()
+	resp, _, _ := sr.Read(answer, "GET", &fields)
+	fields[0].Value = "changed"
+	fields = fields[:1]
+	resp.StatusCode, resp.Close = 500, false
+	checkReadAsFresh(t, &sr, answer, "GET")
+}
+
+// FuzzSimpleHeadReaderSequence reads two answers, and the second again,
+// through one SimpleHeadReader: each as a new reader would read it,
+// whatever the first was.
+func FuzzSimpleHeadReaderSequence(f *testing.F) {
+	for i, in := range simpleHeadCorpus {
+		next := simpleHeadCorpus[(i+1)%len(simpleHeadCorpus)]
+		f.Add([]byte(in), []byte(in))
+		f.Add([]byte(in), []byte(next))
+		f.Add([]byte(in), []byte(in+"HTTP/1.1 200 OK\r\n"))
+	}
+	f.Fuzz(func(t *testing.T, first, second []byte) {
+		var sr SimpleHeadReader
+		for _, in := range [][]byte{first, second, second, first} {
+			checkReadAsFresh(t, &sr, in, "GET")
+		}
+	})
+}
+
 // prefixConn is a net.Conn whose first bytes read are prefix and then the
 // connection's own: an answer some of which the caller read already, put
 // back in front. It records whether it was closed. Embedding net.Conn

@@ -75,6 +75,7 @@ const maxSimpleFields = 64
 type fastResponse struct {
 	resp   http.Response
 	body   fixedBody
+	head   string    // the whole head, to its blank line: every string above is a slice of it
 	values [8]string // the header's values, when they fit
 }
 
@@ -131,7 +132,8 @@ func (r *fastResponse) parse(buf []byte, method string, fields *[]httpfield.Fiel
 		return false
 	}
 	// One string for the whole head: the fields are slices of it.
-	s := string(head)
+	s := string(buf[:end+4])
+	r.head = s
 	resp := &r.resp
 	lineEnd := bytes.IndexByte(head, '\r')
 	resp.Proto, resp.ProtoMajor, resp.ProtoMinor = s[:8], 1, 1
@@ -151,7 +153,7 @@ func (r *fastResponse) parse(buf []byte, method string, fields *[]httpfield.Fiel
 	clLines := 0
 	var cl string
 	closes := false // a Connection field names "close"
-	for pos := lineEnd + 2; pos < len(s); {
+	for pos := lineEnd + 2; pos < len(head); {
 		n := bytes.IndexByte(head[pos:], '\r')
 		line := s[pos : pos+n]
 		pos += n + 2
@@ -326,14 +328,55 @@ func ReadSimpleHead(b []byte, method string, fields *[]httpfield.Field) (resp *h
 // A SimpleHeadReader reads answers' heads as ReadSimpleHead does, into a
 // Response of its own that each Read replaces: for a reader of one answer
 // after another, one allocation fewer per answer. Its zero value is ready.
-type SimpleHeadReader struct{ r fastResponse }
+//
+// It also keeps the last head it read into a field list, with what it
+// read: an upstream answering alike repeats its heads byte for byte (its
+// Date changes once a second), and a head the same to the byte as the
+// last reads the same, so it is copied rather than parsed again.
+type SimpleHeadReader struct {
+	r fastResponse
+
+	last       string // the last head read with a field list, whole; "" for none
+	lastResp   http.Response
+	lastFields []httpfield.Field
+}
+
+// maxRepeatedHead bounds the head a SimpleHeadReader keeps.
+const maxRepeatedHead = 2 << 10
 
 // Read is ReadSimpleHead; resp is valid until the next Read.
 func (sr *SimpleHeadReader) Read(b []byte, method string, fields *[]httpfield.Field) (resp *http.Response, headLen int, ok bool) {
+	if fields != nil && sr.repeats(b) {
+		// The method changes nothing here: the body is NoBody and
+		// ContentLength the field's value whatever it is.
+		sr.r.resp = sr.lastResp
+		*fields = append((*fields)[:0], sr.lastFields...)
+		return &sr.r.resp, len(sr.last), true
+	}
 	sr.r = fastResponse{}
 	if !sr.r.parse(b, method, fields) {
 		return nil, 0, false
 	}
 	sr.r.resp.Body = http.NoBody
+	if fields != nil {
+		sr.keep(*fields)
+	}
 	return &sr.r.resp, int(sr.r.body.headLen), true
+}
+
+// repeats reports whether b starts with the last head kept. The kept head
+// ends at its first blank line, so b's head then ends at the same place.
+func (sr *SimpleHeadReader) repeats(b []byte) bool {
+	return sr.last != "" && len(b) >= len(sr.last) && string(b[:len(sr.last)]) == sr.last
+}
+
+// keep remembers the head just read and its fields, or forgets the last
+// one when this one is too long to keep.
+func (sr *SimpleHeadReader) keep(fields []httpfield.Field) {
+	if len(sr.r.head) > maxRepeatedHead {
+		sr.last, sr.lastResp, sr.lastFields = "", http.Response{}, sr.lastFields[:0]
+		return
+	}
+	sr.last, sr.lastResp = sr.r.head, sr.r.resp
+	sr.lastFields = append(sr.lastFields[:0], fields...)
 }

@@ -297,6 +297,32 @@ func TestReadResponseAllocations(t *testing.T) {
 	t.Logf("allocations per response: readResponse %.0f, http.ReadResponse %.0f", fast, std)
 }
 
+// BenchmarkSimpleHeadReader reads an answer's head with a field list, as
+// the event loops do, the same head each time (an upstream answering
+// alike within a second) and a head whose Date differs from the last one
+// read.
+func BenchmarkSimpleHeadReader(b *testing.B) {
+	const head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nDate: Wed, 02 Dec 2026 09:00:00 GMT\r\nContent-Length: 13\r\n\r\nhello, world\n"
+	answers := [][]byte{[]byte(head), []byte(strings.Replace(head, "09:00:00", "09:00:01", 1))}
+	for _, bc := range []struct {
+		name  string
+		every int // answers alternate every this many reads
+	}{{"head=repeated", 1 << 62}, {"head=changing", 1}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var sr SimpleHeadReader
+			var fields []httpfield.Field
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if _, _, ok := sr.Read(answers[i/bc.every%2], "GET", &fields); !ok {
+					b.Fatal("the head was not read")
+				}
+				i++
+			}
+		})
+	}
+}
+
 func BenchmarkReadResponse(b *testing.B) {
 	in := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nDate: Wed, 02 Dec 2026 09:00:00 GMT\r\nContent-Length: 13\r\n\r\nhello, world\n")
 	req := &http.Request{Method: "GET"}
