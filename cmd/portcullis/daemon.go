@@ -38,7 +38,7 @@ refused with a logged error and the running configuration stays. With --config,
 --max-concurrent-per-client N gives every HTTP listener without a client_limit
 of its own (reverse and forward) a limit of N requests at once per client.
 Under systemd (NOTIFY_SOCKET set) it reports READY, RELOADING and STOPPING,
-for a Type=notify-reload unit.`
+for a Type=notify or Type=notify-reload unit.`
 
 // runFlags are the flags of "portcullis run".
 type runFlags struct {

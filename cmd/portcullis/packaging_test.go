@@ -213,7 +213,8 @@ func TestSystemdUnit(t *testing.T) {
 		return v[0]
 	}
 	for key, want := range map[string]string{
-		"Type":                     "notify-reload",
+		"Type":                     "notify",
+		"ExecReload":               "/bin/kill -HUP $MAINPID",
 		"DynamicUser":              "yes",
 		"AmbientCapabilities":      "CAP_NET_BIND_SERVICE",
 		"CapabilityBoundingSet":    "CAP_NET_BIND_SERVICE",
@@ -228,11 +229,6 @@ func TestSystemdUnit(t *testing.T) {
 		if got := one(key); got != want {
 			t.Errorf("%s=%s, want %s", key, got, want)
 		}
-	}
-	// Under Type=notify-reload systemd sends SIGHUP itself and would run an
-	// ExecReload= as well: a kill -HUP there would reload twice.
-	if v, ok := svc["ExecReload"]; ok {
-		t.Errorf("ExecReload=%q with Type=notify-reload: the daemon would get two SIGHUPs per reload", v)
 	}
 	families := strings.Fields(one("RestrictAddressFamilies"))
 	for _, f := range []string{"AF_INET", "AF_INET6", "AF_UNIX"} {
@@ -253,5 +249,21 @@ func TestSystemdUnit(t *testing.T) {
 	}
 	if exe := strings.Fields(one("ExecStart")); len(exe) > 0 && path.Base(exe[0]) != "portcullis" {
 		t.Errorf("ExecStart runs %s", exe[0])
+	}
+}
+
+// TestSystemdNotifyReloadDropIn holds the drop-in for systemd 253 and later:
+// Type=notify-reload, under which systemd sends SIGHUP itself, and so an
+// empty ExecReload= that clears the unit's kill (which would reload twice).
+func TestSystemdNotifyReloadDropIn(t *testing.T) {
+	svc := readUnit(t, "../../deploy/systemd/notify-reload.conf", "Service")
+	if got := svc["Type"]; !slices.Equal(got, []string{"notify-reload"}) {
+		t.Errorf("Type=%q, want notify-reload once", got)
+	}
+	if got := svc["ExecReload"]; !slices.Equal(got, []string{""}) {
+		t.Errorf("ExecReload=%q, want one empty ExecReload= to clear the unit's kill -HUP", got)
+	}
+	if len(svc) != 2 {
+		t.Errorf("the drop-in sets %d keys, want Type and ExecReload only: %v", len(svc), svc)
 	}
 }
