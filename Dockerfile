@@ -18,13 +18,18 @@ RUN go mod download
 COPY . .
 ARG TARGETOS=linux
 ARG TARGETARCH
+# VERSION: the release tag "portcullis version" names (deploy/release sets
+# it); the context has no .git (see .dockerignore), so the toolchain cannot
+# read the tag, and the image reports no VCS revision.
+ARG VERSION=
 # CGO_ENABLED=0: a static binary that needs no libc in the final image.
-# -trimpath: no build machine paths in the binary. The context has no .git
-# (see .dockerignore), so "portcullis version" reports no VCS revision.
+# -trimpath: no build machine paths in the binary.
 # -pgo: optimized with the daemon's CPU profile (docs/performance.md,
 # "Profile-guided optimization").
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -buildvcs=false -pgo=cmd/portcullis/release.pgo -ldflags="-s -w" -o /out/portcullis ./cmd/portcullis
+    go build -trimpath -buildvcs=false -pgo=cmd/portcullis/release.pgo \
+    -ldflags="-s -w -X github.com/seed-a07d1050/portcullis/internal/buildinfo.stampedVersion=$VERSION" \
+    -o /out/portcullis ./cmd/portcullis
 RUN mkdir -p /out/etc/portcullis && cp examples/container.yaml /out/etc/portcullis/portcullis.yaml
 
 # distroless/static: CA certificates (for https upstreams and Redis over

@@ -202,7 +202,7 @@ func (f *runFlags) config() (*config.Config, error) {
 	}
 	cfg := &config.Config{Log: logCfg, Admin: config.Admin{Listen: f.admin, TokenFile: f.adminToken}, Listeners: []config.Listener{ln}}
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, flagError(err)
 	}
 	return cfg, nil
 }
@@ -372,7 +372,7 @@ func (e env) serveWith(cfg *config.Config, notes []string, reload func() (*confi
 		}
 		manager.reloading()
 		if reload == nil {
-			log.Warn("SIGHUP ignored: running from flags without --config, --htpasswd or --intercept-ca, there is no file to read again")
+			log.Warn("SIGHUP ignored: running from flags without --config, --htpasswd, --intercept-ca, --deny-file or --allow-file, there is no file to read again")
 			manager.ready("SIGHUP ignored: running from flags; " + servingStatus(running))
 			continue
 		}

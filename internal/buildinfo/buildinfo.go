@@ -29,10 +29,28 @@ type Info struct {
 	Platform string
 }
 
+// stampedVersion is a release version given at link time, for a build that
+// cannot see its tag: a container build's context has no .git, so the
+// toolchain records "(devel)". deploy/release and the Dockerfile set it:
+//
+//	go build -ldflags "-X github.com/seed-a07d1050/portcullis/internal/buildinfo.stampedVersion=v1.2.0"
+var stampedVersion string
+
 // Read returns the Info of the running binary.
 func Read() Info {
 	bi, ok := debug.ReadBuildInfo()
-	return From(bi, ok)
+	return WithStamp(From(bi, ok), stampedVersion)
+}
+
+// WithStamp returns d with the version stamped at link time, if any, in
+// place of the one the toolchain recorded: the stamp is what the release
+// was tagged, while the toolchain's is "devel" or a pseudo-version whenever
+// the build did not see the tag.
+func WithStamp(d Info, stamp string) Info {
+	if stamp != "" {
+		d.Version = stamp
+	}
+	return d
 }
 
 // From extracts the Info from bi; ok false (a binary built without module
