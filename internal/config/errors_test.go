@@ -64,7 +64,9 @@ var badConfigs = []struct {
 }{
 	// The YAML text itself.
 	{"yaml syntax", "listeners:\n  - protocol: http\n   listen: x\n",
-		"portcullis.yaml:1: invalid YAML: did not find expected '-' indicator"},
+		"portcullis.yaml:3: invalid YAML: did not find expected '-' indicator (in the block that starts at line 1)"},
+	{"yaml syntax deep in the file", "log: {level: info}\nadmin: {listen: \"127.0.0.1:9901\"}\nlisteners:\n  - name: web\n    protocol: http\n   listen: x\n",
+		"portcullis.yaml:6: invalid YAML: did not find expected '-' indicator (in the block that starts at line 3)"},
 	{"tab indentation", "log:\n\tlevel: info\n",
 		"portcullis.yaml:2: invalid YAML: found character that cannot start any token"},
 	{"empty file", "",

@@ -93,13 +93,13 @@ func parseDocument(filename string, data []byte) (*yaml.Node, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, &Error{File: filename, Msg: "the configuration is empty: at least one listener is required"}
 		}
-		return nil, yamlError(filename, err)
+		return nil, yamlError(filename, data, err)
 	}
 	var extra yaml.Node
 	switch err := dec.Decode(&extra); {
 	case errors.Is(err, io.EOF):
 	case err != nil:
-		return nil, yamlError(filename, err)
+		return nil, yamlError(filename, data, err)
 	default:
 		return nil, &Error{File: filename, Line: extra.Line, Column: extra.Column,
 			Msg: "a second YAML document: the configuration must be a single document"}
@@ -112,8 +112,14 @@ func parseDocument(filename string, data []byte) (*yaml.Node, error) {
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-// yamlError turns a YAML syntax error into an *Error at its line.
-func yamlError(filename string, err error) error {
+// yamlError turns a YAML syntax error in data into an *Error at its line.
+//
+// The YAML parser reports some errors at the line where the enclosing block
+// began rather than where the text went wrong ("line 1: did not find
+// expected '-' indicator" for a bad indent on line 5), so the line is the
+// first from the parser's on at which a prefix of data stops parsing: where
+// the text went wrong. The parser's own line is then named as the block's.
+func yamlError(filename string, data []byte, err error) error {
 	msg := err.Error()
 	e := &Error{File: filename, Err: err}
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
@@ -121,7 +127,49 @@ func yamlError(filename string, err error) error {
 		msg = m[2]
 	}
 	e.Msg = "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")
+	if e.Line > 0 {
+		if at := firstBadLine(data, e.Line); at > e.Line {
+			e.Msg += fmt.Sprintf(" (in the block that starts at line %d)", e.Line)
+			e.Line = at
+		}
+	}
 	return e
+}
+
+// firstBadLine returns the first line n, from line from on, such that the
+// first n lines of data are not valid YAML; 0 if each such prefix is valid
+// (the error then needs the rest of the text, as an unclosed bracket does).
+// A prefix of block-style YAML that is valid stays valid when cut shorter,
+// so a binary search finds it: only a file that failed to parse pays, with
+// about log2(lines) parses.
+func firstBadLine(data []byte, from int) int {
+	ends := []int{0} // ends[n]: the length of the first n lines
+	for i, c := range data {
+		if c == '\n' {
+			ends = append(ends, i+1)
+		}
+	}
+	if ends[len(ends)-1] != len(data) {
+		ends = append(ends, len(data))
+	}
+	bad := func(n int) bool {
+		var node yaml.Node
+		return yaml.Unmarshal(data[:ends[n]], &node) != nil
+	}
+	last := len(ends) - 1
+	if from > last || !bad(last) {
+		return 0
+	}
+	lo, hi := from, last // bad(hi) holds
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if bad(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return hi
 }
 
 // resolveFiles makes every relative file path of c absolute against the directory of the
