@@ -62,7 +62,8 @@ func (r *route) matchHost(host string) hostRank {
 }
 
 // matchPath reports whether path is r's prefix or below it, by whole segments:
-// "/api" takes "/api" and "/api/x" but not "/apix".
+// "/api" takes "/api" and "/api/x" but not "/apix"; "/ws/", written as
+// nginx's "location /ws/", takes "/ws/" and "/ws/x" but not "/ws".
 func (r *route) matchPath(path string) bool {
 	if r.prefix == "/" {
 		return true
@@ -70,7 +71,7 @@ func (r *route) matchPath(path string) bool {
 	if !strings.HasPrefix(path, r.prefix) {
 		return false
 	}
-	return len(path) == len(r.prefix) || path[len(r.prefix)] == '/'
+	return len(path) == len(r.prefix) || r.prefix[len(r.prefix)-1] == '/' || path[len(r.prefix)] == '/'
 }
 
 // pick returns the route that serves a request for host and path, or nil.

@@ -22,6 +22,7 @@ func TestPickRoute(t *testing.T) {
 		mk("wild", "/", "*.example.net"),
 		mk("wild-api", "/api", "*.example.net"),
 		mk("ip", "/", "192.0.2.1", "2001:db8::1"),
+		mk("ws", "/ws/"),
 	}
 	tests := []struct {
 		name, host, path, want string
@@ -30,6 +31,9 @@ func TestPickRoute(t *testing.T) {
 		{"longest prefix wins", "a.test", "/api/v2/users", "api-v2"},
 		{"prefix by whole segments", "a.test", "/apix", "root"},
 		{"prefix itself", "a.test", "/api", "api"},
+		{"trailing-slash prefix takes what is below it", "a.test", "/ws/chat", "ws"},
+		{"trailing-slash prefix itself", "a.test", "/ws/", "ws"},
+		{"trailing-slash prefix not without its slash", "a.test", "/ws", "root"},
 		{"exact host beats a longer prefix", "shop.example.com", "/api/x", "shop-root"},
 		{"host is case-insensitive", "SHOP.Example.COM", "/", "shop-root"},
 		{"wildcard below its suffix", "a.example.net", "/x", "wild"},
