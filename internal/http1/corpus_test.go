@@ -152,6 +152,11 @@ var hostileCorpus = []corpusCase{
 	{"te name with space", "POST / HTTP/1.1\r\n" + h + "Transfer-Encoding : chunked\r\n\r\n0\r\n\r\n", "400"},
 	{"te underscore is another header", "POST / HTTP/1.1\r\n" + h + "Transfer_Encoding: chunked\r\n\r\n", "200"},
 	{"te before bad host", "POST / HTTP/1.1\r\nHost: a b\r\nTransfer-Encoding: gzip\r\n\r\n", "501"},
+	// Ours departs from net/http on the next five on purpose (departureOf):
+	// it refuses a Transfer-Encoding on HTTP/1.0 with 400, and closes the
+	// connection after a request with Content-Length and Transfer-Encoding.
+	{"cl then te closes", "POST / HTTP/1.1\r\n" + h + "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nGET /2 HTTP/1.1\r\n" + h + "\r\n", "200 200"},
+	{"te then cl zero closes", "POST / HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\nContent-Length: 0\r\n\r\n0\r\n\r\nGET /2 HTTP/1.1\r\n" + h + "\r\n", "200 200"},
 	{"te on http/1.0 ignored", "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n5\r\nhello\r\n0\r\n\r\n", "200 400"},
 	{"te gzip on http/1.0 ignored", "POST / HTTP/1.0\r\nTransfer-Encoding: gzip\r\nContent-Length: 2\r\n\r\nhi", "200"},
 	{"te on http/1.0 with cl", "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\nhello", "200"},

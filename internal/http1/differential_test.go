@@ -25,7 +25,7 @@ func TestDifferentialInProcess(t *testing.T) {
 			}
 			a := std.serve([]byte(tc.raw), chunk)
 			o := ours.serve([]byte(tc.raw), chunk)
-			if d := compare(a, o); d != "" {
+			if d := compareWithNetHTTP([]byte(tc.raw), a, o); d != "" {
 				t.Errorf("%s (chunk %d): input %q\n%s", tc.name, chunk, tc.raw, d)
 				continue
 			}
@@ -68,7 +68,7 @@ func TestDifferentialLoopback(t *testing.T) {
 	for _, tc := range cases {
 		a := exchange(stdLn.Addr().String(), stdRec, tc.raw)
 		o := exchange(ourAddr, ourRec, tc.raw)
-		if d := compare(a, o); d != "" {
+		if d := compareWithNetHTTP([]byte(tc.raw), a, o); d != "" {
 			t.Errorf("%s: input %q\n%s", tc.name, tc.raw, d)
 		}
 	}

@@ -42,9 +42,14 @@
 // # What it accepts and refuses
 //
 // Every request head and body is read exactly as net/http's server reads
-// it, decision for decision; the differential tests and the fuzz target
-// of this package feed the same bytes to both and require the same
-// requests at the handler and the same bytes back. So, as net/http does,
+// it, decision for decision, but for two departures RFC 9112 asks for
+// (issue 35): a Transfer-Encoding on HTTP/1.0, which net/http ignores, is
+// refused with 400 and the connection closed (§6.1), and a request with
+// both Content-Length and Transfer-Encoding, framed as chunked, has Close
+// set and closes the connection after its response (§6.3). The
+// differential tests and the fuzz target of this package feed the same
+// bytes to both and require the same requests at the handler and the same
+// bytes back, or exactly what a departure says. So, as net/http does,
 // it refuses with 400 a malformed request line, method, target or
 // version, a header line without colon or with a space or a CTL in its
 // name, a CR, NUL or other CTL in a value, an initial header line that
@@ -60,9 +65,9 @@
 // and normalizes (so that a handler or an upstream never sees the raw
 // form): obs-fold continuation lines, joined with a space; a bare LF as
 // a line end in the head; Content-Length beside chunked (the length is
-// dropped); repeated equal Content-Length values (kept once);
-// Transfer-Encoding on HTTP/1.0 (ignored); up to four CR or LF bytes
-// after a POST's body. Settings of GODEBUG that relax net/http's parser
+// dropped, and the connection closes after the response); repeated equal
+// Content-Length values (kept once); up to four CR or LF bytes after a
+// POST's body. Settings of GODEBUG that relax net/http's parser
 // (httplaxcontentlength) do not apply here.
 //
 // # Differences from net/http

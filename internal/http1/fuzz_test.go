@@ -12,7 +12,9 @@ import (
 // what it accepts, and frames every request alike. The two paths where
 // net/http sleeps 500 ms before closing (a long body under "OPTIONS *", a
 // body that ended long before its Content-Length) are avoided, or the
-// fuzzer would starve; TestDifferentialInProcess covers both.
+// fuzzer would starve; TestDifferentialInProcess covers both. Where ours
+// departs from net/http on purpose (departureOf), it must do exactly what
+// the departure says.
 // ci:fuzztime 100000x: it reads what a client sends.
 func FuzzServer(f *testing.F) {
 	for _, tc := range append(append([]corpusCase{}, hostileCorpus...), bufferEdgeCorpus...) {
@@ -26,7 +28,7 @@ func FuzzServer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte, chunk uint8) {
 		a := std.serve(in, int(chunk))
 		o := ours.serve(in, int(chunk))
-		if d := compare(a, o); d != "" {
+		if d := compareWithNetHTTP(in, a, o); d != "" {
 			t.Fatalf("input %q (chunk %d)\n%s", in, chunk, d)
 		}
 	})

@@ -50,6 +50,9 @@ var (
 	errMissingHost   = &parseError{status: http.StatusBadRequest, reason: "missing required Host header"}
 	errMalformedHost = &parseError{status: http.StatusBadRequest, reason: "malformed Host header"}
 	errBadHeaderName = &parseError{status: http.StatusBadRequest, reason: "invalid header name"}
+	// A Transfer-Encoding on an HTTP/1.0 request, which net/http ignores
+	// (see requestReader.transfer).
+	errTEOnHTTP10 = &parseError{status: http.StatusBadRequest}
 )
 
 // span is a byte range of the head, relative to its first byte.

@@ -543,8 +543,15 @@ func (rr *requestReader) shouldClose() bool {
 
 // transfer decides the body's framing as net/http's readTransfer does for
 // a request: Transfer-Encoding (only a single "chunked" on HTTP/1.1 and
-// later, ignored on HTTP/1.0), then Content-Length (one value, or several
-// equal ones, digits only), then the declared trailers.
+// later), then Content-Length (one value, or several equal ones, digits
+// only), then the declared trailers. Where net/http lets a request through
+// that RFC 9112 tells a server to refuse or to end the connection after,
+// it departs from net/http (issue 35; see docs/daemon.md, "What the daemon
+// refuses"): a Transfer-Encoding on HTTP/1.0, which net/http ignores, is
+// refused with 400 (§6.1: the request is faulty; a chunked body framed as
+// nothing would be read as the next request), and a request with both
+// Transfer-Encoding and Content-Length, framed by the first, closes the
+// connection after its answer (§6.3 ¶3), which rr.close says.
 func (rr *requestReader) transfer() error {
 	h := rr.header
 	rr.chunked = false
@@ -556,12 +563,13 @@ func (rr *requestReader) transfer() error {
 	if rr.flags&keyTransferEncoding != 0 {
 		if raw, ok := h["Transfer-Encoding"]; ok {
 			delete(h, "Transfer-Encoding")
-			if major > 1 || major == 1 && minor >= 1 {
-				if len(raw) != 1 || !asciiEqualFold(raw[0], "chunked") {
-					return errUnsupportedTE
-				}
-				rr.chunked = true
+			if major < 1 || major == 1 && minor < 1 {
+				return errTEOnHTTP10
 			}
+			if len(raw) != 1 || !asciiEqualFold(raw[0], "chunked") {
+				return errUnsupportedTE
+			}
+			rr.chunked = true
 		}
 	}
 	n, err := rr.fixLength()
@@ -569,6 +577,9 @@ func (rr *requestReader) transfer() error {
 		return err
 	}
 	rr.contentLength = n
+	if rr.chunked && rr.flags&keyContentLength != 0 {
+		rr.close = true
+	}
 	if rr.flags&keyTrailer != 0 && rr.chunked {
 		if err := rr.fixTrailer(); err != nil {
 			return err

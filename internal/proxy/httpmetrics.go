@@ -126,7 +126,8 @@ func classifyUpstreamErr(err error) upstreamErrKind {
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return upErrReset
-	case errors.Is(err, uptransport.ErrHeadTooLarge), errors.Is(err, uptransport.ErrUnexpectedSwitch):
+	case errors.Is(err, uptransport.ErrHeadTooLarge), errors.Is(err, uptransport.ErrUnexpectedSwitch),
+		errors.Is(err, uptransport.ErrMalformedResponse):
 		return upErrBadResponse
 	}
 	return upErrOther

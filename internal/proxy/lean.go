@@ -200,7 +200,11 @@ func (le leanExchanges) ServeExchange(x *http1.Exchange) bool {
 	}
 	f.active.Add(1)
 	defer f.active.Add(-1)
-	lt.counts.add(lx.relay(x, x.Head(), rt, &lt.opts, start))
+	// Counted also when the relay's code panics (http.ErrAbortHandler): an
+	// exchange handed over, then cut short or abandoned without an answer.
+	outcome := leanHandedOver
+	defer func() { lt.counts.add(outcome) }()
+	outcome = lx.relay(x, x.Head(), rt, &lt.opts, start)
 	return true
 }
 

@@ -67,7 +67,25 @@ func newRelay(p *pool, fw forwarding, t *uptransport.Transport, timeout time.Dur
 	if timeout <= 0 {
 		timeout = config.DefaultUpstreamTimeout
 	}
-	return &relay{pool: p, fw: fw, t: t, timeout: timeout, bufs: bufs, fail: proxyErrorHandler(log), log: log}
+	return &relay{pool: p, fw: fw, t: t, timeout: timeout, bufs: bufs, fail: answerNoneWhenAbandoned(proxyErrorHandler(log)), log: log}
+}
+
+// answerNoneWhenAbandoned wraps a failure handler so that an exchange
+// abandoned because its request's context ended (the client closed or
+// half-closed its connection, the server is stopping, a reclaim) is
+// recorded by fail as before but answers nothing: the connection is cut
+// (http.ErrAbortHandler) before the failure's head leaves. A client that
+// half-closed after its request still reads, and a 502 would tell it the
+// upstream failed when the upstream may have served the request
+// (issue 35); nginx closes without an answer too. fail must only set the
+// head of such an answer (WriteHeader), not write a body.
+func answerNoneWhenAbandoned(fail func(http.ResponseWriter, *http.Request, error)) func(http.ResponseWriter, *http.Request, error) {
+	return func(w http.ResponseWriter, r *http.Request, err error) {
+		fail(w, r, err)
+		if r.Context().Err() != nil {
+			panic(http.ErrAbortHandler)
+		}
+	}
 }
 
 // outbound is the request a relay sends upstream, with its URL and
@@ -128,7 +146,12 @@ func (rl *relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	o.done = true
 	o.mu.Unlock()
 	if err != nil {
+		bodyErr := o.clientBodyErr()
 		o.release()
+		if bodyErr != nil && r.Context().Err() == nil {
+			badRequestBody(w, r, bodyErr, rl.log)
+			return
+		}
 		if r.Context().Err() == nil { // not when the client left
 			rl.countError(classifyUpstreamErr(err))
 		}
@@ -305,10 +328,17 @@ func (rl *relay) respond(w http.ResponseWriter, r *http.Request, resp *http.Resp
 	var flush bool
 	if resp.Header == nil {
 		kept := cutHopFields(o.fields)
-		flush = resp.ContentLength == -1 || isEventStreamType(firstField(kept, "Content-Type"))
+		ct, hasCT := lookupField(kept, "Content-Type")
+		if !hasCT {
+			noSniff(dst)
+		}
+		flush = resp.ContentLength == -1 || isEventStreamType(ct)
 		o.ew.writeHeaderFields(resp.StatusCode, kept, o.fw, now)
 	} else {
 		removeHopHeaders(resp.Header)
+		if _, ok := resp.Header["Content-Type"]; !ok {
+			noSniff(dst)
+		}
 		for k, vv := range resp.Header {
 			if old, ok := dst[k]; ok {
 				dst[k] = append(old[:len(old):len(old)], vv...)
@@ -411,14 +441,26 @@ func isEventStreamType(ct string) bool {
 	return strings.EqualFold(textproto.TrimString(base), "text/event-stream")
 }
 
-// firstField returns the value of the first of fields named name, or "".
-func firstField(fields []httpfield.Field, name string) string {
+// noSniff keeps the server from adding a Content-Type the upstream did not
+// send: every server behind the relay (net/http's, internal/http1, HTTP/2,
+// HTTP/3) sniffs one from the body unless the header holds the name, and
+// writes nothing for a name whose value is nil. A proxy adds nothing the
+// backend did not send (issue 35; nginx and HAProxy forward no type).
+func noSniff(h http.Header) {
+	if _, ok := h["Content-Type"]; !ok {
+		h["Content-Type"] = nil
+	}
+}
+
+// lookupField returns the value of the first of fields named name, and
+// whether there is one.
+func lookupField(fields []httpfield.Field, name string) (string, bool) {
 	for _, f := range fields {
 		if f.Name == name {
-			return f.Value
+			return f.Value, true
 		}
 	}
-	return ""
+	return "", false
 }
 
 // cutHopFields removes from fields, in place, the hop-by-hop fields, as
@@ -520,10 +562,12 @@ var errPipeDone = errors.New("proxy: protocol switch: one side ended")
 // closeless passes reads to a request body and ignores Close: the
 // fallback closes the body it was given once it is done with it, or when
 // it fails to connect, and closing the server's body then could block on
-// a client that has not sent it yet (100-continue).
+// a client that has not sent it yet (100-continue). It keeps the first
+// error reading the client's body returned, other than io.EOF.
 type closeless struct {
 	r      io.ReadCloser
 	closed bool
+	err    error // the client's body failed: see clientBodyErr
 	mu     sync.Mutex
 }
 
@@ -534,7 +578,46 @@ func (c *closeless) Read(p []byte) (int, error) {
 	if closed {
 		return 0, errors.New("proxy: read of a request body after the upstream exchange closed it")
 	}
-	return c.r.Read(p)
+	n, err := c.r.Read(p)
+	if err != nil && err != io.EOF {
+		c.mu.Lock()
+		if c.err == nil {
+			c.err = err
+		}
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+// clientBodyErr returns the error reading the client's request body
+// returned while o was sent, or nil: when the exchange failed after it, the
+// failure is the client's (a malformed chunked body, a body cut short, a
+// body over its limit), not the upstream's.
+func (o *outbound) clientBodyErr() error {
+	c, ok := o.req.Body.(*closeless)
+	if !ok {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// badRequestBody answers a request whose body could not be read, with the
+// connection closed after the answer: its framing is lost. A body over the
+// server's limit is 413, anything else 400 (issue 35: a chunk size of more
+// than 16 hex digits or a chunk line ending in a bare LF is the client's
+// fault, which a 502 would blame on the upstream; nginx and HAProxy accept
+// both).
+func badRequestBody(w http.ResponseWriter, r *http.Request, err error, log *slog.Logger) {
+	log.Debug("request body unreadable", "path", r.URL.Path, "error", err)
+	w.Header().Set("Connection", "close")
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		writeShort(w, http.StatusRequestEntityTooLarge, "request entity too large\n")
+		return
+	}
+	writeShort(w, http.StatusBadRequest, "bad request: malformed request body\n")
 }
 
 func (c *closeless) Close() error {

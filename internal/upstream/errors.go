@@ -16,6 +16,15 @@ var ErrInvalidRequest = errors.New("upstream: invalid request")
 // The connection was closed.
 var ErrHeadTooLarge = errors.New("upstream: response head too large")
 
+// ErrMalformedResponse is wrapped by the error of an exchange whose response
+// head has a field name that is not a token, such as "Content-Length : 5"
+// (whitespace before the colon), which net/http's reader keeps as a field of
+// another name: the body would then be framed as the upstream did not mean
+// it. RFC 9112 §5.1 tells a proxy to refuse such a response or strip the
+// whitespace; nginx and HAProxy answer 502, and so does the daemon. The
+// connection was closed.
+var ErrMalformedResponse = errors.New("upstream: malformed response head")
+
 // ErrUnexpectedSwitch is wrapped by the error of an exchange whose upstream
 // answered 101 Switching Protocols to a request that asked for no upgrade.
 // The connection was closed.

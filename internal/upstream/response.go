@@ -3,6 +3,7 @@ package upstream
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"net/textproto"
@@ -20,8 +21,11 @@ import (
 // HTTP/1.1 head already buffered with one Content-Length and no field that
 // needs more than reading (see simpleResponse), is read here for a
 // fraction of http.ReadResponse's allocations; everything else goes to
-// http.ReadResponse. TestReadResponseMatchesNetHTTP and FuzzReadResponse
-// hold the two to the same result.
+// http.ReadResponse. One departure: a head with a field name that is not
+// a token ("Content-Length : 5"), which http.ReadResponse accepts, is
+// refused with an error wrapping ErrMalformedResponse (see
+// checkFieldNames). TestReadResponseMatchesNetHTTP and FuzzReadResponse
+// hold the two to the same result otherwise.
 //
 // With fields not nil, a head read here has its header set in *fields
 // rather than in a map, and resp.Header is nil (see SendOptions.Fields).
@@ -46,7 +50,30 @@ func readResponse(br *bufio.Reader, method string, fields *[]httpfield.Field) (*
 	if resp != nil {
 		resp.Request = nil
 	}
+	if err == nil {
+		if err := checkFieldNames(resp.Header); err != nil {
+			return nil, err
+		}
+	}
 	return resp, err
+}
+
+// checkFieldNames returns an error wrapping ErrMalformedResponse when a
+// name of h is not a token: http.ReadResponse keeps "Content-Length : 5"
+// as a field named "Content-Length " and frames the body without it
+// (RFC 9112 §5.1). simpleResponse reads token names only, so only the
+// heads http.ReadResponse reads need the check.
+func checkFieldNames(h http.Header) error {
+	bad, found := "", false
+	for name := range h {
+		if !httpguts.ValidHeaderFieldName(name) && (!found || name < bad) {
+			bad, found = name, true // the least, so that the error is always the same
+		}
+	}
+	if found {
+		return fmt.Errorf("%w: field name %q", ErrMalformedResponse, bad)
+	}
+	return nil
 }
 
 // headRequest stands for any request with method HEAD when a response is

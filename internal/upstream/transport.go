@@ -309,14 +309,14 @@ func (t *Transport) Stats() Stats {
 // head by d with a timer when d > 0.
 func (t *Transport) roundTripFallback(req *http.Request, d time.Duration) (*http.Response, error) {
 	if d <= 0 {
-		return t.cfg.Fallback.RoundTrip(req)
+		return checkFallback(t.cfg.Fallback.RoundTrip(req))
 	}
 	// The derived context is not cancelled once the head is in: the body,
 	// or an upgraded connection, still depends on it. It ends with the
 	// request's context.
 	ctx, cancel := context.WithCancelCause(req.Context())
 	timer := time.AfterFunc(d, func() { cancel(ErrHeadTimeout) })
-	resp, err := t.cfg.Fallback.RoundTrip(req.WithContext(ctx))
+	resp, err := checkFallback(t.cfg.Fallback.RoundTrip(req.WithContext(ctx)))
 	if timer.Stop() {
 		if err != nil {
 			cancel(nil)
@@ -327,4 +327,18 @@ func (t *Transport) roundTripFallback(req *http.Request, d time.Duration) (*http
 		resp.Body.Close()
 	}
 	return nil, fmt.Errorf("upstream: fallback round trip: %w", ErrHeadTimeout)
+}
+
+// checkFallback refuses a response of the Fallback that readResponse would
+// refuse (see checkFieldNames): its body is closed unread, which makes
+// http.Transport close the connection rather than reuse it.
+func checkFallback(resp *http.Response, err error) (*http.Response, error) {
+	if err != nil {
+		return resp, err
+	}
+	if err := checkFieldNames(resp.Header); err != nil {
+		resp.Body.Close()
+		return nil, fmt.Errorf("upstream: fallback round trip: %w", err)
+	}
+	return resp, nil
 }
