@@ -159,6 +159,7 @@ func (lx *leanExchange) reset() {
 	lx.st.status.Store(0)
 	lx.st.bytes.Store(0)
 	lx.st.extended.Store(0)
+	lx.st.cut.Store(false)
 	lx.st.admission = admission{}
 	lx.np = 0
 	clear(lx.fields)

@@ -118,7 +118,8 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 	} else {
 		s.access = &accessLogger{log: s.log}
 	}
-	s.base, s.cancelBase = context.WithCancel(context.Background())
+	base, cancelBase := context.WithCancelCause(context.Background())
+	s.base, s.cancelBase = base, func() { cancelBase(errStopping) }
 	auth, err := loadAdminAuth(eff.Admin)
 	if err != nil {
 		s.cancelBase()
