@@ -56,6 +56,10 @@ type leanTable struct {
 	opts   exchangeOpts // the chain's exchanges' options
 	counts *leanCounts  // nil: no metrics
 	onLoop bool         // some route's leanRoute is onLoop
+	// slashes is the listener's escaped_slashes, as the chain's
+	// reverseRequests cleans with it: a path it would refuse, decode or
+	// redirect is declined, and the chain answers it.
+	slashes httppath.Slashes
 }
 
 // leanRoute is a route the lean path may serve: its relay and its limits
@@ -209,7 +213,7 @@ func (le leanExchanges) ServeExchange(x *http1.Exchange) bool {
 // relays (see leanRequest) on a route it serves, on a listener that adds
 // nothing to every answer.
 func (lt *leanTable) take(f *front, r *http.Request) (*route, bool) {
-	if f.altSvc.Load() != nil || !leanRequest(r) {
+	if f.altSvc.Load() != nil || !leanRequest(r, lt.slashes) {
 		return nil, false
 	}
 	path := r.URL.Path
@@ -221,14 +225,15 @@ func (lt *leanTable) take(f *front, r *http.Request) (*route, bool) {
 }
 
 // leanRequest reports whether r is a request the lean path takes: a GET
-// or HEAD of HTTP/1.1 in origin form with a clean path, whose header
+// or HEAD of HTTP/1.1 in origin form with a clean path (one the chain
+// leaves as it is under slashes), whose header
 // names no field the relay would treat specially. The server offers only
 // requests without a body or Expect. A Connection field is taken (browsers
 // send "Connection: keep-alive"): the fields it names are left out of the
 // upstream head (see upstreamHead), and after "close" (r.Close) the answer
 // says "Connection: close" (Exchange.Closing) and the server ends the
 // connection, as it does after the fast path's answer.
-func leanRequest(r *http.Request) bool {
+func leanRequest(r *http.Request, slashes httppath.Slashes) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead || r.ProtoMajor != 1 || r.ProtoMinor != 1 {
 		return false
 	}
@@ -243,8 +248,10 @@ func leanRequest(r *http.Request) bool {
 	}
 	// The chain's reverseRequests cleans the path (httppath.CleanURL), and
 	// answers 400 when it cannot: only a path it leaves as it is comes here.
+	// Under unescape_and_redirect a path it would redirect is one it would
+	// change under UnescapeSlashes too.
 	escaped := r.URL.EscapedPath()
-	cleaned, err := httppath.Clean(escaped)
+	cleaned, err := httppath.Clean(escaped, slashes)
 	return err == nil && cleaned == escaped && r.URL.Opaque == ""
 }
 

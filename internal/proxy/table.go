@@ -128,11 +128,12 @@ func (b *tableBuilder) build() (*routeTable, error) {
 		t.closeNew(b.old)
 		return nil, err
 	}
-	h = reverseRequests(h)
+	pp := pathPolicyOf(b.lc.EscapedSlashes)
+	h = reverseRequests(h, pp)
 	opts := b.exchangeOpts()
 	t.handler = exchanges(h, opts)
 	if b.lc.HTTP1Server.Lean() && t.rate == nil && b.lc.Auth == nil {
-		t.lean = &leanTable{routes: routes, opts: opts}
+		t.lean = &leanTable{routes: routes, opts: opts, slashes: pp.slashes}
 		for _, r := range routes {
 			t.lean.onLoop = t.lean.onLoop || r.lean != nil && r.lean.onLoop
 		}
