@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"context"
-	"errors"
 	"net/http"
 	"net/netip"
 	"time"
@@ -154,18 +152,10 @@ var reasonAbandoned = limit.Abandoned.String()
 // code "499", apart from the 4xx class too.
 const statusClientClosed = 499
 
-// errStopping is the cause of the daemon's base context, cancelled when
-// the daemon cuts off what still runs at the end of a shutdown: a request
-// it ended is not one whose client left.
-var errStopping = errors.New("proxy: the daemon is stopping")
-
-// clientLeft reports whether r's context ended because its client went
-// away (the connection closed, the stream was reset), rather than because
-// the daemon is stopping.
-func clientLeft(r *http.Request) bool {
-	ctx := r.Context()
-	return ctx.Err() != nil && !errors.Is(context.Cause(ctx), errStopping)
-}
+// clientLeft reports whether r's context ended, which, but while the
+// daemon stops or a limit's reclaim cuts the exchange (see exchangeEndedAt),
+// is its client going away: the connection closed, the stream reset.
+func clientLeft(r *http.Request) bool { return r.Context().Err() != nil }
 
 // gated returns wrap(next) for a gate that either lets a request through
 // to next or answers it itself (a rate, authentication), recording in the

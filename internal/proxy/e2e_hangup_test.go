@@ -1,10 +1,12 @@
 package proxy_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestClientHangUpIs499 checks that a client that leaves while its request
@@ -114,5 +116,73 @@ listeners:
 		if _, ok := l["upstream_ms"]; ok {
 			t.Errorf("%s: an upstream_ms for a request no upstream answered: %v", c.path, l)
 		}
+	}
+}
+
+// TestDaemonCutsAreNot499 checks the other side of TestClientHangUpIs499:
+// an exchange the daemon itself ends is no client hang-up. A request a
+// limit's reclaim cut while it waited on its upstream keeps its 502, and
+// one cut off in a rate's delay at the end of a shutdown keeps its 503
+// (reason abandoned), although in both the request's context ended as
+// when a client leaves.
+func TestDaemonCutsAreNot499(t *testing.T) { bothServers(t, testDaemonCutsAreNot499) }
+
+func testDaemonCutsAreNot499(t *testing.T) {
+	var out syncBuffer
+	d := startLoggingDaemon(t, `
+admin: {listen: "127.0.0.1:0"}
+log: {format: json, access_log: true}
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    routes:
+      - name: rate
+        path_prefix: /rate
+        upstreams: ["{{backend}}"]
+        rate: {rate: 1r/m, burst: 1}
+      - name: stuck
+        path_prefix: /stuck
+        upstreams: ["{{backend}}"]
+        limit: {permits: 1, reclaim_after: 1s}
+`, &out)
+	addr := d.srv.Addr("web").String()
+
+	stuck := dialFrom(t, "127.0.0.2", addr)
+	fmt.Fprintf(stuck, "GET /stuck/x?ms=20000 HTTP/1.1\r\nHost: app.test\r\n\r\n")
+	d.waitFor("the permit reclaimed", func() bool {
+		tot := d.route("web", "stuck").Limit.Totals
+		return tot.Reclaimed == 1 && tot.InUse == 0
+	})
+	d.waitFor("the reclaimed exchange's end", func() bool {
+		return strings.Contains(d.metrics(), `portcullis_http_request_duration_seconds_count{listener="web",route="stuck"} 1`)
+	})
+	m := d.metrics()
+	for _, want := range []string{
+		`portcullis_http_requests_total{code="499",listener="web",route="stuck"} 0`,
+		`portcullis_http_requests_total{code="5xx",listener="web",route="stuck"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s; it has:\n%s", want, grep(m, "portcullis_http_requests_total{"))
+		}
+	}
+
+	if st, _ := rawGet(t, "127.0.0.2", addr, "GET", "/rate/first"); st != http.StatusOK {
+		t.Fatalf("first request of the rate: %d", st)
+	}
+	delayed := dialFrom(t, "127.0.0.2", addr)
+	fmt.Fprintf(delayed, "GET /rate/delayed HTTP/1.1\r\nHost: app.test\r\n\r\n")
+	d.waitFor("the request delayed", func() bool { return d.rateOf("web", "rate").Totals.Delayed == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := d.srv.Shutdown(ctx); err == nil {
+		t.Fatal("Shutdown returned nil with a request delayed for a minute: it should have cut it off")
+	}
+
+	lines := accessLines(t, out.String())
+	findLine(t, lines, "/stuck/x", http.StatusBadGateway)
+	l := findLine(t, lines, "/rate/delayed", http.StatusServiceUnavailable)
+	if l["reason"] != "abandoned" || l["limit"] != "rate" {
+		t.Errorf("the delayed request cut off by the shutdown: %v, want limit rate and reason abandoned", l)
 	}
 }

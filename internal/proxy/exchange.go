@@ -28,6 +28,10 @@ type exchangeOpts struct {
 	// whole is the listener's write_timeout, a bound on writing the whole
 	// response that send must never extend. Zero means none.
 	whole time.Duration
+	// stopping is set once the daemon is shutting down or closing: a
+	// request whose context ends then was cut off by the daemon (or may
+	// have been), no client hang-up. Nil: never.
+	stopping *atomic.Bool
 }
 
 // exchanges returns the outermost handler of an HTTP listener's chain: it
@@ -64,7 +68,7 @@ func exchangeEndedAt(o *exchangeOpts, r *http.Request, st *exchangeState, start,
 	if status == 0 {
 		status = http.StatusOK // nothing written: net/http answers 200
 	}
-	if st.left && !st.cut.Load() {
+	if st.left && !st.cut.Load() && (o.stopping == nil || !o.stopping.Load()) {
 		status = statusClientClosed
 	}
 	if st.metrics != nil {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -138,11 +139,18 @@ type leanExchange struct {
 	// SendOptions.Got1xx would be one made for every request.
 	x      *http1.Exchange
 	got1xx func(int, http.Header) error
+
+	// cutX is the exchange a limit's reclaim cuts through cutFn (bound
+	// once per pooled leanExchange), which records the cut first, so that
+	// the exchange's end is not taken for its client's leaving.
+	cutX  atomic.Pointer[http1.Exchange]
+	cutFn func()
 }
 
 var leanExchangePool = sync.Pool{New: func() any {
 	lx := &leanExchange{buf: make([]byte, 0, 4<<10)}
 	lx.got1xx = lx.writeInformational
+	lx.cutFn = lx.cut
 	return lx
 }}
 
@@ -150,6 +158,15 @@ var leanExchangePool = sync.Pool{New: func() any {
 // the client of the exchange being served.
 func (lx *leanExchange) writeInformational(code int, h http.Header) error {
 	return lx.x.WriteInformational(code, h)
+}
+
+// cut is the abort the limits' reclaim calls on the lean path: it ends
+// the exchange as http1.Exchange.Abort does, having recorded why.
+func (lx *leanExchange) cut() {
+	if x := lx.cutX.Load(); x != nil {
+		lx.st.cut.Store(true)
+		x.Abort()
+	}
 }
 
 // put returns lx to the pool, holding nothing of the exchange: neither
@@ -164,6 +181,7 @@ func (lx *leanExchange) reset() {
 	lx.st.bytes.Store(0)
 	lx.st.extended.Store(0)
 	lx.st.cut.Store(false)
+	lx.cutX.Store(nil)
 	lx.st.admission = admission{}
 	lx.np = 0
 	clear(lx.fields)
@@ -199,7 +217,8 @@ func (le leanExchanges) ServeExchange(x *http1.Exchange) bool {
 	lx := leanExchangePool.Get().(*leanExchange)
 	defer lx.put()
 	defer lx.release() // also when what follows panics
-	if !lx.admit(x.AbortFunc(), x.Head(), rt, nil) {
+	lx.cutX.Store(x)
+	if !lx.admit(lx.cutFn, x.Head(), rt, nil) {
 		lt.counts.add(leanDeclined)
 		return false
 	}
@@ -379,6 +398,7 @@ func (lx *leanExchange) handOver(x *http1.Exchange, o *exchangeOpts, start time.
 		ew := newExchangeWriter(w, *o, start)
 		st := ew.state()
 		st.admission = lx.st.admission
+		st.cut.Store(lx.st.cut.Load())
 		defer exchangeEnded(o, r, st, start)
 		defer lx.release()
 		serve(ew, r)
