@@ -253,3 +253,51 @@ func startBenchDaemon(b *testing.B, text string, server config.HTTP1Server) *dae
 	b.Cleanup(func() { _ = srv.Close() })
 	return &daemon{srv: srv, backend: be}
 }
+
+// TestHandBackCopiesNoHead has clients send the event loops heads of
+// 512 KiB (max_header_bytes raised to 1 MiB) and end them unfinished, so
+// that the loops hand each connection, with what they read, back to the
+// listener's server, which answers 400. It checks what the daemon
+// allocates per connection: the loop's buffer, grown by doubling to hold
+// the head (twice the head's size in all), and no more. The loops once
+// gave the server a copy of the head, which it read into a buffer of its
+// own grown by doubling again: five times the head's size per connection.
+func TestHandBackCopiesNoHead(t *testing.T) {
+	const (
+		conns = 16
+		size  = 512 << 10
+	)
+	text := strings.Replace(headLimitConfig, "max_conns_per_client: -1", "max_conns_per_client: -1\n    max_header_bytes: 1048576\n    http1_server: eventloop", 1)
+	d := startDaemon(t, text)
+	addr := d.srv.Addr("web").String()
+	head := paddedHead(size, false)
+	readToEnd(t, addr, string(paddedHead(1000, true))) // the first connection's allocations, made once
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range conns {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write(head); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.(*net.TCPConn).CloseWrite() // the head ends unfinished: handed back
+		got, err := io.ReadAll(c)
+		c.Close()
+		if err != nil {
+			t.Fatalf("reading the answer: %v", err)
+		}
+		if code := statusOf(got); code != 400 {
+			t.Fatalf("an unfinished head got %d (%.60q), want 400", code, got)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	perConn := float64(after.TotalAlloc-before.TotalAlloc) / conns
+	t.Logf("allocated per connection handed back with %d bytes of head: %.0f bytes (%.2f times the head)", size, perConn, perConn/size)
+	if perConn > 2.5*size {
+		t.Errorf("a connection handed back with %d bytes of head made the daemon allocate %.0f bytes, want at most %d", size, perConn, 5*size/2)
+	}
+}
