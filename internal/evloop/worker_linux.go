@@ -48,8 +48,8 @@ type worker struct {
 	stopping  bool // stop ran: run returns
 	draining  bool // shutdown ran
 	events    [256]unix.EpollEvent
-	scratch   []byte   // reads of bytes nobody asked for
-	spareBufs [][]byte // answer buffers idle connections gave back
+	scratch   []byte    // reads of bytes nobody asked for
+	spareBufs [][]byte  // answer buffers idle connections gave back
 	spareLow  int       // the fewest spareBufs held since the last trim: those no answer took
 	nextTrim  time.Time // when trimSpare runs next
 	headLimit int
