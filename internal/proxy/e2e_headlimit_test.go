@@ -83,12 +83,15 @@ func statusOf(got []byte) int {
 // TestHeadLimit sends heads around the head limit on every HTTP/1.1
 // server and checks that one within it is served and one past it is
 // answered 431, by default and with max_header_bytes raised. The
-// default limit is in line with nginx's large_client_header_buffers
-// (4 x 8k) and HAProxy's bufsize (16k): the same bytes sent to them on
-// loopback (nginx 1.26 and HAProxy 2.9 with their defaults) get from
-// nginx 400 "Request Header Or Cookie Too Large" past about 32 KiB and
-// from HAProxy 400 past about 15 KiB (see docs/daemon.md, "Head size and
-// memory per connection"). Before the limit came down to 32 KiB, the
+// default limit (32 KiB and net/http's 4 KiB beyond) is in line with
+// nginx's large_client_header_buffers (4 x 8k) and HAProxy's bufsize
+// (16k): the same heads sent to them on loopback with their defaults
+// (nginx 1.22.1, HAProxy 2.6.12) are served at 32,000 and 15,000 bytes,
+// and answered 400 "Request Header Or Cookie Too Large" by nginx from
+// 32,768 bytes and 400 "Bad request" by HAProxy from 15,400. 431 is the
+// status RFC 6585 defines for a head too large, and net/http's (see
+// docs/daemon.md, "Head size and memory per connection"). Before the
+// limit came down to 32 KiB, the
 // daemon read heads of up to 1 MiB, which let each connection make it
 // hold a megabyte before the head was complete.
 func TestHeadLimit(t *testing.T) {
