@@ -128,6 +128,13 @@ func TestHeadLimit(t *testing.T) {
 // with local port port, and how many of them have bytes the process has
 // not read yet (from /proc/net/tcp).
 func tcpRxQueued(t testing.TB, port int) (socks, queued int) {
+	socks, queued, _ = tcpSockets(t, port)
+	return socks, queued
+}
+
+// tcpSockets is tcpRxQueued, with the count of sockets in any state with
+// local port port.
+func tcpSockets(t testing.TB, port int) (socks, queued, all int) {
 	t.Helper()
 	data, err := os.ReadFile("/proc/net/tcp")
 	if err != nil {
@@ -136,7 +143,10 @@ func tcpRxQueued(t testing.TB, port int) (socks, queued int) {
 	want := fmt.Sprintf(":%04X", port)
 	for _, line := range strings.Split(string(data), "\n")[1:] {
 		f := strings.Fields(line)
-		if len(f) < 5 || !strings.HasSuffix(f[1], want) || f[3] != "01" {
+		if len(f) < 5 || !strings.HasSuffix(f[1], want) {
+			continue
+		}
+		if all++; f[3] != "01" {
 			continue
 		}
 		socks++
@@ -144,7 +154,7 @@ func tcpRxQueued(t testing.TB, port int) (socks, queued int) {
 			queued++
 		}
 	}
-	return socks, queued
+	return socks, queued, all
 }
 
 // heldHeadHeap opens n connections to the daemon's listener, each
@@ -184,7 +194,11 @@ func heldHeadHeap(t testing.TB, d *daemon, n, size int) (heap, stack float64) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the daemon did not read the heads: %d of %d sockets, %d with bytes unread", socks, n, queued)
+			_ = conns[0].SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			buf := make([]byte, 200)
+			k, err := conns[0].Read(buf)
+			_, _, all := tcpSockets(t, addr.Port)
+			t.Fatalf("the daemon did not read the heads: %d of %d sockets established (%d in any state), %d with bytes unread (the first connection reads %q, %v)", socks, n, all, queued, buf[:k], err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
