@@ -157,6 +157,12 @@ func tcpSockets(t testing.TB, port int) (socks, queued, all int) {
 	return socks, queued, all
 }
 
+// heldHeadConfig is headLimitConfig with a read_header_timeout long
+// enough for a loaded machine to open and fill hundreds of connections
+// before the first one's head times out (the default, 10 s, once closed
+// them all under the race detector).
+var heldHeadConfig = strings.Replace(headLimitConfig, "max_conns_per_client: -1", "max_conns_per_client: -1\n    read_header_timeout: 2m", 1)
+
 // heldHeadHeap opens n connections to the daemon's listener, each
 // holding an incomplete head of size bytes, waits until the daemon has
 // read every byte of them, and returns the growth of the live heap (after
@@ -225,7 +231,7 @@ func TestHeldHeadHeap(t *testing.T) {
 		t.Skip("opens 500 connections")
 	}
 	bothServers(t, func(t *testing.T) {
-		d := startDaemon(t, headLimitConfig)
+		d := startDaemon(t, heldHeadConfig)
 		heap, stack := heldHeadHeap(t, d, 500, defaultHeadLimit-512)
 		t.Logf("per connection holding %d bytes of head: %.0f bytes of heap, %.0f of stack", defaultHeadLimit-512, heap, stack)
 		if heap > maxHeapPerHeldHead {
@@ -242,7 +248,7 @@ func BenchmarkHeldHeadHeap(b *testing.B) {
 		b.Run("server="+string(s), func(b *testing.B) {
 			var heap, stack float64
 			for range b.N {
-				d := startBenchDaemon(b, headLimitConfig, s)
+				d := startBenchDaemon(b, heldHeadConfig, s)
 				h, st := heldHeadHeap(b, d, 500, defaultHeadLimit-512)
 				heap += h
 				stack += st
