@@ -6,12 +6,14 @@
 package main
 
 import (
+	"context"
 	"os"
 	"runtime/debug"
 )
 
 func main() {
 	tuneGC(os.Getenv)
+	go giveBackMemory(context.Background(), memoryCheckEvery, memoryFloor)
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -301,8 +301,12 @@ type Listener struct {
 	// Zero means DefaultIdleTimeout (60s). Negative is invalid. HTTP listeners only.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 
-	// MaxHeaderBytes caps the size of a request head in bytes. Zero means
-	// DefaultMaxHeaderBytes (1 MiB). Negative is invalid. HTTP listeners only.
+	// MaxHeaderBytes caps the size of a request head in bytes: an HTTP/1.x head not
+	// complete within MaxHeaderBytes+4096 bytes (net/http's allowance) is answered 431,
+	// and this is the most a connection can make the daemon buffer before its head is
+	// complete. Zero means DefaultMaxHeaderBytes (32 KiB, in line with nginx's 4 x 8k
+	// large_client_header_buffers; net/http's default is 1 MiB). Negative is invalid.
+	// HTTP listeners only.
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
 
 	// SendTimeout ends an exchange whose client accepts no byte of the response for this

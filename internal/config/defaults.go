@@ -21,7 +21,7 @@ const (
 	DefaultReadHeaderTimeout    = 10 * time.Second
 	DefaultIdleTimeout          = 60 * time.Second
 	DefaultUpstreamTimeout      = 60 * time.Second
-	DefaultMaxHeaderBytes       = 1 << 20
+	DefaultMaxHeaderBytes       = 32 << 10
 	DefaultSendTimeout          = 60 * time.Second
 	DefaultMaxConcurrentStreams = 100
 	DefaultTCPIdleTimeout       = 5 * time.Minute

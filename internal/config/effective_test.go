@@ -147,7 +147,7 @@ cluster: {redis: {addrs: ["r:6379"]}}
 		{"proxy timeout", l0.ProxyProtocolTimeout, 3 * time.Second},
 		{"header timeout", l0.ReadHeaderTimeout, 10 * time.Second},
 		{"idle", l0.IdleTimeout, 60 * time.Second},
-		{"header bytes", l0.MaxHeaderBytes, 1 << 20},
+		{"header bytes", l0.MaxHeaderBytes, 32 << 10},
 		{"client limit", *l0.ClientLimit, config.DefaultLimit()},
 		{"route name", l0.Routes[0].Name, "route-0"},
 		{"path prefix", l0.Routes[0].PathPrefix, "/"},

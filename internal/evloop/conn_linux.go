@@ -370,14 +370,18 @@ func (c *Conn) close() {
 // Handler's server.
 func (c *Conn) handBack() {
 	c.forget()
-	nc := c.giveBack()
+	nc := c.giveBack(true)
 	c.in = nil
 	go c.w.s.cfg.Handler.HandBack(nc)
 }
 
 // giveBack returns the connection as the runtime's again, with what the
-// loop read from it in front (see handedConn).
-func (c *Conn) giveBack() net.Conn {
+// loop read from it in front (see handedConn). With own, the connection
+// takes the loop's buffer itself, which the loop must then drop: the
+// server it goes to may take that as its own (TakeBuffered) instead of
+// copying a head of up to the head limit, twice. Without, it takes a copy,
+// for an exchange whose Handler may still hold the head the loop read.
+func (c *Conn) giveBack(own bool) net.Conn {
 	f := os.NewFile(uintptr(c.fd), "client")
 	sock, err := net.FileConn(f) // a duplicate, in the runtime's poller
 	f.Close()
@@ -388,7 +392,11 @@ func (c *Conn) giveBack() net.Conn {
 		_ = c.nc.Close()
 		return c.nc
 	}
-	return &handedConn{prefixConn: prefixConn{Conn: sock, prefix: append([]byte(nil), c.in[:c.n]...)}, owner: c.nc}
+	prefix := c.in[:c.n]
+	if !own {
+		prefix = append([]byte(nil), prefix...)
+	}
+	return &handedConn{prefixConn: prefixConn{Conn: sock, prefix: prefix}, owner: c.nc}
 }
 
 // resume hands the exchange under way over with the client's connection,
@@ -397,7 +405,7 @@ func (c *Conn) resume(up net.Conn, cause error) {
 	ex := c.ex
 	c.ex = nil
 	c.forget()
-	nc := c.giveBack()
+	nc := c.giveBack(false)
 	c.in = nil
 	go ex.Resume(nc, up, cause)
 }

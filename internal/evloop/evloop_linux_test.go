@@ -2733,3 +2733,64 @@ func TestPanicEndsOnlyItsConnection(t *testing.T) {
 		})
 	}
 }
+
+// spareCount returns how many spare answer buffers the worker holds,
+// read on its loop.
+func spareCount(t *testing.T, w *worker) int {
+	t.Helper()
+	ch := make(chan int, 1)
+	if !w.post(func() { ch <- len(w.spareBufs) }, false) {
+		t.Fatal("the worker stopped")
+	}
+	return recv(t, ch, "the spare count")
+}
+
+// TestSpareBuffersTrimmedAfterPeak runs 32 exchanges at once on one loop,
+// so that 32 upstream connections go idle and give their answer buffers
+// to the loop's spare list, then lets the loop idle: it must let go of
+// the buffers no answer took (within two trim periods) rather than keep
+// the peak's for ever, and keep serving after.
+func TestSpareBuffersTrimmedAfterPeak(t *testing.T) {
+	const peak = 32
+	old := spareTrimEvery
+	spareTrimEvery = 300 * time.Millisecond
+	t.Cleanup(func() { spareTrimEvery = old })
+
+	got := make(chan string, peak)
+	release := make(chan struct{})
+	be := holdingBackend(t, got, release, nil)
+	h := &testHandler{backend: be.addr}
+	r := newRig(t, Config{Workers: 1}, h, nil)
+	w := r.srv.workers[0]
+
+	conns := make([]net.Conn, peak)
+	for i := range conns {
+		conns[i] = r.dial(t)
+		write(t, conns[i], get(fmt.Sprintf("/%d", i)))
+	}
+	for range peak {
+		recv(t, got, "a request upstream")
+	}
+	close(release)
+	for _, c := range conns {
+		if code, _ := readAnswer(t, bufio.NewReader(c)); code != 200 {
+			t.Fatalf("answer %d", code)
+		}
+	}
+	if n := spareCount(t, w); n != peak {
+		t.Fatalf("after the peak the loop holds %d spare buffers, want %d", n, peak)
+	}
+	waitFor(t, "the spare buffers dropped", func() bool { return spareCount(t, w) == 0 })
+
+	// The loop still relays: the next answer takes a new buffer.
+	c := r.dial(t)
+	write(t, c, get("/after"))
+	recv(t, got, "the request after the trim")
+	if code, _ := readAnswer(t, bufio.NewReader(c)); code != 200 {
+		t.Fatalf("answer after the trim %d", code)
+	}
+	for _, c := range append(conns, c) {
+		c.Close()
+	}
+	r.waitGone(t, peak+1)
+}

@@ -22,6 +22,17 @@ func withPrefix(c net.Conn, b []byte) net.Conn {
 	return &prefixConn{Conn: c, prefix: append([]byte(nil), b...)}
 }
 
+// TakeBuffered returns the bytes read from the connection that Read has
+// not returned yet, and forgets them: the caller owns the slice, its
+// capacity beyond its length included, and reads what follows with Read.
+// A server that reads into a buffer of its own takes them so, as its
+// buffer, rather than copying them out with Read.
+func (c *prefixConn) TakeBuffered() []byte {
+	b := c.prefix
+	c.prefix = nil
+	return b
+}
+
 func (c *prefixConn) Read(p []byte) (int, error) {
 	if len(c.prefix) > 0 {
 		n := copy(p, c.prefix)

@@ -82,7 +82,7 @@ func (s *Server) Serve(c net.Conn) bool {
 	if !w.post(func() { w.guard(conn, func() { w.adopt(conn) }) }, false) {
 		// Closed meanwhile: the connection goes back.
 		conn.state = stateGone
-		go s.cfg.Handler.HandBack(conn.giveBack())
+		go s.cfg.Handler.HandBack(conn.giveBack(true))
 	}
 	return true
 }

@@ -378,6 +378,7 @@ func (w *worker) answerBuf() []byte {
 		b := w.spareBufs[n-1]
 		w.spareBufs[n-1] = nil
 		w.spareBufs = w.spareBufs[:n-1]
+		w.spareLow = min(w.spareLow, n-1)
 		return b
 	}
 	return make([]byte, answerBufSize)

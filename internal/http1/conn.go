@@ -217,6 +217,9 @@ func (c *conn) serve() {
 // init prepares the structures the connection's requests reuse.
 func (c *conn) init() {
 	c.rr.init(c.rwc, c.srv.headLimit())
+	if tb, ok := c.rwc.(bufferedConn); ok {
+		c.rr.in.adopt(tb.TakeBuffered())
+	}
 	c.rr.in.onErr = c.cancelInflight
 	c.bufw = getWriter(&writer4kPool, connWriter{c}, 4<<10)
 	c.resp.c = c

@@ -32,6 +32,34 @@ func (b *inbuf) reset(src io.Reader) {
 	}
 }
 
+// bufferedConn is a connection whose first bytes were read already, by
+// the code that hands it to the server (an event loop that gives back a
+// connection it read a head of): TakeBuffered returns them, for the
+// caller to own, and Read what follows.
+type bufferedConn interface {
+	TakeBuffered() []byte
+}
+
+// adopt makes p, bytes read from the source already, the first to read,
+// on a buffer that holds nothing yet. p becomes the buffer, its capacity
+// beyond its length free to fill, when it is at least minReadBuf bytes
+// large: a head read up to the limit elsewhere is neither copied nor read
+// again into a buffer grown by doubling. A smaller p is copied.
+func (b *inbuf) adopt(p []byte) {
+	if len(p) == 0 || b.buffered() != 0 {
+		return // nothing to take, or not at the start (never, from init)
+	}
+	if cap(p) < minReadBuf {
+		b.r, b.w = 0, copy(b.buf, p)
+		return
+	}
+	if b.buf != nil {
+		putReadBuf(b.buf)
+	}
+	b.buf = p[:cap(p)]
+	b.r, b.w = 0, len(p)
+}
+
 // cap returns the buffer's current size: filling up to it never grows the
 // buffer.
 func (b *inbuf) cap() int { return len(b.buf) }

@@ -214,7 +214,11 @@ func isTemporary(err error) bool {
 // handler hijacked it or TLSNextProto took it. The connection may be a
 // *tls.Conn whose handshake has not run yet. It returns ErrServerClosed
 // if the server was shut down before the connection could be served, nil
-// otherwise.
+// otherwise. When rw has a method TakeBuffered() []byte, as a connection an
+// event loop hands back does, the server calls it once and takes the
+// bytes it returns, read from rw already, as the start of its read buffer
+// (the slice and its capacity are the server's from then on), instead of
+// reading them again through Read.
 func (s *Server) ServeConn(rw net.Conn) error {
 	return s.ServeConnWith(rw, nil)
 }
