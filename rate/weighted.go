@@ -17,6 +17,22 @@ import (
 // Reserve. It allocates nothing once the key has a slot.
 func (l *Limiter[K]) AllowN(key K, n int) Decision {
 	p, _, _ := l.policyOf(key)
+	return l.allowN(key, &p, n)
+}
+
+// AllowLimitN is AllowN under lim instead of the key's own limit (the
+// Config's, or its LimitFor override): for a caller that keeps the limits
+// of many rules itself and counts all their keys in one Limiter. An
+// invalid lim refuses, with a zero RetryAfter.
+func (l *Limiter[K]) AllowLimitN(key K, lim Limit, n int) Decision {
+	if lim.Validate() != nil {
+		return Decision{Verdict: Refused}
+	}
+	p := policyOf(lim)
+	return l.allowN(key, &p, n)
+}
+
+func (l *Limiter[K]) allowN(key K, p *policy, n int) Decision {
 	if n <= 0 || p.interval == 0 {
 		d := Decision{Verdict: Admitted}
 		if p.interval != 0 {
@@ -58,6 +74,20 @@ func (l *Limiter[K]) AllowN(key K, n int) Decision {
 // allocates nothing.
 func (l *Limiter[K]) GiveBackN(key K, n int) bool {
 	p, _, _ := l.policyOf(key)
+	return l.giveBackN(key, &p, n)
+}
+
+// GiveBackLimitN is GiveBackN for requests decided by AllowLimitN under
+// lim. An invalid lim gives nothing back.
+func (l *Limiter[K]) GiveBackLimitN(key K, lim Limit, n int) bool {
+	if lim.Validate() != nil {
+		return false
+	}
+	p := policyOf(lim)
+	return l.giveBackN(key, &p, n)
+}
+
+func (l *Limiter[K]) giveBackN(key K, p *policy, n int) bool {
 	if n <= 0 || p.interval == 0 {
 		return false
 	}

@@ -117,3 +117,35 @@ func TestDecisionFromStore(t *testing.T) {
 		clk.Advance(50 * time.Millisecond)
 	}
 }
+
+// AllowLimitN judges by the limit it is given, whatever the Config says,
+// and GiveBackLimitN undoes it under the same limit.
+func TestAllowLimitN(t *testing.T) {
+	clk := limittest.NewClock()
+	l, err := rate.New(rate.Config[string]{Rate: rate.Unlimited, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lim := rate.Limit{Rate: rate.PerMinute(3), Burst: 2, Delay: rate.NoDelay}
+	for i := range 3 {
+		if d := l.AllowLimitN("k", lim, 1); !d.Allowed() || d.Remaining() != 2-i {
+			t.Fatalf("request %d: %+v (remaining %d)", i, d, d.Remaining())
+		}
+	}
+	if d := l.AllowLimitN("k", lim, 1); d.Allowed() || d.RetryAfter != 20*time.Second {
+		t.Fatalf("fourth request: %+v, want refused with RetryAfter 20s", d)
+	}
+	if !l.GiveBackLimitN("k", lim, 2) {
+		t.Fatal("GiveBackLimitN moved nothing")
+	}
+	if d := l.AllowLimitN("k", lim, 2); !d.Allowed() {
+		t.Fatalf("two given back, two refused: %+v", d)
+	}
+	if d := l.AllowLimitN("k", rate.Limit{}, 1); d.Allowed() {
+		t.Fatalf("an invalid limit admitted: %+v", d)
+	}
+	if d := l.AllowN("other", 100); !d.Allowed() {
+		t.Fatalf("the Config's Unlimited refused: %+v", d)
+	}
+}
