@@ -11,6 +11,7 @@ import (
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/rate"
@@ -248,6 +249,10 @@ func Parse(files map[string][]byte) (*Config, error) {
 	var errs []error
 	domainFile := make(map[string]string)
 	for _, name := range names {
+		if err := checkShape(name, files[name]); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		var doc fileDoc
 		pos, err := config.Decode(name, files[name], &doc)
 		if err != nil {
@@ -435,4 +440,49 @@ func (b *builder) done(before int, r *Rule) *Rule {
 		return nil
 	}
 	return r
+}
+
+// Bounds on a rule file's shape, checked before decoding: descriptor
+// trees nest a few levels deep in practice, and the decoder's cost grows
+// with the depth times the number of values (each value's path is
+// written out), so a file nested deeper, or an alias that nests a tree in
+// itself, is refused up front.
+const (
+	maxDepth = 48 // YAML nodes from the root: about 22 descriptor levels
+	maxNodes = 200_000
+)
+
+// checkShape refuses a document nested deeper than maxDepth or holding
+// more than maxNodes values once aliases are expanded. A document that is
+// not YAML passes: the decoder reports it at its line.
+func checkShape(name string, data []byte) error {
+	var root yaml.Node
+	if yaml.Unmarshal(data, &root) != nil {
+		return nil
+	}
+	budget := maxNodes
+	var walk func(n *yaml.Node, depth int) *yaml.Node
+	walk = func(n *yaml.Node, depth int) *yaml.Node {
+		for hops := 0; n != nil && n.Kind == yaml.AliasNode && hops < 100; hops++ {
+			n = n.Alias
+		}
+		if n == nil {
+			return nil
+		}
+		budget--
+		if depth > maxDepth || budget < 0 {
+			return n
+		}
+		for _, c := range n.Content {
+			if bad := walk(c, depth+1); bad != nil {
+				return bad
+			}
+		}
+		return nil
+	}
+	if bad := walk(&root, 0); bad != nil {
+		return &config.Error{File: name, Line: bad.Line, Column: bad.Column,
+			Msg: fmt.Sprintf("nested more than %d levels deep, or more than %d values once aliases are expanded", maxDepth, maxNodes)}
+	}
+	return nil
 }

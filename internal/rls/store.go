@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/seed-a07d1050/portcullis/limit"
 	"github.com/seed-a07d1050/portcullis/limit/redisstore"
 	"github.com/seed-a07d1050/portcullis/rate"
 )
@@ -30,8 +31,11 @@ type LocalStore struct {
 }
 
 // NewLocalStore returns an empty LocalStore.
-func NewLocalStore() *LocalStore {
-	l, err := rate.New(rate.Config[string]{Rate: rate.Unlimited, Name: "rls"})
+func NewLocalStore() *LocalStore { return newLocalStore(nil) }
+
+// newLocalStore is NewLocalStore on clk (nil: the real clock).
+func newLocalStore(clk limit.Clock) *LocalStore {
+	l, err := rate.New(rate.Config[string]{Rate: rate.Unlimited, Name: "rls", Clock: clk})
 	if err != nil {
 		panic(err) // a constant, valid Config
 	}
