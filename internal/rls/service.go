@@ -104,6 +104,8 @@ type Item struct {
 	// GiveBack: Envoy's is_negative_hits, N requests returned, nothing
 	// decided.
 	GiveBack bool
+	// Deny: a rule of 0 per unit; the item is refused without counting.
+	Deny bool
 
 	// Decision is the store's answer.
 	Decision rate.Decision
@@ -169,7 +171,7 @@ func (s *Service) decide(ctx context.Context, cfg *Config, r *request, req *pb.R
 	itemOf := r.item
 	for i, d := range descs {
 		rule := r.rules[i]
-		if rule == nil || rule.Unlimited || rule.Deny {
+		if rule == nil || rule.Unlimited {
 			continue
 		}
 		n := hits
@@ -183,7 +185,7 @@ func (s *Service) decide(ctx context.Context, cfg *Config, r *request, req *pb.R
 		itemOf[i] = len(r.items)
 		r.items = append(r.items, Item{
 			Key: string(r.buf), Limit: rule.limitFor(r.vals[i]), N: n,
-			Shadow: rule.Shadow, GiveBack: d.GetIsNegativeHits(),
+			Shadow: rule.Shadow, GiveBack: d.GetIsNegativeHits(), Deny: rule.Deny,
 		})
 	}
 	if len(r.items) > 0 {
@@ -218,18 +220,6 @@ func (s *Service) decide(ctx context.Context, cfg *Config, r *request, req *pb.R
 			continue
 		}
 		st.CurrentLimit = &pb.RateLimitResponse_RateLimit{Name: rule.Name, RequestsPerUnit: rule.RequestsPerUnit, Unit: rule.Unit}
-		if rule.Deny {
-			st.DurationUntilReset = durationpb.New(unitLength(rule.Unit))
-			if rule.Shadow {
-				rule.metrics.count(rule, r.vals[i], verdictShadow, hits)
-				continue
-			}
-			st.Code = pb.RateLimitResponse_OVER_LIMIT
-			resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
-			retry = max(retry, unitLength(rule.Unit))
-			rule.metrics.count(rule, r.vals[i], verdictOverLimit, hits)
-			continue
-		}
 		k := itemOf[i]
 		if k < 0 {
 			continue // weight 0
@@ -238,6 +228,11 @@ func (s *Service) decide(ctx context.Context, cfg *Config, r *request, req *pb.R
 		d := it.Decision
 		st.LimitRemaining = uint32(min(max(d.Remaining(), 0), math.MaxUint32))
 		st.DurationUntilReset = durationpb.New(d.Reset)
+		if it.Deny {
+			// Nothing is ever back: say one unit, as the reference's window.
+			st.DurationUntilReset = durationpb.New(unitLength(rule.Unit))
+			d.RetryAfter = unitLength(rule.Unit)
+		}
 		switch {
 		case it.GiveBack:
 			rule.metrics.count(rule, r.vals[i], verdictGivenBack, it.N)

@@ -13,8 +13,8 @@ import (
 // concurrent use.
 type Store interface {
 	// Decide fills in each item's Decision: an item with GiveBack returns
-	// N requests to its key and is Admitted; every other is decided as N
-	// requests at once. All or nothing: when one item that is not Shadow
+	// N requests to its key and is Admitted; one with Deny is Refused
+	// without counting; every other is decided as N requests at once. All or nothing: when one item that is not Shadow
 	// is refused, the items admitted are given back, so that a refused
 	// request counts against none of its keys. A non-nil error means the
 	// store could not decide (the items' Decisions are then meaningless).
@@ -47,12 +47,16 @@ func (s *LocalStore) Decide(_ context.Context, items []Item) error {
 	refused := false
 	for i := range items {
 		it := &items[i]
-		if it.GiveBack {
+		switch {
+		case it.GiveBack:
 			s.l.GiveBackLimitN(it.Key, it.Limit, it.N)
 			it.Decision = s.l.AllowLimitN(it.Key, it.Limit, 0)
 			continue
+		case it.Deny:
+			it.Decision = denied
+		default:
+			it.Decision = s.l.AllowLimitN(it.Key, it.Limit, it.N)
 		}
-		it.Decision = s.l.AllowLimitN(it.Key, it.Limit, it.N)
 		if !it.Decision.Allowed() && !it.Shadow {
 			refused = true
 		}
@@ -60,7 +64,7 @@ func (s *LocalStore) Decide(_ context.Context, items []Item) error {
 	if refused {
 		for i := range items {
 			it := &items[i]
-			if !it.GiveBack && it.Decision.Allowed() {
+			if !it.GiveBack && !it.Deny && it.Decision.Allowed() {
 				s.l.GiveBackLimitN(it.Key, it.Limit, it.N)
 			}
 		}
@@ -95,25 +99,32 @@ func (s *RedisStore) Decide(ctx context.Context, items []Item) error {
 	reqs := (*bp)[:0]
 	for i := range items {
 		it := &items[i]
-		if it.GiveBack {
+		switch {
+		case it.GiveBack:
 			s.rs.CancelN(it.Key, it.Limit, it.N)
 			it.Decision = rate.DecisionFromStore(it.Limit, 0, true, 0, false)
+			continue
+		case it.Deny:
+			it.Decision = denied
 			continue
 		}
 		reqs = append(reqs, redisstore.RateRequest[string]{Key: it.Key, Limit: it.Limit, N: it.N})
 	}
 	*bp = reqs
-	if len(reqs) == 0 {
-		return nil
-	}
-	if err := s.rs.ReserveMany(ctx, reqs); err != nil {
-		return err
+	if len(reqs) > 0 {
+		if err := s.rs.ReserveMany(ctx, reqs); err != nil {
+			return err
+		}
 	}
 	refused := false
 	k := 0
 	for i := range items {
 		it := &items[i]
 		if it.GiveBack {
+			continue
+		}
+		if it.Deny {
+			refused = refused || !it.Shadow
 			continue
 		}
 		r := &reqs[k]
@@ -126,7 +137,7 @@ func (s *RedisStore) Decide(ctx context.Context, items []Item) error {
 	if refused {
 		for i := range items {
 			it := &items[i]
-			if !it.GiveBack && it.Decision.Allowed() {
+			if !it.GiveBack && !it.Deny && it.Decision.Allowed() {
 				s.rs.CancelN(it.Key, it.Limit, it.N)
 			}
 		}
@@ -139,3 +150,6 @@ func (s *RedisStore) Stats() redisstore.RateStats { return s.rs.Stats() }
 
 // Close implements Store: one last flush, then the RateStore closes.
 func (s *RedisStore) Close() error { return s.rs.Close() }
+
+// denied is the Decision of a rule of 0 per unit.
+var denied = rate.Decision{Verdict: rate.Refused}
