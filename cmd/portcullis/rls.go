@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -143,7 +144,7 @@ func (e env) rlsCmd(args []string) int {
 			return exitOK
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				reloadRules(svc, m, *rules, log)
+				reloadRules(svc, *rules, log)
 				continue
 			}
 			log.Info("rls: shutting down", "signal", sig.String())
@@ -157,14 +158,12 @@ func (e env) rlsCmd(args []string) int {
 
 // reloadRules loads the rule directory again and, if every file is valid,
 // serves it; otherwise the rules in use stay and the errors are logged.
-func reloadRules(svc *rls.Service, m *rls.Metrics, dir string, log *slog.Logger) {
-	cfg, err := rls.LoadDir(dir)
+func reloadRules(svc *rls.Service, dir string, log *slog.Logger) {
+	cfg, err := svc.ReloadDir(dir)
 	if err != nil {
-		m.LoadFailed()
 		log.Error("rls: reload failed; the previous rules stay", "error", err)
 		return
 	}
-	svc.SetConfig(cfg)
 	for _, w := range cfg.Warnings() {
 		log.Warn("rls: rule file", "warning", w)
 	}
@@ -177,9 +176,9 @@ func describeRule(r *rls.Rule) string {
 	case r.Unlimited:
 		s = "unlimited"
 	case r.Deny:
-		s = "0 per " + r.Unit.String() + ": refuses everything"
+		s = "0 per " + strings.ToLower(r.Unit.String()) + ": refuses everything"
 	default:
-		s = r.Limit.String()
+		s = fmt.Sprintf("%d per %s: %s", r.RequestsPerUnit, strings.ToLower(r.Unit.String()), r.Limit)
 		if len(r.Overrides) > 0 {
 			s += fmt.Sprintf(" (%d overrides)", len(r.Overrides))
 		}

@@ -94,6 +94,9 @@ type Rule struct {
 	Line int
 
 	metrics *ruleMetrics
+	// current is the limit sent back as DescriptorStatus.current_limit,
+	// built once and shared by every answer (never modified).
+	current *pb.RateLimitResponse_RateLimit
 }
 
 // limitFor returns the limit for the value of the rule's last entry.
@@ -438,6 +441,9 @@ func (b *builder) rule(d *descriptorDoc, p, id string) *Rule {
 func (b *builder) done(before int, r *Rule) *Rule {
 	if len(b.errs) > before {
 		return nil
+	}
+	if !r.Unlimited {
+		r.current = &pb.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit}
 	}
 	return r
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
@@ -221,4 +222,51 @@ func mustLimit(t *testing.T, s string) rate.Limit {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// A reload is all or nothing: a directory with one bad file leaves the
+// rules in use (and their counts) serving; a good one takes over from the
+// next request, the counts of unchanged counters carried over.
+func TestReloadDir(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")
+	cfg, err := LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, cfg, nil, ServerOptions{})
+	h.ask(t, "d", 2, desc("k", "v"))
+	write("b.yaml", "domain: e\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: -1}\n")
+	if _, err := h.svc.ReloadDir(dir); err == nil || !strings.Contains(err.Error(), "b.yaml:4:49: descriptors[0].rate_limit.requests_per_unit") {
+		t.Fatalf("a bad file reloaded: %v", err)
+	}
+	if h.svc.Config() != cfg {
+		t.Fatal("a failed reload replaced the rules")
+	}
+	if r := h.ask(t, "d", 0, desc("k", "v")); r.Statuses[0].LimitRemaining != 0 {
+		t.Fatalf("the old rules lost their counts: %v", r)
+	}
+	write("b.yaml", "domain: e\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+	write("a.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+	if _, err := h.svc.ReloadDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	// The key's state carries over (its quota used up for the next hour);
+	// the new limit governs its refill: one request per 12 minutes.
+	if r := h.ask(t, "d", 0, desc("k", "v")); r.OverallCode != over || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 5 {
+		t.Fatalf("after the reload: %v", r)
+	}
+	h.clock.Advance(12 * time.Minute)
+	if r := h.ask(t, "d", 0, desc("k", "v")); r.OverallCode != ok {
+		t.Fatalf("12 minutes after the reload: %v", r)
+	}
+	if r := h.ask(t, "e", 0, desc("k", "v")); r.OverallCode != ok || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 1 {
+		t.Fatalf("the new domain: %v", r)
+	}
 }

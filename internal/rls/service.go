@@ -77,6 +77,20 @@ func (s *Service) SetConfig(cfg *Config) {
 	s.cfg.Store(cfg)
 }
 
+// ReloadDir loads the rule directory dir and, when every file in it is
+// valid, serves it from the next request on (SetConfig); otherwise the
+// rules in use stay, the failure is counted, and the error says why: all
+// or nothing.
+func (s *Service) ReloadDir(dir string) (*Config, error) {
+	cfg, err := LoadDir(dir)
+	if err != nil {
+		s.metrics.LoadFailed()
+		return nil, err
+	}
+	s.SetConfig(cfg)
+	return cfg, nil
+}
+
 // Config returns the Config in use.
 func (s *Service) Config() *Config { return s.cfg.Load() }
 
@@ -219,7 +233,7 @@ func (s *Service) decide(ctx context.Context, cfg *Config, r *request, req *pb.R
 			rule.metrics.count(rule, r.vals[i], verdictUnlimited, hits)
 			continue
 		}
-		st.CurrentLimit = &pb.RateLimitResponse_RateLimit{Name: rule.Name, RequestsPerUnit: rule.RequestsPerUnit, Unit: rule.Unit}
+		st.CurrentLimit = rule.current
 		k := itemOf[i]
 		if k < 0 {
 			continue // weight 0
