@@ -22,7 +22,8 @@ import (
 // The example rules pass "portcullis rls --check", as CI runs it.
 func TestExamplesRLSCheck(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := run([]string{"rls", "--rules", filepath.Join(examplesDir, "envoy", "config"), "--check"}, &out, &errOut); code != exitOK {
+	if code := run([]string{"rls", "--rules", filepath.Join(examplesDir, "envoy", "config"),
+		"--cluster", filepath.Join(examplesDir, "envoy", "cluster.yaml"), "--check"}, &out, &errOut); code != exitOK {
 		t.Fatalf("exit %d\n%s", code, errOut.String())
 	}
 	if !strings.Contains(out.String(), "is valid") || !strings.Contains(out.String(), "edge_proxy.remote_address\t10 per second") {
@@ -30,6 +31,24 @@ func TestExamplesRLSCheck(t *testing.T) {
 	}
 	if code := run([]string{"rls"}, io.Discard, io.Discard); code != exitUsage {
 		t.Errorf("rls without --rules: exit %d", code)
+	}
+}
+
+// A bad cluster block is reported at its line, as the daemon reports it;
+// the daemon's own configuration file is accepted for its cluster block.
+func TestRLSClusterFile(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(bad, []byte("cluster:\n  redis: {addrs: [\"127.0.0.1:6379\"]}\n  on_error: maybe\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var errOut bytes.Buffer
+	rules := filepath.Join(examplesDir, "envoy", "config")
+	if code := run([]string{"rls", "--rules", rules, "--cluster", bad, "--check"}, io.Discard, &errOut); code != exitUsage ||
+		!strings.Contains(errOut.String(), "c.yaml:3:13: cluster.on_error: must be open or closed") {
+		t.Errorf("exit %d: %s", code, errOut.String())
+	}
+	if code := run([]string{"rls", "--rules", rules, "--cluster", filepath.Join(examplesDir, "cluster.yaml"), "--check"}, io.Discard, &errOut); code != exitOK {
+		t.Errorf("the daemon's cluster example: exit %d: %s", code, errOut.String())
 	}
 }
 

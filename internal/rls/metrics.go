@@ -44,8 +44,25 @@ type Metrics struct {
 	rules       prometheus.Gauge
 	loaded      prometheus.Gauge
 
-	mu      sync.Mutex
-	unknown map[string]prometheus.Counter // domain -> series, for the bound Configs' domains
+	mu        sync.Mutex
+	unknown   map[string]prometheus.Counter // domain -> series, for the bound Configs' domains
+	overrides map[string]*ruleMetrics       // domain -> its limit overrides' series
+}
+
+// overrideSeries returns the series of the limit overrides of a
+// configured domain: rule "<domain>._override".
+func (m *Metrics) overrideSeries(domain string) *ruleMetrics {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rm := m.overrides[domain]; rm != nil {
+		return rm
+	}
+	if m.overrides == nil {
+		m.overrides = make(map[string]*ruleMetrics)
+	}
+	rm := m.ruleSeries(domain + "._override")
+	m.overrides[domain] = rm
+	return rm
 }
 
 // ruleMetrics are one rule's series.

@@ -170,6 +170,9 @@ func (s *Service) decide(ctx context.Context, cfg *Config, r *request, req *pb.R
 	r.rules, r.vals, r.gone, r.item = r.rules[:0], r.vals[:0], r.gone[:0], r.item[:0]
 	for _, d := range descs {
 		rule := cfg.match(domain, d.GetEntries())
+		if o := d.GetLimit(); o != nil && cfg.hasDomain(domain) {
+			rule = s.overrideRule(domain, o)
+		}
 		r.rules = append(r.rules, rule)
 		last := ""
 		if es := d.GetEntries(); len(es) > 0 {
@@ -279,6 +282,33 @@ func (s *Service) decide(ctx context.Context, cfg *Config, r *request, req *pb.R
 		}
 	}
 	return resp, nil
+}
+
+// overrideRule is the rule of a descriptor that carries its own limit
+// (Envoy's limit override, from dynamic metadata), as the reference
+// applies it: requests_per_unit per unit × unit_multiplier, whatever the
+// configuration says, never in shadow mode, counted apart from the
+// configured rules. An unknown unit gives nil (no limit).
+func (s *Service) overrideRule(domain string, o *rlpb.RateLimitDescriptor_RateLimitOverride) *Rule {
+	unit := pb.RateLimitResponse_RateLimit_Unit(o.GetUnit())
+	per := unitLength(unit)
+	if m := o.GetUnitMultiplier(); m != nil && m.GetValue() > 1 {
+		per *= time.Duration(m.GetValue())
+	}
+	if per <= 0 {
+		return nil
+	}
+	n := int(min(o.GetRequestsPerUnit(), 1_000_000_000))
+	r := &Rule{ID: domain + "._override", Unit: unit, RequestsPerUnit: uint32(n), Deny: n == 0}
+	r.current = &pb.RateLimitResponse_RateLimit{RequestsPerUnit: uint32(n), Unit: unit, UnitMultiplier: o.GetUnitMultiplier()}
+	r.metrics = s.metrics.overrideSeries(domain)
+	if n > 0 {
+		r.Limit = rate.Limit{Rate: rate.Rate{Events: n, Per: per}, Burst: n - 1, Delay: rate.NoDelay}
+		if r.Limit.Validate() != nil {
+			return nil
+		}
+	}
+	return r
 }
 
 // replace drops, in place, the rules another matched rule replaces by

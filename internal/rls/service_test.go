@@ -409,3 +409,22 @@ func clientCertificate(t *testing.T) (tls.Certificate, *x509.CertPool) {
 	pool.AddCert(leaf)
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
 }
+
+// A descriptor with Envoy's limit override is judged by it, counted apart.
+func TestLimitOverride(t *testing.T) {
+	h := start(t, examplesConfig(t), nil, ServerOptions{})
+	d := desc("database", "users")
+	d.Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: 2} // MINUTE
+	for i := range 2 {
+		if r := h.ask(t, "mongo_cps", 0, d); r.OverallCode != ok || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 2 {
+			t.Fatalf("override request %d: %v", i, r)
+		}
+	}
+	r := h.ask(t, "mongo_cps", 0, d)
+	if r.OverallCode != over || r.Statuses[0].CurrentLimit.GetUnit() != pb.RateLimitResponse_RateLimit_MINUTE {
+		t.Fatalf("third under 2 per minute: %v", r)
+	}
+	if r := h.ask(t, "mongo_cps", 0, desc("database", "users")); r.Statuses[0].LimitRemaining != 499 {
+		t.Fatalf("the configured rule counted the override's requests: %v", r)
+	}
+}
