@@ -27,6 +27,9 @@ const MaxDescriptors = 64
 // maxHits bounds one descriptor's weight (hits_addend).
 const maxHits = 1 << 30
 
+// maxRetryAfter bounds the retry-after header.
+const maxRetryAfter = 365 * 24 * time.Hour
+
 // ErrStore is wrapped by the error of a request the store could not
 // decide (Redis away under on_error: closed): the gRPC status is
 // Unavailable, and Envoy applies its failure_mode_deny.
@@ -268,7 +271,8 @@ func (s *Service) decide(ctx context.Context, cfg *Config, r *request, req *pb.R
 		}
 	}
 	if resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
-		secs := int64(math.Ceil(retry.Seconds()))
+		// A weight above a key's whole burst never fits: say a year.
+		secs := int64(math.Ceil(min(retry, maxRetryAfter).Seconds()))
 		resp.ResponseHeadersToAdd = []*corepb.HeaderValue{{Key: "retry-after", Value: strconv.FormatInt(max(secs, 1), 10)}}
 		return resp, nil
 	}

@@ -428,3 +428,16 @@ func TestLimitOverride(t *testing.T) {
 		t.Fatalf("the configured rule counted the override's requests: %v", r)
 	}
 }
+
+// A weight above a rule's whole burst is refused, with a bounded
+// retry-after.
+func TestWeightAboveBurst(t *testing.T) {
+	h := start(t, examplesConfig(t), nil, ServerOptions{})
+	r := h.ask(t, "mongo_cps", 501, desc("database", "users"))
+	if r.OverallCode != over || len(r.ResponseHeadersToAdd) != 1 || r.ResponseHeadersToAdd[0].Value != "31536000" {
+		t.Fatalf("%v", r)
+	}
+	if r := h.ask(t, "mongo_cps", 500, desc("database", "users")); r.OverallCode != ok {
+		t.Fatalf("the refused weight counted: %v", r)
+	}
+}
