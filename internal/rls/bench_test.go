@@ -9,6 +9,7 @@ import (
 
 	"github.com/seed-a07d1050/portcullis/internal/redistest"
 	"github.com/seed-a07d1050/portcullis/limit/redisstore"
+	"github.com/seed-a07d1050/portcullis/rate"
 )
 
 // benchRules are three rules a request of three descriptors matches,
@@ -132,4 +133,28 @@ func BenchmarkShouldRateLimit3GRPCParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkLocalStore3Baseline is the baseline of BenchmarkLocalStore3:
+// three plain rate.Limiter.Allow calls on the same keys, the daemon's own
+// rate path, without weights, per-call limits or all or nothing.
+func BenchmarkLocalStore3Baseline(b *testing.B) {
+	l, err := rate.New(rate.Config[string]{Rate: rate.PerSecond(1_000_000_000), Burst: 999_999_999, Delay: rate.NoDelay})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	cfg := benchRules(b)
+	var keys []string
+	for _, d := range benchRequest().Descriptors {
+		keys = append(keys, string(appendKey(nil, cfg.match("edge", d.Entries).ID, d.Entries)))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, k := range keys {
+			if !l.Allow(k).Allowed() {
+				b.Fatal("refused")
+			}
+		}
+	}
 }
