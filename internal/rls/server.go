@@ -63,11 +63,17 @@ func NewGRPCServer(svc *Service, o ServerOptions) (*grpc.Server, *health.Server)
 	return srv, hs
 }
 
-// TLSFiles name the PEM files of the service's TLS.
+// TLSFiles name the PEM files of the service's TLS. The zero TLSFiles
+// means no TLS.
 type TLSFiles struct {
-	CertFile, KeyFile string
+	// CertFile is the certificate chain, leaf first. Empty means no TLS
+	// (then KeyFile and ClientCAFile must be empty too).
+	CertFile string
+	// KeyFile is CertFile's private key. Empty only without TLS.
+	KeyFile string
 	// ClientCAFile, when set, requires every client (Envoy) to present a
-	// certificate signed by one of its authorities: mTLS.
+	// certificate signed by one of its authorities: mTLS. Empty means
+	// clients are not asked for a certificate.
 	ClientCAFile string
 }
 
@@ -79,7 +85,7 @@ func ServerTLS(f TLSFiles) (*tls.Config, error) {
 		return nil, nil
 	}
 	if f.CertFile == "" || f.KeyFile == "" {
-		return nil, errors.New("rls: TLS needs both a certificate and its key")
+		return nil, errors.New("rls: TLS needs both a certificate and its key (a client CA needs them too)")
 	}
 	cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
 	if err != nil {
