@@ -36,6 +36,7 @@ Usage:
   portcullis ca create --out DIR [--permit-domain NAME ...]
   portcullis demo [--attack]
   portcullis siege [flags]
+  portcullis rls --rules DIR [--listen ADDR] [--cluster FILE] [flags]
   portcullis version
 
 Run "portcullis COMMAND --help" for a command's flags.
@@ -89,6 +90,8 @@ func (e env) main(args []string) int {
 		return e.caCmd(rest)
 	case "siege":
 		return siege.Main(rest, e.stdout, e.stderr)
+	case "rls":
+		return e.rlsCmd(rest)
 	case "version", "--version", "-version":
 		readBuildDetails().write(e.stdout)
 		return exitOK
