@@ -37,6 +37,8 @@ var rateMetrics = [...]rateMetric{
 		func(t *rate.Totals) float64 { return float64(t.StoreFailed) }},
 	{"keys", "Keys whose rate state is not fresh now.", prometheus.GaugeValue,
 		func(t *rate.Totals) float64 { return float64(t.Keys) }},
+	{"delaying", "Requests being delayed now, waiting for their turn at the rate.", prometheus.GaugeValue,
+		func(t *rate.Totals) float64 { return float64(t.Delaying) }},
 }
 
 // RateCollector is a prometheus.Collector that reports one rate limiter's
@@ -54,7 +56,7 @@ var _ prometheus.Collector = (*RateCollector)(nil)
 // rate limiter usually gets "rate"): <namespace>_<subsystem>_admitted_total,
 // _delayed_total, _refused_total, _shadow_delayed_total,
 // _shadow_refused_total, _cancelled_total and _store_failed_total as
-// counters, _keys as a gauge. It panics if src is nil.
+// counters, _keys and _delaying as gauges. It panics if src is nil.
 func NewRateCollector(src RateTotalsSource, opts Opts) *RateCollector {
 	if src == nil {
 		panic("promlimit: NewRateCollector with a nil source")

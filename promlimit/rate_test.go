@@ -21,8 +21,8 @@ func TestRateCollectorReportsTotals(t *testing.T) {
 	l.Allow("a") // refused
 	c := promlimit.NewRateCollector(l, promlimit.Opts{Subsystem: "rate", ConstLabels: prometheus.Labels{"route": "api"}})
 	fams := gather(t, c)
-	if len(fams) != 8 {
-		t.Fatalf("collector exports %d families, want 8", len(fams))
+	if len(fams) != 9 {
+		t.Fatalf("collector exports %d families, want 9", len(fams))
 	}
 	for name, want := range map[string]float64{
 		"portcullis_rate_admitted_total":       1,
@@ -31,6 +31,7 @@ func TestRateCollectorReportsTotals(t *testing.T) {
 		"portcullis_rate_shadow_refused_total": 0,
 		"portcullis_rate_cancelled_total":      0,
 		"portcullis_rate_keys":                 1,
+		"portcullis_rate_delaying":             0, // Allow decides, it does not wait
 	} {
 		if got := value(t, fams, name); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)

@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/limit"
@@ -30,6 +31,9 @@ type Limiter[K comparable] struct {
 	mask   uint64
 	clock  limit.Clock // nil: the real monotonic clock
 	base   time.Time
+
+	// delaying is the requests inside Wait's delay now (Totals.Delaying).
+	delaying atomic.Int64
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -209,7 +213,10 @@ func (l *Limiter[K]) Wait(ctx context.Context, key K) (Decision, error) {
 	if err != nil || r.Delay <= 0 {
 		return r.Decision, err
 	}
-	if err := l.sleep(ctx, r.Delay); err != nil {
+	l.delaying.Add(1)
+	err = l.sleep(ctx, r.Delay)
+	l.delaying.Add(-1)
+	if err != nil {
 		r.Cancel()
 		return r.Decision, err
 	}

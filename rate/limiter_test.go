@@ -206,6 +206,39 @@ func TestWaitAndLeave(t *testing.T) {
 	}
 }
 
+// Totals.Delaying counts the requests inside Wait's delay: up while they
+// wait, down when their turn comes or their caller leaves.
+func TestTotalsDelaying(t *testing.T) {
+	l, clock := newFakeLimiter(t, rate.Limit{Rate: rate.PerSecond(10), Burst: 5}, false)
+	if _, err := l.Wait(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	for _, c := range []context.Context{context.Background(), ctx} {
+		go func() {
+			_, err := l.Wait(c, "k")
+			done <- err
+		}()
+	}
+	waitFor(t, func() bool { return l.Totals().Delaying == 2 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the leaver's Wait: %v", err)
+	}
+	if d := l.Totals().Delaying; d != 1 {
+		t.Fatalf("Delaying after one left: %d, want 1", d)
+	}
+	waitFor(t, func() bool { return clock.Timers() > 1 })
+	clock.Advance(time.Second)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if tot := l.Totals(); tot.Delaying != 0 || tot.Delayed != 2 || tot.Cancelled != 1 {
+		t.Fatalf("totals after both: %+v, want none delaying, 2 delayed, 1 cancelled", tot)
+	}
+}
+
 // A request that proceeded at once, or whose delay has passed, gives
 // nothing back.
 func TestCancelAfterProceedingGivesNothing(t *testing.T) {

@@ -27,7 +27,7 @@ type KeyStats[K comparable] struct {
 }
 
 // Totals are a limiter's counts since it was created. The counters only
-// grow; Keys is the number of busy keys now.
+// grow; Keys and Delaying are gauges of now.
 type Totals struct {
 	Admitted      uint64 `json:"admitted"`
 	Delayed       uint64 `json:"delayed"`
@@ -37,6 +37,10 @@ type Totals struct {
 	Cancelled     uint64 `json:"cancelled"`
 	StoreFailed   uint64 `json:"store_failed"`
 	Keys          int    `json:"keys"`
+	// Delaying is the requests being delayed now: inside [Limiter.Wait],
+	// waiting for their turn at the rate. They are counted in Delayed
+	// already (a verdict is counted when it is made).
+	Delaying int `json:"delaying"`
 }
 
 // Snapshot returns the limiter's totals and its busy keys, at most top of
@@ -84,5 +88,6 @@ func (l *Limiter[K]) collect(keys *[]KeyStats[K]) Totals {
 	t.Admitted, t.Delayed, t.Refused = c[Admitted], c[Delayed], c[Refused]
 	t.ShadowDelayed, t.ShadowRefused = c[ShadowDelayed], c[ShadowRefused]
 	t.Cancelled, t.StoreFailed = c[Cancelled], c[StoreFailed]
+	t.Delaying = int(l.delaying.Load())
 	return t
 }
