@@ -74,7 +74,7 @@ func NewSampler(src Source, interval time.Duration) *Sampler {
 		src: src, ctx: ctx, cancel: cancel,
 		done: make(chan struct{}), kick: make(chan struct{}, 1), next: make(chan struct{}),
 	}
-	s.frame = Frame{State: State{Listeners: []Listener{}, Keys: []Key{}, QUIC: []QUIC{}},
+	s.frame = Frame{State: State{Listeners: []Listener{}, Keys: []Key{}, QUIC: []QUIC{}, Upstream: []UpstreamErrors{}, Shadow: []Shadow{}},
 		History: History{Accept: []float64{}, Requests: []float64{}}}
 	s.json, _ = json.Marshal(s.frame)
 	go s.run(interval)
@@ -181,27 +181,31 @@ func (s *Sampler) sample(kind sampleKind) {
 	s.next = make(chan struct{})
 }
 
-// rates fills the RefusedPerSec of every row of st from the counts of the
+// rates fills the RefusedPerSec of every row of st, and the PerSec of its
+// requests, upstream errors and shadow limits, from the counts of the
 // previous tick (or first sample), and returns the refusals per second at
-// accept and of requests; st becomes the previous tick. A row new since
-// then, or whose count went down (a reload replaced its limiter), counts
-// all its refusals as new.
+// accept and of requests; st becomes the previous tick. A count new since
+// then, or that went down (a reload replaced its limiter, a route's series
+// were dropped), counts all it holds as new.
 func (s *Sampler) rates(st *State) (accept, requests float64) {
 	counts := make(map[string]uint64, len(s.prev))
 	secs := st.Time.Sub(s.prevAt).Seconds()
 	first := s.prevAt.IsZero() || secs <= 0
 	defer func() { s.prev, s.prevAt = counts, st.Time }()
-	rate := func(r *Row) float64 {
-		counts[r.ID] = r.Refused
+	perSec := func(id string, n uint64) float64 {
+		counts[id] = n
 		if first {
 			return 0
 		}
-		prev, ok := s.prev[r.ID]
-		d := r.Refused
-		if ok && prev <= r.Refused {
+		prev, ok := s.prev[id]
+		d := n
+		if ok && prev <= n {
 			d -= prev
 		}
-		r.RefusedPerSec = round1(float64(d) / secs)
+		return round1(float64(d) / secs)
+	}
+	rate := func(r *Row) float64 {
+		r.RefusedPerSec = perSec(r.ID, r.Refused)
 		return r.RefusedPerSec
 	}
 	for i := range st.Listeners {
@@ -210,6 +214,21 @@ func (s *Sampler) rates(st *State) (accept, requests float64) {
 		for j := range l.Limits {
 			requests += rate(&l.Limits[j])
 		}
+		if q := l.Requests; q != nil {
+			q.PerSec = perSec("requests "+l.ID, q.Total)
+			for j := range q.Classes {
+				c := &q.Classes[j]
+				c.PerSec = perSec("requests "+l.ID+" "+c.Name, c.Count)
+			}
+		}
+	}
+	for i := range st.Upstream {
+		u := &st.Upstream[i]
+		u.PerSec = perSec("upstream "+u.ID, u.Count)
+	}
+	for i := range st.Shadow {
+		sh := &st.Shadow[i]
+		sh.PerSec = perSec("shadow "+sh.ID, sh.WouldRefuse)
 	}
 	return round1(accept), round1(requests)
 }

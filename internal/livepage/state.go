@@ -13,8 +13,8 @@ package livepage
 import "time"
 
 // State is what the page shows at one moment. A [Source] fills every field
-// but the rates (RefusedPerSec), which the [Sampler] computes from the
-// refusal counters of two successive States.
+// but the rates (RefusedPerSec, PerSec), which the [Sampler] computes from
+// the counters of two successive States.
 type State struct {
 	Time      time.Time  `json:"time"`
 	Listeners []Listener `json:"listeners"`
@@ -26,6 +26,68 @@ type State struct {
 	QUIC []QUIC `json:"quic"`
 	// Redis is the cluster's Redis; nil without a cluster section.
 	Redis *Redis `json:"redis"`
+	// Upstream is the requests that got no response from their upstream,
+	// by listener, route and kind, for each of them that has counted one.
+	Upstream []UpstreamErrors `json:"upstream"`
+	// Shadow is every limit and rate that only counts (shadow, shadow_limit,
+	// dry_run), with what it would have refused.
+	Shadow []Shadow `json:"shadow"`
+}
+
+// Requests is the HTTP exchanges a listener ended, in all and by status
+// class, from the counter /metrics exposes as
+// portcullis_http_requests_total (summed over the listener's routes).
+type Requests struct {
+	Total  uint64  `json:"total"`
+	PerSec float64 `json:"per_sec"`
+	// Classes are 1xx to 5xx and 499 (the client left while its request
+	// waited, apart from 4xx), always all six, in the order of
+	// [StatusClasses].
+	Classes []Count `json:"classes"`
+}
+
+// StatusClasses are the code labels of portcullis_http_requests_total, in
+// the order the page shows them.
+var StatusClasses = []string{"1xx", "2xx", "3xx", "4xx", "499", "5xx"}
+
+// Count is a counter and its rate over the last sample, which the
+// [Sampler] fills.
+type Count struct {
+	// Name says what is counted: a status class ("2xx", "499").
+	Name   string  `json:"name"`
+	Count  uint64  `json:"count"`
+	PerSec float64 `json:"per_sec"`
+}
+
+// UpstreamErrors is the requests of one route (or of a listener's forward
+// proxy) that got no response from their upstream, of one kind, from
+// portcullis_upstream_errors_total.
+type UpstreamErrors struct {
+	// ID names the line across States ("web/down/refused").
+	ID       string `json:"id"`
+	Listener string `json:"listener"`
+	// Route is empty for the listener's own (a forward proxy's targets).
+	Route string `json:"route"`
+	// Kind is the kind label: refused, connect, timeout, reset,
+	// bad_response, other.
+	Kind   string  `json:"kind"`
+	Count  uint64  `json:"count"`
+	PerSec float64 `json:"per_sec"`
+}
+
+// Shadow is one limit or rate in shadow mode (a limit's shadow: true, a
+// route's shadow_limit, a rate's dry_run): it lets every request through
+// and counts those it would have refused.
+type Shadow struct {
+	// ID names the line across States; it is the ID of the limit's Row.
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Limit says what the limit allows, as the Row's Limit.
+	Limit string `json:"limit"`
+	// WouldRefuse counts the requests it let through that it would have
+	// refused (the shadow_refused_total of its limit or rate).
+	WouldRefuse uint64  `json:"would_refuse"`
+	PerSec      float64 `json:"per_sec"`
 }
 
 // Row is one line of the listeners table: a listener's connections (its
@@ -37,9 +99,11 @@ type Row struct {
 	Name string `json:"name"`
 	// Limit says what bounds the row, as the configuration says it
 	// ("16 connections per client", "4 per client_ip, queue 4").
-	Limit   string `json:"limit"`
-	InUse   int    `json:"in_use"`
-	Waiting int    `json:"waiting"`
+	Limit string `json:"limit"`
+	InUse int    `json:"in_use"`
+	// Waiting is the requests waiting now: in a limit's queue, or being
+	// delayed by a rate (portcullis_rate_delaying).
+	Waiting int `json:"waiting"`
 	// Refused counts refusals since the row's limiter was built (a reload
 	// that replaces it starts again from zero).
 	Refused uint64 `json:"refused"`
@@ -58,6 +122,9 @@ type Listener struct {
 	// Limits are the listener's request limits: its per-client limit, its
 	// routes' limits and rates, its forward limits.
 	Limits []Row `json:"limits"`
+	// Requests is the exchanges the listener ended; nil for a listener
+	// that counts none (tcp).
+	Requests *Requests `json:"requests,omitempty"`
 }
 
 // Key is one busy client key.

@@ -31,9 +31,13 @@ var _ livepage.Source = liveSource{}
 // QUIC admission of the http3 listeners and the health of the cluster's
 // Redis.
 func (l liveSource) LiveState(ctx context.Context) livepage.State {
-	st := livepage.State{Time: time.Now(), Listeners: []livepage.Listener{}, Keys: []livepage.Key{}, QUIC: []livepage.QUIC{}}
+	st := livepage.State{Time: time.Now(), Listeners: []livepage.Listener{}, Keys: []livepage.Key{}, QUIC: []livepage.QUIC{}, Shadow: []livepage.Shadow{}}
+	counts := l.s.metrics.liveCounts()
+	st.Upstream = counts.upstream
 	for _, f := range l.s.frontList() {
 		ll, keys := liveListener(f)
+		ll.Requests = counts.listenerRequests(f.cfg.Name)
+		st.Shadow = append(st.Shadow, liveShadows(f)...)
 		st.Listeners = append(st.Listeners, ll)
 		st.Keys = append(st.Keys, keys...)
 		if f.h3 != nil {
@@ -113,15 +117,15 @@ func liveLimit(id, what string, l *limiter) (livepage.Row, []livepage.Key) {
 	return row, keys
 }
 
-// liveRate returns the row of one rate: rates hold no permits, so only its
-// refusals count.
+// liveRate returns the row of one rate: rates hold no permits; its waiting
+// are the requests it is delaying now.
 func liveRate(id, what string, r *rateLimiter) livepage.Row {
 	t := r.lim.Totals()
 	bound := r.cfg.Limit().String() + " per " + keyName(r.cfg.Key)
 	if r.cfg.DryRun {
 		bound += " (dry run)"
 	}
-	return livepage.Row{ID: id, Name: what, Limit: bound, Refused: t.Refused + t.StoreFailed}
+	return livepage.Row{ID: id, Name: what, Limit: bound, Waiting: t.Delaying, Refused: t.Refused + t.StoreFailed}
 }
 
 // connBound says what caps the connections of a listener.
