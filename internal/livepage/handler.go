@@ -45,7 +45,10 @@ var templates = template.Must(template.New("").Funcs(template.FuncMap{
 	"rfc3339": func(t time.Time) string {
 		return t.Format(time.RFC3339)
 	},
-	"rate": formatRate,
+	"rate":          formatRate,
+	"httpListeners": httpListeners,
+	"shown":         shownClasses,
+	"shownClasses":  func() []string { return pageClasses },
 }).ParseFS(assets, "assets/*.html"))
 
 // Assets serves the page's embedded stylesheet and script, under
@@ -221,3 +224,35 @@ func chartPoints(vals []float64, top float64, span int) string {
 // formatRate writes a rate per second as the page shows it: "0", "0.5",
 // "12".
 func formatRate(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// pageClasses are the status classes the requests table shows: 1xx, rare
+// and never a sign of trouble, counts in the total only. live.js shows the
+// same.
+var pageClasses = []string{"2xx", "3xx", "4xx", "499", "5xx"}
+
+// httpListeners returns the listeners that count requests.
+func httpListeners(ls []Listener) []Listener {
+	var out []Listener
+	for _, l := range ls {
+		if l.Requests != nil {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// shownClasses returns the counts of cs whose class the page shows, in the
+// order of pageClasses.
+func shownClasses(cs []Count) []Count {
+	out := make([]Count, 0, len(pageClasses))
+	for _, name := range pageClasses {
+		c := Count{Name: name}
+		for _, x := range cs {
+			if x.Name == name {
+				c = x
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}

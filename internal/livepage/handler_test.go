@@ -30,6 +30,10 @@ func (k *keySource) LiveState(ctx context.Context) State {
 	st.Keys = []Key{{Where: "web connections", Key: `<script>alert(1)</script>`, InUse: 3}}
 	st.QUIC = []QUIC{{Listener: "quic", InProgress: 7, Threshold: 256, MaxInProgress: 16384, RetryOn: true}}
 	st.Redis = &Redis{Addrs: []string{"10.0.0.1:6379"}, OnError: "open", Reachable: true, PingMillis: 0.4}
+	l.Requests = &Requests{Total: 57, Classes: []Count{{Name: "1xx"}, {Name: "2xx", Count: 40}, {Name: "3xx", Count: 1},
+		{Name: "4xx", Count: 12}, {Name: "499", Count: 3}, {Name: "5xx", Count: 1}}}
+	st.Upstream = []UpstreamErrors{{ID: "web/slow/timeout", Listener: "web", Route: "slow", Kind: "timeout", Count: 9}}
+	st.Shadow = []Shadow{{ID: "web/route/slow/shadow", Name: "route slow shadow_limit", Limit: "2 per client_ip", WouldRefuse: 6}}
 	return st
 }
 
@@ -87,6 +91,10 @@ func TestPageIsRenderedOnTheServer(t *testing.T) {
 		`reachable</span>, PING 0.4 ms`,
 		`<td>quic</td><td class="n">7</td><td class="n">256</td><td class="n">16384</td><td>on</td>`,
 		`/live/assets/live.js`,
+		`<td class="n total">57</td><td class="n c2xx"><span class="count">40</span> <small>0/s</small></td>`,
+		`<td class="n c499"><span class="count">3</span> <small>0/s</small></td><td class="n c5xx"><span class="count">1</span>`,
+		`<tr data-row="web/slow/timeout"><td class="name">web / slow</td><td class="kind">timeout</td><td class="n per-sec">0</td><td class="n count">9</td></tr>`,
+		`<tr data-row="web/route/slow/shadow"><td class="name">route slow shadow_limit</td><td class="bound">2 per client_ip</td><td class="n per-sec">0</td><td class="n count">6</td></tr>`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("page lacks %q:\n%s", want, body)

@@ -180,3 +180,52 @@ func (s *Sampler) frameNow() Frame {
 	f, _, _ := s.Latest()
 	return f
 }
+
+// healthSource is a daemon whose listener's requests, upstream errors and
+// shadow refusals grow by step at each sample.
+type healthSource struct {
+	mu   sync.Mutex
+	step uint64
+	n    uint64
+}
+
+func (h *healthSource) LiveState(ctx context.Context) State {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := h.n
+	h.n += h.step
+	return State{Time: time.Now(), Listeners: []Listener{{
+		Row:      Row{ID: "web", Name: "web"},
+		Requests: &Requests{Total: 3 * n, Classes: []Count{{Name: "2xx", Count: 2 * n}, {Name: "499", Count: n}}},
+	}},
+		Upstream: []UpstreamErrors{{ID: "web/down/refused", Count: n}},
+		Shadow:   []Shadow{{ID: "web/route/slow/shadow", WouldRefuse: 4 * n}},
+	}
+}
+
+// The Sampler turns the request, upstream error and shadow counters into
+// rates per second, as it does refusals.
+func TestSamplerHealthRates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := &healthSource{step: 5}
+		s := NewSampler(src, time.Second)
+		defer s.Close()
+		synctest.Wait()
+		if f, _, _ := s.Latest(); f.Listeners[0].Requests.PerSec != 0 {
+			t.Fatalf("first frame: %v requests/s, want 0", f.Listeners[0].Requests.PerSec)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		f, _, _ := s.Latest()
+		q := f.Listeners[0].Requests
+		if q.PerSec != 15 || q.Classes[0].PerSec != 10 || q.Classes[1].PerSec != 5 {
+			t.Errorf("requests: %+v, want 15/s, 2xx 10/s, 499 5/s", q)
+		}
+		if u := f.Upstream[0].PerSec; u != 5 {
+			t.Errorf("upstream errors %v/s, want 5", u)
+		}
+		if sh := f.Shadow[0].PerSec; sh != 20 {
+			t.Errorf("shadow refusals %v/s, want 20", sh)
+		}
+	})
+}

@@ -69,7 +69,7 @@ func TestScriptTablesMatchTheServer(t *testing.T) {
 	}
 	// Each row of a part of the page as its class, data-row and the
 	// classes and texts of its cells, white space collapsed.
-	const describe = `(root) => ["#listeners tbody", "#keys tbody", "#quic tbody", "#redis", "#refused-now", "#chart-max", "#xaxis"].map((sel) => {
+	const describe = `(root) => ["#requests tbody", "#upstream tbody", "#shadow tbody", "#listeners tbody", "#keys tbody", "#quic tbody", "#redis", "#refused-now", "#chart-max", "#xaxis"].map((sel) => {
 		const e = root.querySelector(sel);
 		const rows = e.tagName === "TBODY" ? [...e.rows] : [e];
 		return sel + ": " + rows.map((r) => [r.className, r.dataset ? r.dataset.row : "",
@@ -85,7 +85,7 @@ func TestScriptTablesMatchTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(drawn, rendered) || len(drawn) != 7 {
+	if !slices.Equal(drawn, rendered) || len(drawn) != 10 {
 		t.Errorf("the script draws the page otherwise than the server renders it:\nscript: %q\nserver: %q", drawn, rendered)
 	}
 }

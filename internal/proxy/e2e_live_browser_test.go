@@ -86,3 +86,52 @@ func TestLivePageTokenFormInABrowser(t *testing.T) {
 		t.Fatalf("the page never followed its event stream (the cookie not sent with it?): %v", err)
 	}
 }
+
+// In a real browser, the health panels show what the daemon counted: the
+// listener's requests by status class, the upstream error, the dry-run
+// rate's refusal, the requests a rate is delaying as waiting, and the 499s
+// of the clients that left while delayed.
+func TestLivePageHealthInABrowser(t *testing.T) {
+	ctx := browsertest.New(t)
+	d := startDaemon(t, liveHealthConfig)
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(d.adminURL("/")),
+		chromedp.WaitVisible(chromedp.CSS(`#requests tr[data-row="web"]`)),
+	)
+	if err != nil {
+		t.Fatalf("opening the live page: %v", err)
+	}
+	if err := waitText(ctx, chromedp.CSS("#link"), "live", browsertest.Timeout/2); err != nil {
+		t.Fatalf("the page never followed its event stream: %v", err)
+	}
+	leave := healthTraffic(t, d)
+	expect := func(when string, want map[string]string) {
+		t.Helper()
+		for sel, text := range want {
+			if err := waitText(ctx, chromedp.CSS(sel), text, shownWithin); err != nil {
+				got, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+				t.Errorf("%s: %s shows %q, want %q (%v)", when, sel, got, text, err)
+			}
+		}
+	}
+	requests := `#requests tr[data-row="web"] `
+	expect("with two requests delayed", map[string]string{
+		requests + "td.total":                                      "6",
+		requests + "td.c2xx .count":                                "4",
+		requests + "td.c3xx .count":                                "0",
+		requests + "td.c4xx .count":                                "1",
+		requests + "td.c499 .count":                                "0",
+		requests + "td.c5xx .count":                                "1",
+		`#upstream tr[data-row="` + liveDownErrors + `"] td.kind`:  "refused",
+		`#upstream tr[data-row="` + liveDownErrors + `"] td.count`: "1",
+		`#shadow tr[data-row="` + liveShadowRate + `"] td.count`:   "1",
+		`#listeners ` + string(liveCell(liveSlowRate, "waiting")):  "2",
+		`#listeners ` + string(liveCell(liveRouteRow, "refused")):  "1",
+	})
+	leave()
+	expect("after the delayed clients left", map[string]string{
+		requests + "td.total":                                     "8",
+		requests + "td.c499 .count":                               "2",
+		`#listeners ` + string(liveCell(liveSlowRate, "waiting")): "0",
+	})
+}

@@ -71,6 +71,52 @@ function drawListeners(ls) {
   fill($("listeners"), rows, "no listener", 6);
 }
 
+// classes matches pageClasses in handler.go: 1xx counts in the total only.
+const classes = ["2xx", "3xx", "4xx", "499", "5xx"];
+
+function drawRequests(ls) {
+  const rows = [];
+  for (const l of ls || []) {
+    const q = l.requests;
+    if (!q) continue;
+    const tr = row("", l.id);
+    cell(tr, l.name, "name");
+    cell(tr, fmtRate(q.per_sec), "n per-sec");
+    cell(tr, String(q.total), "n total");
+    for (const name of classes) {
+      const c = (q.classes || []).find((x) => x.name === name) || { name: name, count: 0, per_sec: 0 };
+      const td = cell(tr, "", "n c" + name + (c.per_sec && name === "5xx" ? " hot" : ""));
+      const small = document.createElement("small");
+      small.textContent = fmtRate(c.per_sec) + "/s";
+      td.replaceChildren(span("count", String(c.count)), " ", small);
+    }
+    rows.push(tr);
+  }
+  fill($("requests"), rows, "no HTTP listener", 8);
+}
+
+function drawUpstream(us) {
+  fill($("upstream"), (us || []).map((u) => {
+    const tr = row("", u.id);
+    cell(tr, u.listener + (u.route ? " / " + u.route : ""), "name");
+    cell(tr, u.kind, "kind");
+    cell(tr, fmtRate(u.per_sec), "n per-sec" + (u.per_sec ? " hot" : ""));
+    cell(tr, String(u.count), "n count");
+    return tr;
+  }), "no upstream error", 4);
+}
+
+function drawShadow(ss) {
+  fill($("shadow"), (ss || []).map((s) => {
+    const tr = row("", s.id);
+    cell(tr, s.name, "name");
+    cell(tr, s.limit, "bound");
+    cell(tr, fmtRate(s.per_sec), "n per-sec" + (s.per_sec ? " warn" : ""));
+    cell(tr, String(s.would_refuse), "n count");
+    return tr;
+  }), "no shadow limit or dry-run rate", 4);
+}
+
 function drawKeys(keys) {
   fill($("keys"), (keys || []).map((k) => {
     const tr = row();
@@ -151,6 +197,9 @@ function drawChart(h) {
 
 function draw(f) {
   drawChart(f.history || {});
+  drawRequests(f.listeners);
+  drawUpstream(f.upstream);
+  drawShadow(f.shadow);
   drawListeners(f.listeners);
   drawKeys(f.keys);
   drawQUIC(f.quic);
