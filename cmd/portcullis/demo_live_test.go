@@ -62,6 +62,12 @@ func TestLivePageUnderDemoAttack(t *testing.T) {
 	if n, _ := strconv.Atoi(refused); err != nil || n == 0 {
 		t.Errorf("connections refused on the page: %q (%v)", refused, err)
 	}
+	// The legitimate clients are still served: the requests panel counts
+	// their 2xx.
+	served, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#requests tr[data-row="web"] td.c2xx .count`)))
+	if n, _ := strconv.Atoi(served); err != nil || n == 0 {
+		t.Errorf("2xx on the page's requests panel: %q (%v), want some", served, err)
+	}
 	points, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS("#chart-accept"), "points"))
 	if err != nil || points.Value == "" {
 		t.Errorf("the chart has no line of refusals at accept (%v)", err)
