@@ -11,7 +11,7 @@ import (
 )
 
 // benchSource is a daemon of 4 listeners with 5 limits each and 10 busy
-// keys.
+// keys, 4 kinds of upstream errors and 2 shadow limits.
 type benchSource struct{ n uint64 }
 
 func (b *benchSource) LiveState(context.Context) State {
@@ -22,7 +22,15 @@ func (b *benchSource) LiveState(context.Context) State {
 		for j := range 5 {
 			l.Limits = append(l.Limits, Row{ID: fmt.Sprint(l.ID, "/", j), Name: "route", Limit: "4 per client_ip", InUse: j, Refused: b.n})
 		}
+		l.Requests = &Requests{Total: 6 * b.n}
+		for _, c := range StatusClasses {
+			l.Requests.Classes = append(l.Requests.Classes, Count{Name: c, Count: b.n})
+		}
 		st.Listeners = append(st.Listeners, l)
+		st.Upstream = append(st.Upstream, UpstreamErrors{ID: l.ID + "/r/timeout", Listener: l.ID, Route: "r", Kind: "timeout", Count: b.n})
+	}
+	for i := range 2 {
+		st.Shadow = append(st.Shadow, Shadow{ID: fmt.Sprint("l0/", i, "/shadow"), Name: "route shadow_limit", Limit: "2 per client_ip", WouldRefuse: b.n})
 	}
 	for i := range 10 {
 		st.Keys = append(st.Keys, Key{Where: "l0 connections", Key: fmt.Sprint("192.0.2.", i), InUse: 16})
