@@ -62,6 +62,7 @@ type rateShard struct {
 type rateEntry struct {
 	ks, name string
 	pending  int   // admitted here (or, negative, cancelled) and not yet sent
+	sending  int   // admitted here and sent, in calls Redis has not answered yet
 	interval int64 // µs in Redis of the limit the pending requests were admitted under
 	inflight int
 	queued   bool
@@ -132,8 +133,15 @@ func (s *RateStore[K]) entry(key K) (*rateShard, *rateEntry) {
 // never moves back except by cancellations, so this is a lower bound of
 // the truth.
 func (e *rateEntry) estimate(p *ratePolicy, now int64) int64 {
-	return max(e.tat, now) + int64(e.pending)*p.iv
+	return max(e.tat, now) + int64(e.pending+e.sending)*p.iv
 }
+
+// unchecked is how many admissions of e this node made that Redis has not
+// yet checked: pending ones and those in calls not answered yet. The fast
+// path admits only while it is under the policy's local share, so that a
+// node never holds more than that many unchecked admissions, also while a
+// round trip is slow.
+func (e *rateEntry) unchecked() int { return e.pending + e.sending }
 
 // Reserve decides one request of key under lim cluster-wide, as
 // [rate.Store] says. A request the key's last known TAT already refuses is
@@ -177,8 +185,8 @@ func (s *RateStore[K]) reserve(ctx context.Context, key K, lim rate.Limit, mayCa
 		s.skipProbe(probe)
 		return false, time.Duration(est - now), nil
 	}
-	if e.pending >= 0 && e.pending < p.local || !mayCall {
-		if e.pending >= p.local {
+	if e.pending >= 0 && e.unchecked() < p.local || !mayCall {
+		if e.unchecked() >= p.local {
 			s.st.cached.Add(1)
 		} else {
 			s.local.Add(1)
@@ -191,6 +199,9 @@ func (s *RateStore[K]) reserve(ctx context.Context, key K, lim rate.Limit, mayCa
 	n := e.pending
 	e.pending = 0
 	e.inflight++
+	if n > 0 {
+		e.sending += n
+	}
 	name := e.name
 	sh.mu.Unlock()
 
@@ -198,6 +209,9 @@ func (s *RateStore[K]) reserve(ctx context.Context, key K, lim rate.Limit, mayCa
 
 	sh.mu.Lock()
 	e.inflight--
+	if n > 0 {
+		e.sending -= n
+	}
 	if err != nil {
 		s.addPending(e, &p, n) // they are still owed; the flush retries
 		sh.mu.Unlock()
@@ -438,6 +452,9 @@ func (s *RateStore[K]) flush(ctx context.Context) error {
 		e.queued = false
 		if e.pending != 0 {
 			calls = append(calls, call{e: e, sh: sh, n: e.pending, iv: e.interval})
+			if e.pending > 0 {
+				e.sending += e.pending
+			}
 			e.pending = 0
 			e.inflight++
 		}
@@ -470,6 +487,9 @@ func (s *RateStore[K]) flush(ctx context.Context) error {
 		now := s.now()
 		c.sh.mu.Lock()
 		c.e.inflight--
+		if c.n > 0 {
+			c.e.sending -= c.n
+		}
 		if cerr != nil {
 			p := ratePolicy{ivUS: c.iv}
 			s.addPending(c.e, &p, c.n)
@@ -496,7 +516,7 @@ func (s *RateStore[K]) sweep() {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for ks, e := range sh.m {
-			if e.pending == 0 && e.inflight == 0 && !e.queued && e.tat <= now && e.fbTat <= now {
+			if e.pending == 0 && e.sending == 0 && e.inflight == 0 && !e.queued && e.tat <= now && e.fbTat <= now {
 				delete(sh.m, ks)
 			}
 		}
