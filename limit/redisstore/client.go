@@ -55,8 +55,11 @@ type ClientOptions struct {
 
 // NewClient returns a go-redis client for opts with the options a [Store]
 // relies on: MaxRetries -1 (never retry a command: a retried acquire script
-// could count a permit twice), ContextTimeoutEnabled (honour each call's
-// deadline), and maintenance notifications off (no extra handshake). It
+// could count a permit twice), DialerRetries 1 (one dial per call, so that
+// a refused connection fails the call at once with its own error rather
+// than after the call's whole timeout), ContextTimeoutEnabled (honour each
+// call's deadline), and maintenance notifications off (no extra
+// handshake). It
 // connects lazily: a bad address or password shows up on the first call,
 // not here. It returns an error naming the field when opts is invalid or
 // PasswordFile cannot be read. The caller closes the client after the
@@ -95,6 +98,7 @@ func (o ClientOptions) universal() (*redis.UniversalOptions, error) {
 		PoolSize:              o.PoolSize,
 		DialTimeout:           dial,
 		MaxRetries:            -1,
+		DialerRetries:         1,
 		ContextTimeoutEnabled: true,
 		ClientName:            "portcullis",
 		MaintNotificationsConfig: &maintnotifications.Config{

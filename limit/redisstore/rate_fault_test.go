@@ -69,3 +69,75 @@ func TestRateLocalShareBoundUnderSlowRoundTrip(t *testing.T) {
 		t.Fatalf("admitted %d, fewer than the burst of %d", admitted.Load(), lim.Burst+1)
 	}
 }
+
+// A client that keeps to its rate through a Redis outage is not refused
+// after it. Three nodes with node_share 0.34 share a rate of 20/s (burst
+// 2); the client sends one request every 50 ms, round robin over the
+// nodes, for 0.4 s, then Redis is cut off (the proxy refuses dials) for
+// 1.5 s, then back for 1.2 s. During the outage each node admits on its own
+// third of the rate; after it, the admissions the nodes made alone must not
+// be charged as a debt that outlasts the outage. (Before the fix, the 30 or
+// so admissions of the outage were sent as 30 intervals past Redis's now,
+// and the client was refused for about as long as the outage had lasted.)
+func TestRateOutageDebtCreditsElapsedTime(t *testing.T) {
+	srv := redistest.Start(t)
+	px := redistest.NewProxy(t, srv.Addr())
+	lim := rate.Limit{Rate: rate.PerSecond(20), Burst: 2, Delay: rate.NoDelay}
+	var stores []*redisstore.RateStore[string]
+	for range 3 {
+		st, err := redisstore.NewRate[string](redisstore.RateConfig{
+			Client: newClient(t, px.Addr()), Prefix: "debt:", NodeShare: 0.34,
+			Timeout: 200 * time.Millisecond, BreakerBackoff: 100 * time.Millisecond, Logger: quiet,
+		}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		stores = append(stores, st)
+	}
+	iv := lim.Rate.Interval()
+	start := time.Now()
+	i := 0
+	// send offers requests at the client's rate until d after start and
+	// returns how many of them were refused.
+	send := func(until time.Duration) (sent, refused int) {
+		for {
+			at := start.Add(time.Duration(i) * iv)
+			if at.Sub(start) >= until {
+				return sent, refused
+			}
+			time.Sleep(time.Until(at))
+			ok, wait, err := stores[i%len(stores)].Reserve(context.Background(), "k", lim)
+			if !ok {
+				t.Logf("refused at %v by node %d: wait %v %+v", time.Since(start), i%3, wait, stores[i%3].Stats())
+			}
+			if err != nil {
+				t.Fatalf("Reserve: %v", err)
+			}
+			i++
+			sent++
+			if !ok {
+				refused++
+			}
+		}
+	}
+	if _, refused := send(400 * time.Millisecond); refused > 0 {
+		t.Fatalf("%d refused before the outage, at the client's rate", refused)
+	}
+	px.Down()
+	sent, refused := send(1900 * time.Millisecond)
+	t.Logf("outage: %d sent, %d refused by the nodes' shares %+v", sent, refused, stores[0].Stats())
+	px.Up()
+	sent, refused = send(3100 * time.Millisecond)
+	t.Logf("after the outage: %d sent, %d refused", sent, refused)
+	var fb uint64
+	for _, st := range stores {
+		fb += st.Stats().Fallbacks
+	}
+	if fb < 10 {
+		t.Fatalf("only %d fallback admissions: the outage did not happen as planned", fb)
+	}
+	if refused > 0 {
+		t.Fatalf("a client at its rate was refused %d of %d times after the outage", refused, sent)
+	}
+}
