@@ -41,6 +41,7 @@ type Server struct {
 	bin  string
 	port int
 	dir  string
+	args []string // extra redis-server arguments
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -52,14 +53,16 @@ type Server struct {
 // redis-server is on PATH, and fails t if the server does not come up.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redistest: no redis-server on PATH (CI=true, so this fails instead of skipping); %s", installHint)
-		}
-		t.Skipf("redistest: no redis-server on PATH; %s", installHint)
-	}
-	s := &Server{t: t, bin: bin, port: freePort(t), dir: t.TempDir()}
+	return StartArgs(t)
+}
+
+// StartArgs is Start with extra redis-server arguments, such as
+// "--requirepass", "secret" or "--replicaof", "127.0.0.1", "6379"; they
+// are kept for Restart.
+func StartArgs(t testing.TB, args ...string) *Server {
+	t.Helper()
+	bin := lookPath(t, "redis-server")
+	s := &Server{t: t, bin: bin, port: freePort(t), dir: t.TempDir(), args: args}
 	t.Cleanup(s.Stop)
 	if err := s.start(); err != nil {
 		t.Fatal(err)
@@ -125,6 +128,7 @@ func (s *Server) start() error {
 		"--dir", s.dir,
 		"--loglevel", "warning",
 	)
+	cmd.Args = append(cmd.Args, s.args...)
 	var log logTail
 	cmd.Stdout = &log
 	cmd.Stderr = &log
@@ -163,7 +167,7 @@ func waitReady(addr string, exit <-chan struct{}) error {
 	return fmt.Errorf("no answer to PING within %v", startWait)
 }
 
-// ping sends one inline PING and expects +PONG.
+// ping sends one inline PING and expects +PONG (or -NOAUTH).
 func ping(addr string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -181,10 +185,24 @@ func ping(addr string) error {
 	if err != nil {
 		return err
 	}
-	if !strings.HasPrefix(line, "+PONG") {
+	// A server with requirepass answers NOAUTH: it is up all the same.
+	if !strings.HasPrefix(line, "+PONG") && !strings.HasPrefix(line, "-NOAUTH") {
 		return fmt.Errorf("PING answered %q", line)
 	}
 	return nil
+}
+
+// lookPath finds bin on PATH, or skips t (fails it when CI=true).
+func lookPath(t testing.TB, bin string) string {
+	t.Helper()
+	p, err := exec.LookPath(bin)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redistest: no %s on PATH (CI=true, so this fails instead of skipping); %s", bin, installHint)
+		}
+		t.Skipf("redistest: no %s on PATH; %s", bin, installHint)
+	}
+	return p
 }
 
 // freePort asks the kernel for a free loopback port. Another process could
