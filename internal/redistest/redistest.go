@@ -42,6 +42,7 @@ type Server struct {
 	port int
 	dir  string
 	args []string // extra redis-server arguments
+	conf string   // a configuration file, the first argument; "" none
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -129,6 +130,9 @@ func (s *Server) start() error {
 		"--loglevel", "warning",
 	)
 	cmd.Args = append(cmd.Args, s.args...)
+	if s.conf != "" {
+		cmd.Args = append([]string{cmd.Args[0], s.conf}, cmd.Args[1:]...)
+	}
 	var log logTail
 	cmd.Stdout = &log
 	cmd.Stderr = &log
