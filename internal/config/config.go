@@ -117,6 +117,14 @@ type Cluster struct {
 	// invalid.
 	LocalShare float64 `yaml:"local_share"`
 
+	// ReleaseHold is how long a node keeps a permit it released (a route limit's, a client
+	// limit's, a connection cap's) counted in Redis before it sends the release, so that the
+	// same key's next request on this node takes the permit back without a round trip. It is
+	// exact (Redis still counts the permit for this node); meanwhile other nodes see the
+	// permit as held and their waiters wake up to ReleaseHold later. Zero means
+	// DefaultReleaseHold (10ms). Negative, or above lease/3, is invalid.
+	ReleaseHold time.Duration `yaml:"release_hold"`
+
 	// FlushInterval is how often a node sends Redis the rate admissions it made without
 	// asking (fast path, TryReserve, on_error open) and the delayed requests given back, in
 	// one pipeline. Zero means DefaultFlushInterval (10ms). Negative is invalid.

@@ -14,6 +14,7 @@ const (
 	DefaultLease                = 15 * time.Second
 	DefaultRedisTimeout         = 50 * time.Millisecond
 	DefaultRedisTLSTimeout      = 250 * time.Millisecond
+	DefaultReleaseHold          = 10 * time.Millisecond
 	DefaultNodeShare            = 1.0
 	DefaultMaxConnsPerClient    = 64
 	DefaultIPv6Prefix           = 64
@@ -101,6 +102,7 @@ func (c *Cluster) effective() Cluster {
 	e.OnError = orDefault(e.OnError, OnErrorOpen)
 	e.NodeShare = orDefault(e.NodeShare, DefaultNodeShare)
 	e.FlushInterval = orDefault(e.FlushInterval, DefaultFlushInterval)
+	e.ReleaseHold = orDefault(e.ReleaseHold, DefaultReleaseHold)
 	return e
 }
 

@@ -510,6 +510,8 @@ var badConfigs = []struct {
 		`portcullis.yaml:5:54: listeners[0].rate.overrides: target overrides name a.example:443 twice`},
 	{"local_share above 1", base + "cluster: {redis: {addrs: [\"a:1\"]}, local_share: 1.5}\n",
 		`portcullis.yaml:6:49: cluster.local_share: must be from 0 (every admission asks Redis) to 1 (got 1.5)`},
+	{"release_hold above lease/3", base + "cluster: {redis: {addrs: [\"a:1\"]}, lease: 3s, release_hold: 2s}\n",
+		`portcullis.yaml:6:61: cluster.release_hold: must be from 0 to lease/3 (1s) (got 2s)`},
 	{"negative flush_interval", base + "cluster: {redis: {addrs: [\"a:1\"]}, flush_interval: -1ms}\n",
 		`portcullis.yaml:6:52: cluster.flush_interval: must be 0 or more (got -1ms)`},
 	// Forward listeners, authentication and the keys that go with them.

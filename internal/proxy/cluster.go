@@ -148,15 +148,16 @@ func newStore[K comparable](c *cluster, name, logName string, keyString func(K) 
 		return nil, err
 	}
 	s, err := redisstore.New(redisstore.Config{
-		Client:    c.client,
-		Prefix:    c.cfg.Prefix + name + ":",
-		Lease:     c.cfg.Lease,
-		Timeout:   c.cfg.Timeout,
-		OnError:   policy,
-		NodeShare: c.cfg.NodeShare,
-		Logger:    c.log,
-		Name:      logName,
-		Outages:   c.outages,
+		Client:      c.client,
+		Prefix:      c.cfg.Prefix + name + ":",
+		Lease:       c.cfg.Lease,
+		Timeout:     c.cfg.Timeout,
+		OnError:     policy,
+		NodeShare:   c.cfg.NodeShare,
+		ReleaseHold: c.cfg.ReleaseHold,
+		Logger:      c.log,
+		Name:        logName,
+		Outages:     c.outages,
 	}, keyString)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: cluster store %s: %w", name, err)

@@ -57,7 +57,7 @@ func (s *Store[K]) syncLoop() {
 // in one pipeline. It uses the real clock: a fake one would hold releases
 // back until a test advanced it. It reports false when the Store closed.
 func (s *Store[K]) linger() bool {
-	t := time.NewTimer(flushLinger)
+	t := time.NewTimer(s.s.ReleaseHold)
 	defer t.Stop()
 	select {
 	case <-t.C:

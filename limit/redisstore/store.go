@@ -169,6 +169,20 @@ func (s *Store[K]) Acquire(ctx context.Context, key K, limit, local int) (bool, 
 	sh := s.shardOf(ks)
 	sh.mu.Lock()
 	e := s.entryLocked(sh, key, ks)
+	if e.pending < 0 && !e.dirty && e.held < limit && s.br.current() == BreakerClosed {
+		// A permit this node released and has not told Redis of yet:
+		// Redis still counts it for this node, so taking it again
+		// changes nothing there and needs no round trip. Exact: the
+		// cluster's count in Redis stays what it was when Redis granted
+		// it. (A heartbeat or a flush since the release set pending
+		// back to 0, so a permit Redis no longer counts is never taken
+		// so.)
+		e.held++
+		e.pending++
+		sh.mu.Unlock()
+		s.st.reused.Add(1)
+		return true, nil
+	}
 	e.inflight++
 	// Releases not yet sent ride along with the script: a busy key's
 	// releases then cost no round trip of their own.
