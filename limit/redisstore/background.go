@@ -190,6 +190,9 @@ func (s *Store[K]) applySync(calls []syncCall, entries []*entry[K]) {
 			e.dirty = true
 		} else {
 			e.others, e.seen = c.reply.others, now
+			if c.reply.mine > 0 {
+				e.renewed = now
+			}
 		}
 		s.forgetIfIdle(sh, e, now)
 		sh.mu.Unlock()
