@@ -10,6 +10,7 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -41,8 +42,9 @@ type Server struct {
 	bin  string
 	port int
 	dir  string
-	args []string // extra redis-server arguments
-	conf string   // a configuration file, the first argument; "" none
+	args []string    // extra redis-server arguments
+	conf string      // a configuration file, the first argument; "" none
+	tls  *tls.Config // TLS on the port (no plain port); nil plain TCP
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -55,6 +57,23 @@ type Server struct {
 func Start(t testing.TB) *Server {
 	t.Helper()
 	return StartArgs(t)
+}
+
+// StartTLS starts a redis-server that speaks only TLS on its port, with
+// the certificate and key in certFile and keyFile, not asking clients for
+// certificates; clientTLS is how Start checks it is up (trusting that
+// certificate).
+func StartTLS(t testing.TB, certFile, keyFile string, clientTLS *tls.Config) *Server {
+	t.Helper()
+	bin := lookPath(t, "redis-server")
+	s := &Server{t: t, bin: bin, port: freePort(t), dir: t.TempDir(), tls: clientTLS}
+	s.args = []string{"--port", "0", "--tls-port", strconv.Itoa(s.port), "--tls-cert-file", certFile,
+		"--tls-key-file", keyFile, "--tls-auth-clients", "no"}
+	t.Cleanup(s.Stop)
+	if err := s.start(); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // StartArgs is Start with extra redis-server arguments, such as
@@ -144,7 +163,7 @@ func (s *Server) start() error {
 		_ = cmd.Wait()
 		close(exit)
 	}()
-	if err := waitReady(s.Addr(), exit); err != nil {
+	if err := waitReady(s.Addr(), s.tls, exit); err != nil {
 		_ = cmd.Process.Kill()
 		<-exit
 		return fmt.Errorf("redistest: redis-server on port %d: %w; output:\n%s", s.port, err, log.String())
@@ -155,7 +174,7 @@ func (s *Server) start() error {
 
 // waitReady waits until the server answers PING, it exits, or startWait
 // passes.
-func waitReady(addr string, exit <-chan struct{}) error {
+func waitReady(addr string, tc *tls.Config, exit <-chan struct{}) error {
 	deadline := time.Now().Add(startWait)
 	for time.Now().Before(deadline) {
 		select {
@@ -163,7 +182,7 @@ func waitReady(addr string, exit <-chan struct{}) error {
 			return errors.New("server exited at start")
 		default:
 		}
-		if ping(addr) == nil {
+		if ping(addr, tc) == nil {
 			return nil
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -172,11 +191,17 @@ func waitReady(addr string, exit <-chan struct{}) error {
 }
 
 // ping sends one inline PING and expects +PONG (or -NOAUTH).
-func ping(addr string) error {
+func ping(addr string, tc *tls.Config) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
+	var c net.Conn
+	var err error
+	if tc != nil {
+		c, err = (&tls.Dialer{NetDialer: &d, Config: tc}).DialContext(ctx, "tcp", addr)
+	} else {
+		c, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return err
 	}
