@@ -97,4 +97,8 @@ type Redis struct {
 	// circuit breaker open, since OutageSince (zero when none).
 	OpenBreakers int       `json:"open_breakers"`
 	OutageSince  time.Time `json:"outage_since"`
+	// Degraded lists why some cluster limit decides without Redis now
+	// (timeout, auth, refused, error), as portcullis_cluster_degraded
+	// does; empty when every limit asks Redis.
+	Degraded []string `json:"degraded,omitempty"`
 }

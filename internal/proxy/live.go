@@ -182,6 +182,7 @@ func (c *cluster) liveRedis(ctx context.Context) *livepage.Redis {
 	}
 	r := &livepage.Redis{Addrs: c.cfg.Redis.Addrs, OnError: string(c.cfg.OnError)}
 	r.OpenBreakers, r.OutageSince = c.outages.Current()
+	r.Degraded = c.degraded()
 	ctx, cancel := context.WithTimeout(ctx, livePingTimeout)
 	defer cancel()
 	start := time.Now()

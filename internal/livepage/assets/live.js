@@ -111,6 +111,7 @@ function drawRedis(r) {
   parts.push(" · ");
   parts.push(r.open_breakers ? span("bad", r.open_breakers + " circuit breakers open") : "no circuit breaker open");
   if (r.open_breakers) parts.push(" since " + clock(r.outage_since));
+  if (r.degraded && r.degraded.length) parts.push(" · ", span("bad", "degraded (" + r.degraded.join(", ") + "): limits decide on this node by on_error"));
   parts.push(" · on_error " + r.on_error + " · " + (r.addrs || []).join(", "));
   p.replaceChildren(...parts);
 }
