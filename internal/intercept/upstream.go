@@ -275,7 +275,7 @@ func (u *Upstream) failed(w http.ResponseWriter, r *http.Request, err error) {
 	var denied *forward.DeniedError
 	switch {
 	case errors.As(err, &denied):
-		writePlain(w, http.StatusForbidden, "forbidden: destination "+denied.Addr.String()+" refused by rule \""+denied.Rule+"\"\n")
+		writePlain(w, http.StatusForbidden, "forbidden: destination "+denied.Destination()+" refused by rule \""+denied.Rule+"\"\n")
 		return
 	case r.Context().Err() != nil:
 		// The client went away or the session is ending: nobody reads this.
