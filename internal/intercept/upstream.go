@@ -93,7 +93,7 @@ type Upstream struct {
 	failures  logGate
 	certLog   hostGate
 
-	badCerts, targetFailures atomic.Uint64
+	badCerts, targetFailures, unverified atomic.Uint64
 }
 
 // NewUpstream returns the Upstream of cfg, or an error naming the first
@@ -141,6 +141,14 @@ func NewUpstream(cfg UpstreamConfig) (*Upstream, error) {
 		DisableKeepAlives:     maxIdle == 0,
 		IdleConnTimeout:       orDefault(cfg.IdleConnTimeout, 30*time.Second),
 		ExpectContinueTimeout: time.Second,
+	}
+	if cfg.InsecureSkipVerifyUpstream {
+		// Called on every handshake, verification skipped or not: each
+		// one counts as a target session nobody authenticated.
+		u.transport.TLSClientConfig.VerifyConnection = func(tls.ConnectionState) error {
+			u.unverified.Add(1)
+			return nil
+		}
 	}
 	// Upgrades (WebSocket and others) need HTTP/1.1 to the target;
 	// net/http's Transport keeps only WebSocket ones off HTTP/2, so
@@ -343,11 +351,12 @@ func (u *Upstream) Close() error {
 type UpstreamStats struct {
 	Failures        uint64 // requests answered 502 or 504 because of the target, refused certificates included
 	BadCertificates uint64 // requests answered 502 because the target's certificate was refused
+	Unverified      uint64 // TLS sessions opened with targets whose certificate was not verified (InsecureSkipVerifyUpstream)
 }
 
 // Stats returns the counts of u.
 func (u *Upstream) Stats() UpstreamStats {
-	return UpstreamStats{Failures: u.targetFailures.Load(), BadCertificates: u.badCerts.Load()}
+	return UpstreamStats{Failures: u.targetFailures.Load(), BadCertificates: u.badCerts.Load(), Unverified: u.unverified.Load()}
 }
 
 // hostGate lets at most one line per host through per period. It keeps at

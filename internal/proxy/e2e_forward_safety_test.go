@@ -206,3 +206,32 @@ listeners:
 		})
 	}
 }
+
+// An interception with insecure_skip_verify_upstream counts every TLS
+// session it opens with a target in
+// portcullis_intercept_upstream_unverified_sessions_total and in the
+// snapshot; a verifying one counts none.
+func TestInterceptUnverifiedSessionsCounted(t *testing.T) {
+	for _, tc := range []struct {
+		name, upstream string
+		want           float64
+	}{
+		{"insecure", `{insecure_skip_verify_upstream: true}`, 1},
+		{"verified", `{ca_file: "{{origin_ca}}"}`, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			text := strings.Replace(interceptAuthed, `upstream: {ca_file: "{{origin_ca}}"}`, "upstream: "+tc.upstream, 1)
+			d := startIntercept(t, text, "")
+			c := d.icClient("alice", "alice-pw", "127.0.0.2", d.ca.pool, false)
+			if st, body, _ := get(t, c, d.targetURL("/")); st != http.StatusOK {
+				t.Fatalf("GET: %d %q", st, body)
+			}
+			if got := d.metric(`portcullis_intercept_upstream_unverified_sessions_total{listener="egress"}`); got != tc.want {
+				t.Errorf("unverified sessions metric %v, want %v", got, tc.want)
+			}
+			if got := d.intercepted().Unverified; float64(got) != tc.want {
+				t.Errorf("snapshot upstream_unverified_sessions %d, want %v", got, tc.want)
+			}
+		})
+	}
+}

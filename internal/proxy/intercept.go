@@ -161,6 +161,11 @@ func (b *tableBuilder) interceptLeaves(st *interceptState, ic *config.Intercept,
 	if err != nil {
 		return fmt.Errorf("read CA key: %w", err)
 	}
+	if !ic.AllowReadableCAKey {
+		if err := intercept.CheckKeyFile(ic.CAKey); err != nil {
+			return err
+		}
+	}
 	ca, err := intercept.ParseCA(certPEM, keyPEM)
 	if err != nil {
 		return fmt.Errorf("CA %s (key %s): %w", ic.CACert, ic.CAKey, err)
@@ -361,6 +366,7 @@ type InterceptSnapshot struct {
 	LeafErrors        uint64 `json:"leaf_errors"`
 	UpstreamFailures  uint64 `json:"upstream_failures"`
 	BadCertificates   uint64 `json:"upstream_bad_certificates"`
+	Unverified        uint64 `json:"upstream_unverified_sessions"`
 }
 
 func interceptSnapshot(t *routeTable) *InterceptSnapshot {
@@ -373,6 +379,6 @@ func interceptSnapshot(t *routeTable) *InterceptSnapshot {
 		SessionsOpen: s.Open, Sessions: s.Sessions, Connects: s.Connects, Tunnelled: s.Tunnelled,
 		HandshakeFailures: s.HandshakeFailures, NotTLS: s.NotTLS, Requests: s.Requests, Misdirected: s.Misdirected,
 		LeavesMinted: s.Leaves.Minted, LeavesCached: s.Leaves.Cached, LeafCacheHits: s.Leaves.Hits, LeafErrors: s.Leaves.Errors,
-		UpstreamFailures: u.Failures, BadCertificates: u.BadCertificates,
+		UpstreamFailures: u.Failures, BadCertificates: u.BadCertificates, Unverified: u.Unverified,
 	}
 }
