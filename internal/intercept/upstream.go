@@ -141,6 +141,11 @@ func NewUpstream(cfg UpstreamConfig) (*Upstream, error) {
 		DisableKeepAlives:     maxIdle == 0,
 		IdleConnTimeout:       orDefault(cfg.IdleConnTimeout, 30*time.Second),
 		ExpectContinueTimeout: time.Second,
+		// The client's Accept-Encoding goes to the target as it was sent
+		// (none stays none), and the target's bytes come back as they
+		// were: no gzip asked for behind the client's back, nothing
+		// decompressed.
+		DisableCompression: true,
 	}
 	if cfg.InsecureSkipVerifyUpstream {
 		// Called on every handshake, verification skipped or not: each
@@ -262,6 +267,9 @@ func (u *Upstream) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 	pr.Out.Host = hostHeader(t)
 	pr.Out.Header["Via"] = append(pr.Out.Header["Via"], u.via)
+	// Rewrite drops the X-Forwarded-* and Forwarded fields a client sent;
+	// X-Real-IP is one more claim of the client about itself.
+	delete(pr.Out.Header, "X-Real-Ip")
 }
 
 // hostHeader is t without the port when it is 443, as clients write it.
