@@ -63,6 +63,13 @@ type UpstreamConfig struct {
 	// means none.
 	MaxIdleConnsPerTarget int
 
+	// MaxIdleConns caps the idle target connections kept over every
+	// target together, HTTP/2 ones included: when more are idle, those
+	// idle longest are closed. So the connections an Upstream holds are
+	// at most the requests in progress plus MaxIdleConns. Zero means
+	// forward.DefaultMaxIdleConns (1024); negative is invalid.
+	MaxIdleConns int
+
 	// IdleConnTimeout is how long an idle target connection is kept. Zero
 	// means 30 s; negative means until the target closes it.
 	IdleConnTimeout time.Duration
@@ -85,6 +92,7 @@ type UpstreamConfig struct {
 // only requests an [Interceptor] prepared (their context names the
 // target); others get 400. It is safe for concurrent use.
 type Upstream struct {
+	pool      *connPool
 	rp        *httputil.ReverseProxy
 	transport *http.Transport
 	h1        *http.Transport // for upgrades: HTTP/1.1 only
@@ -101,6 +109,9 @@ type Upstream struct {
 func NewUpstream(cfg UpstreamConfig) (*Upstream, error) {
 	if cfg.Via != "" && !isToken(cfg.Via) {
 		return nil, fmt.Errorf("intercept: UpstreamConfig.Via must be a token (got %q)", cfg.Via)
+	}
+	if cfg.MaxIdleConns < 0 {
+		return nil, fmt.Errorf("intercept: UpstreamConfig.MaxIdleConns must not be negative (got %d)", cfg.MaxIdleConns)
 	}
 	d := cfg.Dialer
 	if d == nil {
@@ -127,8 +138,14 @@ func NewUpstream(cfg UpstreamConfig) (*Upstream, error) {
 	case maxIdle < 0:
 		maxIdle = 0
 	}
+	maxAll := cfg.MaxIdleConns
+	if maxAll == 0 {
+		maxAll = forward.DefaultMaxIdleConns
+	}
+	u.pool = newConnPool(d.DialContext, maxAll, maxIdle)
 	u.transport = &http.Transport{
-		DialContext: d.DialContext,
+		DialContext:  u.pool.DialContext,
+		MaxIdleConns: maxAll,
 		TLSClientConfig: &tls.Config{
 			RootCAs:            cfg.RootCAs,
 			InsecureSkipVerify: cfg.InsecureSkipVerifyUpstream,
@@ -251,10 +268,14 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 
 func (u *Upstream) roundTrip(r *http.Request) (*http.Response, error) {
 	if r.Header.Get("Upgrade") != "" {
-		return u.h1.RoundTrip(r)
+		return u.pool.roundTrip(u.h1, r)
 	}
-	return u.transport.RoundTrip(r)
+	return u.pool.roundTrip(u.transport, r)
 }
+
+// TargetConns returns the target connections the Upstream holds open now,
+// busy and idle.
+func (u *Upstream) TargetConns() int { return u.pool.Open() }
 
 // rewrite points the outbound request at the session's target.
 func (u *Upstream) rewrite(pr *httputil.ProxyRequest) {

@@ -57,6 +57,7 @@ type upstreamKey struct {
 	cfg      config.InterceptUpstream
 	via      string
 	maxIdle  int
+	maxAll   int
 	idleConn time.Duration
 }
 
@@ -189,7 +190,7 @@ func (b *tableBuilder) interceptLeaves(st *interceptState, ic *config.Intercept,
 // a new one.
 func (b *tableBuilder) interceptUpstream(st *interceptState, ic *config.Intercept, p *forward.Proxy, old *interceptState) error {
 	fw := b.lc.Forward
-	st.upKey = upstreamKey{proxy: p, cfg: ic.Upstream, via: fw.Via, maxIdle: fw.MaxIdleConnsPerTarget, idleConn: fw.IdleConnTimeout}
+	st.upKey = upstreamKey{proxy: p, cfg: ic.Upstream, via: fw.Via, maxIdle: fw.MaxIdleConnsPerTarget, maxAll: fw.MaxIdleConns, idleConn: fw.IdleConnTimeout}
 	var roots []byte
 	if f := ic.Upstream.CAFile; f != "" {
 		var err error
@@ -207,6 +208,7 @@ func (b *tableBuilder) interceptUpstream(st *interceptState, ic *config.Intercep
 		InsecureSkipVerifyUpstream: ic.Upstream.InsecureSkipVerifyUpstream,
 		UpstreamTimeout:            ic.Upstream.Timeout,
 		MaxIdleConnsPerTarget:      fw.MaxIdleConnsPerTarget,
+		MaxIdleConns:               fw.MaxIdleConns,
 		IdleConnTimeout:            fw.IdleConnTimeout,
 		Via:                        fw.Via,
 		Logger:                     b.deps.log.With("listener", b.lc.Name),
