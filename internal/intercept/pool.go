@@ -157,8 +157,19 @@ func (p *connPool) Open() int {
 func (p *connPool) roundTrip(rt http.RoundTripper, req *http.Request) (*http.Response, error) {
 	var mu sync.Mutex
 	var got []*poolConn
+	var tap *tapConn
 	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
 		c := info.Conn
+		if t, ok := c.(*tapConn); ok {
+			t.arm()
+			mu.Lock()
+			if tap != nil && tap != t {
+				tap.disarm()
+			}
+			tap = t
+			mu.Unlock()
+			c = t.Conn
+		}
 		if tc, ok := c.(*tls.Conn); ok {
 			c = tc.NetConn()
 		}
@@ -173,7 +184,16 @@ func (p *connPool) roundTrip(rt http.RoundTripper, req *http.Request) (*http.Res
 	mu.Lock()
 	conns := got
 	got = nil
+	t := tap
 	mu.Unlock()
+	if t != nil {
+		b := t.disarm()
+		if resp != nil && resp.Close {
+			for _, name := range finalCloseNamed(b) {
+				delete(resp.Header, name)
+			}
+		}
+	}
 	done := func() {
 		for _, c := range conns {
 			p.release(c)

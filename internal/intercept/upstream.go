@@ -1,12 +1,14 @@
 package intercept
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"os"
@@ -179,6 +181,9 @@ func NewUpstream(cfg UpstreamConfig) (*Upstream, error) {
 	u.h1.ForceAttemptHTTP2 = false
 	u.h1.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
 	u.h1.TLSClientConfig.NextProtos = []string{"http/1.1"}
+	handshake := orDefault(cfg.TLSHandshakeTimeout, DefaultTLSHandshakeTimeout)
+	u.transport.DialTLSContext = u.dialTLS(u.transport.TLSClientConfig, []string{"h2", "http/1.1"}, handshake)
+	u.h1.DialTLSContext = u.dialTLS(u.h1.TLSClientConfig, []string{"http/1.1"}, handshake)
 	u.rp = &httputil.ReverseProxy{
 		Rewrite:        u.rewrite,
 		Transport:      roundTripFunc(u.roundTrip),
@@ -271,6 +276,39 @@ func (u *Upstream) roundTrip(r *http.Request) (*http.Response, error) {
 		return u.pool.roundTrip(u.h1, r)
 	}
 	return u.pool.roundTrip(u.transport, r)
+}
+
+// dialTLS returns the TLS dialer of a Transport: it dials through the
+// pool and shakes hands with conf for the target's name, offering protos.
+// A connection that agreed on HTTP/2 is returned as the *tls.Conn, which
+// the Transport hands to its HTTP/2 client; one that speaks HTTP/1.1 is
+// returned inside a tapConn, which records each response's head so that
+// the fields a Connection field saying "close" names are dropped (net/http
+// drops that Connection field whole, see tap.go).
+func (u *Upstream) dialTLS(conf *tls.Config, protos []string, timeout time.Duration) func(context.Context, string, string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		raw, err := u.pool.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		host, _, _ := net.SplitHostPort(addr)
+		c := conf.Clone()
+		c.ServerName, c.NextProtos = host, protos
+		tc := tls.Client(raw, c)
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		if err := tc.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		if tc.ConnectionState().NegotiatedProtocol == "h2" {
+			return tc, nil
+		}
+		return &tapConn{Conn: tc}, nil
+	}
 }
 
 // TargetConns returns the target connections the Upstream holds open now,
