@@ -56,7 +56,6 @@ func (c *tapConn) disarm() []byte {
 // This file is internal/upstream's tap.go for the interception's HTTP/1.1
 // target connections, which are TLS: the tap sits above TLS.
 
-
 // finalCloseNamed returns what closeNamed returns for the final response
 // head in b, the 1xx heads before it skipped.
 func finalCloseNamed(b []byte) []string {
