@@ -10,6 +10,9 @@ import (
 	"golang.org/x/net/http/httpguts"
 )
 
+// This file is internal/upstream's tap, for the interception's HTTP/1.1
+// target connections, which are TLS: here the tap sits above TLS.
+
 // maxTap bounds the response bytes a tapConn records per exchange: a head
 // longer than that has its Connection field read only if it comes first.
 const maxTap = 64 << 10
@@ -52,9 +55,6 @@ func (c *tapConn) disarm() []byte {
 	c.buf = nil
 	return b
 }
-
-// This file is internal/upstream's tap.go for the interception's HTTP/1.1
-// target connections, which are TLS: the tap sits above TLS.
 
 // finalCloseNamed returns what closeNamed returns for the final response
 // head in b, the 1xx heads before it skipped.
