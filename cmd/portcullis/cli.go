@@ -30,7 +30,7 @@ Usage:
                  [--max-concurrent-per-client N] [--max-rate-per-client "10r/s burst=20"]
                  [--trusted-proxy CIDR ...] [--admin ADDR [--admin-token-file FILE]]
   portcullis run --forward --listen ADDR [--max-concurrent-per-client N]
-                 [--htpasswd FILE] [--forward-allow CIDR ...] [--intercept-ca DIR]
+                 [--htpasswd FILE] [--forward-allow CIDR ...] [--forward-connect-port PORT ...] [--intercept-ca DIR]
                  [--admin ADDR [--admin-token-file FILE]]
   portcullis check --config FILE [--connect]
   portcullis ca create --out DIR [--permit-domain NAME ...]
@@ -170,6 +170,9 @@ func (e env) checkCmd(args []string) int {
 		return exitFailure
 	}
 	fmt.Fprintf(e.stdout, "# %s is valid; the effective configuration, defaults filled in:\n", *file)
+	for _, w := range cfg.Effective().Warnings() {
+		fmt.Fprintf(e.stdout, "# WARNING: %s\n", w)
+	}
 	_, _ = e.stdout.Write(out)
 	if *connect {
 		what, err := proxy.CheckCluster(cfg)

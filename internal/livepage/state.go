@@ -58,6 +58,9 @@ type Listener struct {
 	// Limits are the listener's request limits: its per-client limit, its
 	// routes' limits and rates, its forward limits.
 	Limits []Row `json:"limits"`
+	// Warnings are the unsafe settings of the listener, each naming the
+	// setting ("forward.allow_public_clients: ..."). Nil means none.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Key is one busy client key.

@@ -60,6 +60,9 @@ func liveListener(f *front) (livepage.Listener, []livepage.Key) {
 		Addr:     f.addr().String(),
 		Limits:   []livepage.Row{},
 	}
+	for _, w := range f.cfg.Warnings() {
+		ll.Warnings = append(ll.Warnings, w.Setting+": "+w.Message)
+	}
 	var keys []livepage.Key
 	for _, k := range f.busyClients(liveTop) {
 		keys = append(keys, livepage.Key{Where: name + " connections", Key: k.Key, InUse: k.InUse, Waiting: k.Waiting, Refused: k.Refused})

@@ -57,6 +57,12 @@ function drawListeners(ls) {
     const small = document.createElement("small");
     small.textContent = l.protocol + " " + l.addr;
     name.appendChild(small);
+    for (const w of l.warnings || []) {
+      const warn = document.createElement("small");
+      warn.className = "warn";
+      warn.textContent = " ⚠ " + w;
+      name.appendChild(warn);
+    }
     cell(tr, l.limit, "bound");
     countCells(tr, l);
     rows.push(tr);
