@@ -30,9 +30,9 @@ Usage:
                  [--max-concurrent-per-client N] [--max-rate-per-client "10r/s burst=20"]
                  [--trusted-proxy CIDR ...] [--admin ADDR [--admin-token-file FILE]]
   portcullis run --forward --listen ADDR [--max-concurrent-per-client N]
-                 [--htpasswd FILE] [--forward-allow CIDR ...] [--intercept-ca DIR]
+                 [--htpasswd FILE] [--forward-allow CIDR ...] [--forward-connect-port PORT ...] [--intercept-ca DIR]
                  [--admin ADDR [--admin-token-file FILE]]
-  portcullis check --config FILE
+  portcullis check --config FILE [--connect]
   portcullis ca create --out DIR [--permit-domain NAME ...]
   portcullis demo [--attack]
   portcullis siege [flags]
@@ -149,8 +149,9 @@ func (s *stringList) Set(v string) error {
 }
 
 func (e env) checkCmd(args []string) int {
-	fs := newFlagSet("check", "check --config FILE")
+	fs := newFlagSet("check", "check --config FILE [--connect]")
 	file := fs.String("config", "", "the YAML configuration `file` to check (required)")
+	connect := fs.Bool("connect", false, "also connect to the cluster's Redis as the daemon would at start (PING, scripts loaded) and fail if it cannot")
 	if code := e.parseFlags(fs, args); code >= 0 {
 		return code
 	}
@@ -169,6 +170,21 @@ func (e env) checkCmd(args []string) int {
 		return exitFailure
 	}
 	fmt.Fprintf(e.stdout, "# %s is valid; the effective configuration, defaults filled in:\n", *file)
+	for _, w := range cfg.Effective().Warnings() {
+		fmt.Fprintf(e.stdout, "# WARNING: %s\n", w)
+	}
 	_, _ = e.stdout.Write(out)
+	if *connect {
+		what, err := proxy.CheckCluster(cfg)
+		switch {
+		case err != nil:
+			fmt.Fprintf(e.stderr, "portcullis check --connect: %v\n", err)
+			return exitFailure
+		case what == "":
+			fmt.Fprintln(e.stdout, "# --connect: no cluster block, nothing to connect to")
+		default:
+			fmt.Fprintf(e.stdout, "# --connect: %s\n", what)
+		}
+	}
 	return exitOK
 }

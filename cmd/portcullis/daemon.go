@@ -27,7 +27,8 @@ const runSynopsis = `run --config FILE [--max-concurrent-per-client N]
                       [--admin ADDR [--admin-token-file FILE]]
                       [--access-log=false] [--log-format text|json]
        portcullis run --forward --listen ADDR [--max-concurrent-per-client N] [--htpasswd FILE]
-                      [--forward-allow CIDR ...] [--intercept-ca DIR] [--max-conns-per-client N]
+                      [--forward-allow CIDR ...] [--forward-connect-port PORT|RANGE ...]
+                      [--intercept-ca DIR] [--max-conns-per-client N]
                       [--trusted-proxy CIDR ...] [--max-rate-per-client LIMIT]
                       [--max-conn-rate-per-client LIMIT] [--deny-file FILE] [--allow-file FILE]
                       [--admin ADDR [--admin-token-file FILE]] [--access-log=false] [--log-format text|json]
@@ -55,6 +56,7 @@ type runFlags struct {
 	forward       bool
 	htpasswd      string
 	forwardAllow  stringList
+	connectPorts  stringList
 	interceptCA   string
 	adminToken    string
 	denyFile      string
@@ -81,6 +83,7 @@ func (e env) runCmd(args []string) int {
 	fs.BoolVar(&f.forward, "forward", false, "serve a forward proxy on --listen (clients send absolute-form requests and CONNECT), instead of a reverse proxy to --upstream")
 	fs.StringVar(&f.htpasswd, "htpasswd", "", "with --forward: require proxy authentication (407) against this htpasswd `file` of bcrypt hashes, read again on SIGHUP")
 	fs.Var(&f.forwardAllow, "forward-allow", "with --forward: let this private or loopback `CIDR` through the destination policy; repeatable")
+	fs.Var(&f.connectPorts, "forward-connect-port", "with --forward: let CONNECT reach this `port` or range (such as 8443 or 1-65535) besides 443, the default; repeatable")
 	fs.StringVar(&f.interceptCA, "intercept-ca", "", "with --forward: intercept the TLS inside every CONNECT with the CA in this `directory` (ca.pem and ca-key.pem, as `portcullis ca create --out DIR` writes them), counting the requests inside one by one; read again on SIGHUP")
 	fs.StringVar(&f.adminToken, "admin-token-file", "", "require the bearer token in this `file` for every admin endpoint but /healthz and /readyz")
 	fs.BoolVar(&f.accessLog, "access-log", true, "log one line per exchange and per TCP connection (--access-log=false: none)")
@@ -92,7 +95,7 @@ func (e env) runCmd(args []string) int {
 		logFlags := false // the config file's log section says these
 		fs.Visit(func(fl *flag.Flag) { logFlags = logFlags || fl.Name == "access-log" || fl.Name == "log-format" })
 		if f.listen != "" || len(f.upstreams) > 0 || f.maxConns != 0 || f.synFilter || len(f.trusted) > 0 || f.admin != "" || f.adminToken != "" ||
-			f.forward || f.htpasswd != "" || len(f.forwardAllow) > 0 || f.interceptCA != "" || f.maxRate != "" || f.maxConnRate != "" ||
+			f.forward || f.htpasswd != "" || len(f.forwardAllow) > 0 || len(f.connectPorts) > 0 || f.interceptCA != "" || f.maxRate != "" || f.maxConnRate != "" ||
 			f.denyFile != "" || f.allowFile != "" || logFlags {
 			fmt.Fprintln(e.stderr, "portcullis run: --config excludes every flag but --max-concurrent-per-client (the file's log section sets the log)")
 			return exitUsage
@@ -136,8 +139,8 @@ func (f *runFlags) config() (*config.Config, error) {
 		return nil, errors.New("--forward needs --listen")
 	case f.forward && len(f.upstreams) > 0:
 		return nil, errors.New("--forward excludes --upstream: a forward proxy reaches the target each request names")
-	case !f.forward && (f.htpasswd != "" || len(f.forwardAllow) > 0 || f.interceptCA != ""):
-		return nil, errors.New("--htpasswd, --forward-allow and --intercept-ca need --forward")
+	case !f.forward && (f.htpasswd != "" || len(f.forwardAllow) > 0 || len(f.connectPorts) > 0 || f.interceptCA != ""):
+		return nil, errors.New("--htpasswd, --forward-allow, --forward-connect-port and --intercept-ca need --forward")
 	case !f.forward && (f.listen == "" || len(f.upstreams) == 0):
 		return nil, errors.New("give --config FILE, or --listen and --upstream, or --forward and --listen")
 	}
@@ -165,6 +168,19 @@ func (f *runFlags) config() (*config.Config, error) {
 				return nil, err
 			}
 			ln.Forward.Destinations.Allow = append(ln.Forward.Destinations.Allow, p)
+		}
+		if len(f.connectPorts) > 0 {
+			// 443 stays: the flag adds to the default, as the help says.
+			ln.Forward.ConnectPorts = []string{"443"}
+			for _, s := range f.connectPorts {
+				r, err := config.ParsePortRange(s)
+				if err != nil {
+					return nil, fmt.Errorf("--forward-connect-port %q: %w", s, err)
+				}
+				if r.String() != "443" {
+					ln.Forward.ConnectPorts = append(ln.Forward.ConnectPorts, r.String())
+				}
+			}
 		}
 		if f.htpasswd != "" {
 			abs, err := filepath.Abs(f.htpasswd)

@@ -41,7 +41,7 @@ func TestRunForwardIntercept(t *testing.T) {
 
 	sig := &signals{}
 	srv, code := startRun(t, []string{"run", "--forward", "--listen", "127.0.0.1:0", "--intercept-ca", dir,
-		"--forward-allow", "127.0.0.0/8", "--max-concurrent-per-client", "1"}, sig, io.Discard)
+		"--forward-allow", "127.0.0.0/8", "--forward-connect-port", "1024-65535", "--max-concurrent-per-client", "1"}, sig, io.Discard)
 	c := &http.Client{Timeout: waitLimit, Transport: &http.Transport{
 		Proxy:           http.ProxyURL(&url.URL{Scheme: "http", Host: srv.Addr("forward").String()}),
 		TLSClientConfig: &tls.Config{RootCAs: pool},

@@ -87,8 +87,9 @@ type Cluster struct {
 	// below 1s are invalid.
 	Lease time.Duration `yaml:"lease"`
 
-	// Timeout bounds each Redis call. Zero means DefaultRedisTimeout (50ms). It must be
-	// shorter than Lease. Negative is invalid.
+	// Timeout bounds each Redis call. Zero means DefaultRedisTimeout (50ms), or
+	// DefaultRedisTLSTimeout (250ms) with Redis.TLS enabled, where a new connection's
+	// handshake must fit in it too. It must be shorter than Lease. Negative is invalid.
 	Timeout time.Duration `yaml:"timeout"`
 
 	// OnError says what a node does while Redis fails or is too slow. Empty means OnErrorOpen.
@@ -116,6 +117,14 @@ type Cluster struct {
 	// invalid.
 	LocalShare float64 `yaml:"local_share"`
 
+	// ReleaseHold is how long a node keeps a permit it released (a route limit's, a client
+	// limit's, a connection cap's) counted in Redis before it sends the release, so that the
+	// same key's next request on this node takes the permit back without a round trip. It is
+	// exact (Redis still counts the permit for this node); meanwhile other nodes see the
+	// permit as held and their waiters wake up to ReleaseHold later. Zero means
+	// DefaultReleaseHold (10ms). Negative, or above lease/3, is invalid.
+	ReleaseHold time.Duration `yaml:"release_hold"`
+
 	// FlushInterval is how often a node sends Redis the rate admissions it made without
 	// asking (fast path, TryReserve, on_error open) and the delayed requests given back, in
 	// one pipeline. Zero means DefaultFlushInterval (10ms). Negative is invalid.
@@ -125,8 +134,23 @@ type Cluster struct {
 // Redis is how the daemon connects to Redis.
 type Redis struct {
 	// Addrs are host:port addresses. One address means a single Redis server; several mean
-	// the seed nodes of a Redis Cluster. At least one is required; no duplicates.
+	// the seed nodes of a Redis Cluster. Exactly one of Addrs and SentinelAddrs is
+	// required; no duplicates.
 	Addrs []string `yaml:"addrs"`
+
+	// SentinelAddrs are the host:port addresses of Redis Sentinels, which tell the daemon
+	// which server is the master named MasterName and which one replaced it after a
+	// failover. Empty means no Sentinel (then Addrs is required); no duplicates.
+	SentinelAddrs []string `yaml:"sentinel_addrs"`
+
+	// MasterName is the name of the master the Sentinels watch. Required with
+	// SentinelAddrs, invalid without. Empty means no Sentinel.
+	MasterName string `yaml:"master_name"`
+
+	// SentinelPasswordFile is a file holding the Sentinels' own password (requirepass of
+	// the Sentinels; one trailing newline is ignored). Only with SentinelAddrs. Empty means
+	// the Sentinels need no password; it must be readable and non-empty at Validate time.
+	SentinelPasswordFile string `yaml:"sentinel_password_file"`
 
 	// Username is the Redis ACL user. Empty means the default user.
 	Username string `yaml:"username"`

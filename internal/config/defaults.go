@@ -13,6 +13,8 @@ const (
 	DefaultRedisPrefix          = "portcullis:"
 	DefaultLease                = 15 * time.Second
 	DefaultRedisTimeout         = 50 * time.Millisecond
+	DefaultRedisTLSTimeout      = 250 * time.Millisecond
+	DefaultReleaseHold          = 10 * time.Millisecond
 	DefaultNodeShare            = 1.0
 	DefaultMaxConnsPerClient    = 64
 	DefaultIPv6Prefix           = 64
@@ -81,15 +83,26 @@ func (c *Config) Effective() *Config {
 	return e
 }
 
+// defaultTimeout is the Timeout that zero means: longer with TLS, whose
+// handshake a call on a new connection must fit in too.
+func (c *Cluster) defaultTimeout() time.Duration {
+	if c.Redis.TLS.Enabled {
+		return DefaultRedisTLSTimeout
+	}
+	return DefaultRedisTimeout
+}
+
 func (c *Cluster) effective() Cluster {
 	e := *c
 	e.Redis.Addrs = slices.Clone(c.Redis.Addrs)
+	e.Redis.SentinelAddrs = slices.Clone(c.Redis.SentinelAddrs)
 	e.Prefix = orDefault(e.Prefix, DefaultRedisPrefix)
 	e.Lease = orDefault(e.Lease, DefaultLease)
-	e.Timeout = orDefault(e.Timeout, DefaultRedisTimeout)
+	e.Timeout = orDefault(e.Timeout, c.defaultTimeout())
 	e.OnError = orDefault(e.OnError, OnErrorOpen)
 	e.NodeShare = orDefault(e.NodeShare, DefaultNodeShare)
 	e.FlushInterval = orDefault(e.FlushInterval, DefaultFlushInterval)
+	e.ReleaseHold = orDefault(e.ReleaseHold, DefaultReleaseHold)
 	return e
 }
 

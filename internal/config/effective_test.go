@@ -200,6 +200,7 @@ func TestEffectiveForwardDefaults(t *testing.T) {
 		MaxIdleConnsPerTarget: 16,
 		MaxIdleConns:          1024,
 		IdleConnTimeout:       30 * time.Second,
+		ConnectPorts:          []string{"443"},
 		Via:                   "portcullis",
 	}
 	checks := []struct {

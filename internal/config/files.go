@@ -61,17 +61,26 @@ func readCertPool(file string) (*x509.CertPool, error) {
 // Password reads PasswordFile: its content without one trailing newline ("\n" or "\r\n").
 // It returns "" and no error when PasswordFile is empty, and an error when the file cannot
 // be read or is empty.
-func (r Redis) Password() (string, error) {
-	if r.PasswordFile == "" {
+func (r Redis) Password() (string, error) { return readRedisSecret(r.PasswordFile, "redis password") }
+
+// SentinelPassword returns the content of SentinelPasswordFile without its
+// trailing newline, "" when it is not set, or an error when it cannot be
+// read or is empty.
+func (r Redis) SentinelPassword() (string, error) {
+	return readRedisSecret(r.SentinelPasswordFile, "redis sentinel password")
+}
+
+func readRedisSecret(file, what string) (string, error) {
+	if file == "" {
 		return "", nil
 	}
-	b, err := os.ReadFile(r.PasswordFile)
+	b, err := os.ReadFile(file)
 	if err != nil {
-		return "", fmt.Errorf("config: redis password: %w", err)
+		return "", fmt.Errorf("config: %s: %w", what, err)
 	}
 	pw := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
 	if pw == "" {
-		return "", fmt.Errorf("config: redis password file %s is empty", r.PasswordFile)
+		return "", fmt.Errorf("config: %s file %s is empty", what, file)
 	}
 	return pw, nil
 }

@@ -56,6 +56,10 @@ const (
 // left out: HTTP, HTTPS and every unprivileged port.
 var DefaultPorts = []string{"80", "443", "1024-65535"}
 
+// DefaultConnectPorts are the ports a forward listener's CONNECTs may reach when
+// connect_ports is left out: HTTPS only.
+var DefaultConnectPorts = []string{"443"}
+
 // Auth is HTTP Basic authentication against an htpasswd file of bcrypt hashes, checked
 // before any limit counts a request.
 type Auth struct {
@@ -140,6 +144,21 @@ type Forward struct {
 	// DefaultTargetIdleTimeout (30s). Negative is invalid.
 	IdleConnTimeout time.Duration `yaml:"idle_conn_timeout"`
 
+	// AllowPublicClients serves clients from any address when the listener has neither
+	// auth nor allow_file. False (the default) serves, in that case, clients on loopback,
+	// private (10/8, 172.16/12, 192.168/16, fc00::/7), shared (100.64/10) and link-local
+	// networks only, and answers others 403, so that a proxy bound to a public address
+	// is not an open relay by accident (Squid ships allowing localnet only). With auth or
+	// allow_file it changes nothing: they decide who may use the proxy.
+	AllowPublicClients bool `yaml:"allow_public_clients"`
+
+	// ConnectPorts lists the target ports a CONNECT may open a tunnel to: a port (443) or
+	// a range ("8000-8999"), within 1 to 65535, as Squid's SSL_ports. A tunnel carries any
+	// protocol, so the default keeps it to HTTPS; absolute-form requests follow
+	// destinations.ports instead. Nil means DefaultConnectPorts ("443"); an empty list
+	// refuses every CONNECT.
+	ConnectPorts []string `yaml:"connect_ports"`
+
 	// Via is the pseudonym the proxy adds to the Via header of what it forwards ("1.1
 	// portcullis"); a request whose Via already holds it looped back and gets 508. Give
 	// each proxy of a chain its own. Empty means DefaultVia ("portcullis"). It must be an
@@ -171,8 +190,9 @@ type Destinations struct {
 	// ::/0 with a few Allow entries makes an allowlist.
 	Deny []netip.Prefix `yaml:"deny"`
 
-	// Ports lists the target ports allowed, for CONNECT and absolute-form requests alike:
-	// "443" or a range "1024-65535", within 1 to 65535. Nil means DefaultPorts ("80",
+	// Ports lists the target ports absolute-form requests (GET http://host:port/) may use,
+	// as Squid's Safe_ports: "443" or a range "1024-65535", within 1 to 65535. CONNECT
+	// follows the forward block's connect_ports instead. Nil means DefaultPorts ("80",
 	// "443", "1024-65535").
 	Ports []string `yaml:"ports"`
 }
@@ -232,6 +252,10 @@ func (f *Forward) effective() *Forward {
 	if e.Destinations.Ports == nil {
 		e.Destinations.Ports = slices.Clone(DefaultPorts)
 	}
+	e.ConnectPorts = slices.Clone(f.ConnectPorts)
+	if e.ConnectPorts == nil {
+		e.ConnectPorts = slices.Clone(DefaultConnectPorts)
+	}
 	e.DialTimeout = orDefault(e.DialTimeout, DefaultDialTimeout)
 	e.UpstreamTimeout = orDefault(e.UpstreamTimeout, DefaultUpstreamTimeout)
 	e.TunnelIdleTimeout = orDefault(e.TunnelIdleTimeout, DefaultTunnelIdleTimeout)
@@ -251,6 +275,20 @@ func (f *Forward) effective() *Forward {
 		e.Intercept = f.Intercept.effective(&e)
 	}
 	return &e
+}
+
+// IsLocalClientsOnly reports whether l is a forward listener that serves loopback and
+// private client addresses only: it has no auth, no allow_file and no
+// forward.allow_public_clients.
+func (l *Listener) IsLocalClientsOnly() bool {
+	return l.IsForward() && l.Auth == nil && l.AllowFile == "" && (l.Forward == nil || !l.Forward.AllowPublicClients)
+}
+
+// IsOpenRelay reports whether l is a forward listener that serves any client without
+// authentication or an allow list: forward.allow_public_clients with neither auth nor
+// allow_file.
+func (l *Listener) IsOpenRelay() bool {
+	return l.IsForward() && l.Auth == nil && l.AllowFile == "" && l.Forward != nil && l.Forward.AllowPublicClients
 }
 
 // countTunnelsByDefault spells out count_tunnels for a limit of a forward listener.

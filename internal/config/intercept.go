@@ -31,6 +31,13 @@ type Intercept struct {
 	// 2048 bits. It may be the same file as CACert. Required.
 	CAKey string `yaml:"ca_key"`
 
+	// AllowReadableCAKey loads CAKey even when its group or others may read it. False (the
+	// default) refuses such a key, at validation and at every reload, naming the file and
+	// its mode, as ssh refuses a private key others can read: whoever reads it can mint
+	// certificates every client of the proxy trusts. For keys whose mode the operator
+	// cannot choose (a mounted secret), with the directory protecting them instead.
+	AllowReadableCAKey bool `yaml:"allow_readable_ca_key"`
+
 	// Intercept lists the targets to intercept: host names ("example.com"), every name
 	// under a domain ("*.example.com"), IP addresses and networks ("10.0.0.0/8"), without
 	// ports. Nil means every target that Bypass does not name.

@@ -187,6 +187,7 @@ func resolveFiles(c *Config, filename string) {
 	abs(&c.Admin.TokenFile)
 	if cl := c.Cluster; cl != nil {
 		abs(&cl.Redis.PasswordFile)
+		abs(&cl.Redis.SentinelPasswordFile)
 		abs(&cl.Redis.TLS.CAFile)
 		abs(&cl.Redis.TLS.CertFile)
 		abs(&cl.Redis.TLS.KeyFile)

@@ -97,13 +97,16 @@ func (v *validator) cluster(c *Cluster) {
 	switch {
 	case c.Timeout < 0:
 		v.addf("cluster.timeout", "must be 0 or more (got %s)", c.Timeout)
-	case orDefault(c.Timeout, DefaultRedisTimeout) >= lease && lease >= time.Second:
-		v.addf("cluster.timeout", "must be shorter than lease (%s) (got %s)", lease, orDefault(c.Timeout, DefaultRedisTimeout))
+	case orDefault(c.Timeout, c.defaultTimeout()) >= lease && lease >= time.Second:
+		v.addf("cluster.timeout", "must be shorter than lease (%s) (got %s)", lease, orDefault(c.Timeout, c.defaultTimeout()))
 	}
 	switch c.OnError {
 	case "", OnErrorOpen, OnErrorClosed:
 	default:
 		v.addf("cluster.on_error", "must be open or closed (got %q)", c.OnError)
+	}
+	if c.ReleaseHold < 0 || c.ReleaseHold > lease/3 {
+		v.addf("cluster.release_hold", "must be from 0 to lease/3 (%s) (got %s)", lease/3, c.ReleaseHold)
 	}
 	if math.IsNaN(c.NodeShare) || c.NodeShare < 0 || c.NodeShare > 1 {
 		v.addf("cluster.node_share", "must be from 0 to 1, 0 meaning 1 (got %g)", c.NodeShare)
@@ -113,18 +116,28 @@ func (v *validator) cluster(c *Cluster) {
 
 func (v *validator) redis(r *Redis) {
 	const p = "cluster.redis"
-	if len(r.Addrs) == 0 {
-		v.addf(p+".addrs", "at least one host:port is required")
+	switch {
+	case len(r.Addrs) == 0 && len(r.SentinelAddrs) == 0:
+		v.addf(p+".addrs", "at least one host:port is required (or sentinel_addrs with master_name)")
+	case len(r.Addrs) > 0 && len(r.SentinelAddrs) > 0:
+		v.addf(p+".sentinel_addrs", "set addrs (a server or a Redis Cluster) or sentinel_addrs (Sentinels), not both")
 	}
-	seen := make(map[string]int)
-	for i, a := range r.Addrs {
-		ap := indexPath(p+".addrs", i)
-		if j, dup := seen[a]; dup {
-			v.addf(ap, "duplicate address (also addrs[%d]) (got %q)", j, a)
-			continue
+	v.redisAddrs(p, "addrs", r.Addrs)
+	v.redisAddrs(p, "sentinel_addrs", r.SentinelAddrs)
+	switch {
+	case len(r.SentinelAddrs) > 0 && r.MasterName == "":
+		v.addf(p+".master_name", "required with sentinel_addrs: the name of the master the Sentinels watch")
+	case len(r.SentinelAddrs) == 0 && r.MasterName != "":
+		v.addf(p+".master_name", "needs sentinel_addrs (got %q)", r.MasterName)
+	case strings.ContainsAny(r.MasterName, " \t\r\n"):
+		v.addf(p+".master_name", "must not contain white space (got %q)", r.MasterName)
+	}
+	if r.SentinelPasswordFile != "" {
+		if len(r.SentinelAddrs) == 0 {
+			v.addf(p+".sentinel_password_file", "needs sentinel_addrs (got %q)", r.SentinelPasswordFile)
+		} else if _, err := r.SentinelPassword(); err != nil {
+			v.fileProblem(p+".sentinel_password_file", r.SentinelPasswordFile, err, "is empty")
 		}
-		seen[a] = i
-		v.hostPort(ap, a, false)
 	}
 	switch {
 	case r.DB < 0:
@@ -138,6 +151,21 @@ func (v *validator) redis(r *Redis) {
 		}
 	}
 	v.redisTLS(&r.TLS)
+}
+
+// redisAddrs checks the list of Redis (or Sentinel) addresses named name
+// in the block at p.
+func (v *validator) redisAddrs(p, name string, addrs []string) {
+	seen := make(map[string]int)
+	for i, a := range addrs {
+		ap := indexPath(p+"."+name, i)
+		if j, dup := seen[a]; dup {
+			v.addf(ap, "duplicate address (also %s[%d]) (got %q)", name, j, a)
+			continue
+		}
+		seen[a] = i
+		v.hostPort(ap, a, false)
+	}
 }
 
 func (v *validator) redisTLS(t *RedisTLS) {

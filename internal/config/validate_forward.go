@@ -123,6 +123,7 @@ func (v *validator) htpasswdProblems(p, file string, err error) {
 
 func (v *validator) forward(f *Forward, p string) {
 	v.destinations(&f.Destinations, p+".destinations")
+	v.portRanges(f.ConnectPorts, p+".connect_ports")
 	for _, d := range []struct {
 		key string
 		d   time.Duration
@@ -178,9 +179,14 @@ func (v *validator) destinations(d *Destinations, p string) {
 			seen[pfx] = i
 		}
 	}
+	v.portRanges(d.Ports, p+".ports")
+}
+
+// portRanges checks a list of ports and port ranges at p.
+func (v *validator) portRanges(ports []string, p string) {
 	seen := make(map[string]int)
-	for i, s := range d.Ports {
-		pp := indexPath(p+".ports", i)
+	for i, s := range ports {
+		pp := indexPath(p, i)
 		r, err := ParsePortRange(s)
 		if err != nil {
 			v.addf(pp, "%v (got %q)", err, s)
@@ -225,18 +231,46 @@ func parsePortNumber(s string) (uint16, error) {
 	return uint16(n), nil
 }
 
-// Policy returns the destination policy d describes, as the forward proxy applies it.
-// It fails for what Validate refuses.
+// Policy returns the destination policy d describes, as the forward proxy applies it,
+// with the default CONNECT ports. It fails for what Validate refuses.
 func (d Destinations) Policy() (*forward.Policy, error) {
 	pc := forward.PolicyConfig{Allow: d.Allow, Deny: d.Deny}
-	for _, s := range d.Ports {
-		r, err := ParsePortRange(s)
-		if err != nil {
-			return nil, fmt.Errorf("config: destinations.ports %q: %w", s, err)
-		}
-		pc.Ports = append(pc.Ports, r)
+	var err error
+	if pc.Ports, err = portRanges("destinations.ports", d.Ports); err != nil {
+		return nil, err
 	}
 	return forward.NewPolicy(pc)
+}
+
+// Policy returns the destination policy of f (its destinations and connect_ports), as
+// the forward proxy applies it. It fails for what Validate refuses.
+func (f *Forward) Policy() (*forward.Policy, error) {
+	d := f.Destinations
+	pc := forward.PolicyConfig{Allow: d.Allow, Deny: d.Deny}
+	var err error
+	if pc.Ports, err = portRanges("destinations.ports", d.Ports); err != nil {
+		return nil, err
+	}
+	if pc.ConnectPorts, err = portRanges("connect_ports", f.ConnectPorts); err != nil {
+		return nil, err
+	}
+	return forward.NewPolicy(pc)
+}
+
+// portRanges parses a list of ports and ranges; nil stays nil (the default).
+func portRanges(field string, list []string) ([]forward.PortRange, error) {
+	if list == nil {
+		return nil, nil
+	}
+	out := make([]forward.PortRange, 0, len(list))
+	for _, s := range list {
+		r, err := ParsePortRange(s)
+		if err != nil {
+			return nil, fmt.Errorf("config: %s %q: %w", field, s, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // TargetPermits returns the per-target permits of a target_host limit's overrides, as the

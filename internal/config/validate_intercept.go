@@ -78,6 +78,11 @@ func (v *validator) interceptCA(ic *Intercept, p string) *intercept.CA {
 		v.add(p+field, err, "does not load: "+strings.TrimPrefix(err.Error(), "intercept: ")+quoteGot(file))
 		return nil
 	}
+	if !ic.AllowReadableCAKey {
+		if err := intercept.CheckKeyFile(ic.CAKey); errors.Is(err, intercept.ErrKeyReadable) {
+			v.add(p+".ca_key", err, strings.TrimPrefix(err.Error(), "intercept: ")+quoteGot(ic.CAKey))
+		}
+	}
 	return ca
 }
 

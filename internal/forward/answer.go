@@ -26,7 +26,7 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.As(err, &denied):
 		p.stats.denied.Add(1)
-		status, body, reason = http.StatusForbidden, "forbidden: destination "+denied.Addr.String()+" refused by rule \""+denied.Rule+"\"\n", "denied"
+		status, body, reason = http.StatusForbidden, "forbidden: destination "+denied.Destination()+" refused by rule \""+denied.Rule+"\"\n", "denied"
 	case errors.Is(err, ErrOriginForm):
 		body, reason = "bad request: this is a forward proxy; send absolute-form requests (GET http://host/path) or CONNECT host:port\n", "origin_form"
 	case errors.Is(err, errLoop):

@@ -107,7 +107,8 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	if err != nil {
 		return nil, fmt.Errorf("forward: dial %s: %w", address, err)
 	}
-	if err := d.policy.CheckPort(port); err != nil {
+	if err := d.policy.checkDialPort(port); err != nil {
+		err.(*DeniedError).Target = address
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
 	if d.timeout > 0 {

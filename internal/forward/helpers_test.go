@@ -63,7 +63,7 @@ func allowLoopback(t testing.TB) *forward.Policy {
 	t.Helper()
 	p, err := forward.NewPolicy(forward.PolicyConfig{Allow: []netip.Prefix{
 		netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"),
-	}})
+	}, ConnectPorts: anyPort})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,3 +468,7 @@ func tcpEcho(t testing.TB) string {
 	}()
 	return ln.Addr().String()
 }
+
+// anyPort lets the tests' CONNECTs reach loopback targets on the random
+// ports they listen on (the default is 443 only).
+var anyPort = []forward.PortRange{{From: 443, To: 443}, {From: 1024, To: 65535}}

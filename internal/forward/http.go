@@ -35,6 +35,9 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 	pr.Out.Host = t.hostHeader(DefaultHTTPPort) // RFC 9112 §3.2.2: the target's, not the client's Host
 	pr.Out.Header["Via"] = append(pr.Out.Header["Via"], p.via)
+	// Rewrite drops the X-Forwarded-* and Forwarded fields a client sent;
+	// X-Real-IP is one more claim of the client about itself.
+	delete(pr.Out.Header, "X-Real-Ip")
 }
 
 func (p *Proxy) addResponseVia(resp *http.Response) error {

@@ -28,6 +28,12 @@ func (r PortRange) String() string {
 // cannot relay spam or reach administrative services.
 var DefaultPorts = []PortRange{{80, 80}, {443, 443}, {1024, 65535}}
 
+// DefaultConnectPorts are the ports a CONNECT may open a tunnel to when
+// [PolicyConfig.ConnectPorts] is nil: HTTPS only, as Squid's SSL_ports.
+// A tunnel carries any protocol, so that a tunnel to 22 or 25 is an SSH
+// or SMTP session the proxy cannot see into.
+var DefaultConnectPorts = []PortRange{{443, 443}}
+
 // PolicyConfig configures a [Policy]. The zero value refuses the built-in
 // special-purpose ranges and every port but [DefaultPorts].
 type PolicyConfig struct {
@@ -41,10 +47,18 @@ type PolicyConfig struct {
 	// Deny 0.0.0.0/0 and ::/0 with a few Allow entries makes an allowlist.
 	Deny []netip.Prefix
 
-	// Ports lists the ports targets may use, for absolute-form requests
-	// and CONNECT alike. Nil means DefaultPorts; an empty non-nil slice
-	// refuses every port. Ranges must be valid (1 ≤ From ≤ To).
+	// Ports lists the ports the targets of absolute-form requests
+	// (GET http://host:port/) may use. Nil means DefaultPorts; an empty
+	// non-nil slice refuses every port. Ranges must be valid
+	// (1 ≤ From ≤ To).
 	Ports []PortRange
+
+	// ConnectPorts lists the ports a CONNECT may open a tunnel to. Nil
+	// means DefaultConnectPorts (443); an empty non-nil slice refuses
+	// every CONNECT. Ranges must be valid (1 ≤ From ≤ To). A CONNECT is
+	// checked against ConnectPorts only, an absolute-form request against
+	// Ports only.
+	ConnectPorts []PortRange
 }
 
 // A Policy decides which destinations the proxy may connect to. It is
@@ -70,9 +84,11 @@ type PolicyConfig struct {
 //     reserved, ...), and cloud metadata services, are refused;
 //  5. anything else is allowed.
 type Policy struct {
-	user   []rule
-	ports  []PortRange
-	portsS string // for messages
+	user     []rule
+	ports    []PortRange
+	portsS   string // for messages
+	connect  []PortRange
+	connectS string
 }
 
 // A rule is one prefix and what it decides.
@@ -85,21 +101,14 @@ type rule struct {
 // NewPolicy returns the Policy of cfg, or an error naming the first invalid
 // entry.
 func NewPolicy(cfg PolicyConfig) (*Policy, error) {
-	p := &Policy{ports: cfg.Ports}
-	if p.ports == nil {
-		p.ports = DefaultPorts
+	p := &Policy{}
+	var err error
+	if p.ports, p.portsS, err = portList("Ports", cfg.Ports, DefaultPorts); err != nil {
+		return nil, err
 	}
-	for i, r := range p.ports {
-		if r.From == 0 || r.From > r.To {
-			return nil, fmt.Errorf("forward: Ports[%d] %d-%d is not a range within 1..65535", i, r.From, r.To)
-		}
+	if p.connect, p.connectS, err = portList("ConnectPorts", cfg.ConnectPorts, DefaultConnectPorts); err != nil {
+		return nil, err
 	}
-	p.ports = slices.Clone(p.ports)
-	var names []string
-	for _, r := range p.ports {
-		names = append(names, r.String())
-	}
-	p.portsS = strings.Join(names, ", ")
 	for kind, list := range map[bool][]netip.Prefix{true: cfg.Allow, false: cfg.Deny} {
 		for i, pfx := range list {
 			if !pfx.IsValid() {
@@ -110,6 +119,25 @@ func NewPolicy(cfg PolicyConfig) (*Policy, error) {
 		}
 	}
 	return p, nil
+}
+
+// portList checks a list of port ranges and returns a copy (def for nil)
+// with its text for messages.
+func portList(field string, list, def []PortRange) ([]PortRange, string, error) {
+	if list == nil {
+		list = def
+	}
+	names := make([]string, 0, len(list))
+	for i, r := range list {
+		if r.From == 0 || r.From > r.To {
+			return nil, "", fmt.Errorf("forward: %s[%d] %d-%d is not a range within 1..65535", field, i, r.From, r.To)
+		}
+		names = append(names, r.String())
+	}
+	if len(names) == 0 {
+		return []PortRange{}, "none", nil
+	}
+	return slices.Clone(list), strings.Join(names, ", "), nil
 }
 
 func verb(allow bool) string {
@@ -130,12 +158,26 @@ func normalisePrefix(p netip.Prefix) netip.Prefix {
 // DeniedError is why a destination was refused: the address or port and
 // the rule that refused it.
 type DeniedError struct {
-	Addr netip.AddrPort // the address being dialled (or the target's, for a port)
-	Rule string         // e.g. `loopback 127.0.0.0/8 (RFC 1122)`
+	Addr netip.AddrPort // the address being dialled (for a port refused before any dial, only its port is set)
+	Rule string         // e.g. `loopback 127.0.0.1/8 (RFC 1122)`
+
+	// Target is the target as the request named it ("example.com:22"),
+	// when the port was refused before any address was known; empty
+	// otherwise.
+	Target string
 }
 
 func (e *DeniedError) Error() string {
-	return fmt.Sprintf("forward: destination %s refused by rule %q", e.Addr, e.Rule)
+	return fmt.Sprintf("forward: destination %s refused by rule %q", e.Destination(), e.Rule)
+}
+
+// Destination is what was refused, for messages: Target when set, Addr
+// otherwise.
+func (e *DeniedError) Destination() string {
+	if e.Target != "" {
+		return e.Target
+	}
+	return e.Addr.String()
 }
 
 // ErrDenied is matched by every [*DeniedError].
@@ -144,13 +186,11 @@ var ErrDenied = errors.New("forward: destination refused by policy")
 // Is makes a DeniedError match [ErrDenied].
 func (e *DeniedError) Is(target error) bool { return target == ErrDenied }
 
-// CheckPort returns a [*DeniedError] when port is not allowed, nil
-// otherwise.
+// CheckPort returns a [*DeniedError] when port is not among the ports of
+// absolute-form requests ([PolicyConfig.Ports]), nil otherwise.
 func (p *Policy) CheckPort(port uint16) error {
-	for _, r := range p.ports {
-		if r.From <= port && port <= r.To {
-			return nil
-		}
+	if inPorts(p.ports, port) {
+		return nil
 	}
 	return &DeniedError{
 		Addr: netip.AddrPortFrom(netip.IPv4Unspecified(), port),
@@ -158,10 +198,43 @@ func (p *Policy) CheckPort(port uint16) error {
 	}
 }
 
+// CheckConnectPort returns a [*DeniedError] when port is not among the
+// ports a CONNECT may open a tunnel to ([PolicyConfig.ConnectPorts]), nil
+// otherwise.
+func (p *Policy) CheckConnectPort(port uint16) error {
+	if inPorts(p.connect, port) {
+		return nil
+	}
+	return &DeniedError{
+		Addr: netip.AddrPortFrom(netip.IPv4Unspecified(), port),
+		Rule: fmt.Sprintf("port %d is not among the CONNECT ports (%s)", port, p.connectS),
+	}
+}
+
+func inPorts(list []PortRange, port uint16) bool {
+	for _, r := range list {
+		if r.From <= port && port <= r.To {
+			return true
+		}
+	}
+	return false
+}
+
+// checkDialPort refuses a port that neither an absolute-form request nor
+// a CONNECT may use: the Dialer serves both, after the request's own
+// check.
+func (p *Policy) checkDialPort(port uint16) error {
+	if inPorts(p.connect, port) {
+		return nil
+	}
+	return p.CheckPort(port)
+}
+
 // Check returns a [*DeniedError] naming the rule that refuses ap, or nil
-// when the proxy may connect to it. The port is checked first.
+// when the proxy may connect to it. The port is checked first, against
+// the ports of absolute-form requests and of CONNECT together.
 func (p *Policy) Check(ap netip.AddrPort) error {
-	if err := p.CheckPort(ap.Port()); err != nil {
+	if err := p.checkDialPort(ap.Port()); err != nil {
 		err.(*DeniedError).Addr = ap
 		return err
 	}

@@ -90,7 +90,8 @@ func TestPolicyConfigured(t *testing.T) {
 			netip.MustParsePrefix("10.0.0.0/8"), // a tie with Allow: Deny wins
 			netip.MustParsePrefix("127.0.0.128/25"),
 		},
-		Ports: []PortRange{{22, 22}, {8000, 8999}},
+		Ports:        []PortRange{{22, 22}, {8000, 8999}},
+		ConnectPorts: []PortRange{{22, 22}}, // a dial allows both lists
 	})
 	if err != nil {
 		t.Fatal(err)

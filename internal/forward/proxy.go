@@ -34,7 +34,8 @@ const (
 type Config struct {
 	// Policy decides which destinations may be reached. Nil means
 	// NewPolicy(PolicyConfig{}): the built-in special-purpose ranges
-	// refused, ports 80, 443 and 1024-65535 allowed.
+	// refused, ports 80, 443 and 1024-65535 allowed to absolute-form
+	// requests, 443 to CONNECT.
 	Policy *Policy
 
 	// Resolver resolves target names. Nil means net.DefaultResolver.
@@ -258,10 +259,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method == http.MethodConnect {
+		if err := p.dialer.policy.CheckConnectPort(t.Port()); err != nil {
+			err.(*DeniedError).Target = t.String()
+			p.refuse(w, r, err)
+			return
+		}
 		p.serveConnect(w, r, t)
 		return
 	}
 	if err := p.dialer.policy.CheckPort(t.Port()); err != nil {
+		err.(*DeniedError).Target = t.String()
 		p.refuse(w, r, err)
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -146,7 +147,13 @@ func TestRequestsRefusedByForm(t *testing.T) {
 // before connect.
 func TestDestinationPolicyRefusesByDefault(t *testing.T) {
 	tg := newTarget(t, false)
-	s := newStack(t, stackOptions{defaultPolicy: true})
+	// The built-in rules, with CONNECT let through to the ports that
+	// absolute-form requests may use, so that the address rules decide.
+	builtin, err := forward.NewPolicy(forward.PolicyConfig{ConnectPorts: forward.DefaultPorts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStack(t, stackOptions{proxy: forward.Config{Policy: builtin}})
 	c := proxyClient(t, s, "", "", "127.0.0.2")
 	for _, tc := range []struct{ authority, rule string }{
 		{tg.addr, "loopback 127.0.0.0/8 (RFC 1122)"},
@@ -156,7 +163,7 @@ func TestDestinationPolicyRefusesByDefault(t *testing.T) {
 		{"internal.test:" + tg.port(), "loopback 127.0.0.0/8 (RFC 1122)"}, // a name resolving to 127.0.0.1
 		{"private.test:80", "private-use 10.0.0.0/8 (RFC 1918)"},
 		{"[::ffff:127.0.0.1]:" + tg.port(), "loopback 127.0.0.0/8 (RFC 1122)"},
-		{"8.8.8.8:25", "port 25 is not among the allowed ports"},
+		{"8.8.8.8:25", "port 25 is not among the "},
 	} {
 		t.Run(tc.authority, func(t *testing.T) {
 			got := do(t, c, http.MethodGet, "http://"+tc.authority+"/echo", nil)
@@ -172,6 +179,52 @@ func TestDestinationPolicyRefusesByDefault(t *testing.T) {
 	}
 	if n := tg.conns.Load(); n != 0 {
 		t.Fatalf("the loopback target was reached %d times", n)
+	}
+}
+
+// CONNECT reaches 443 only by default, as Squid's SSL_ports: a CONNECT to
+// any other port is refused before any dial with a 403 naming the target
+// and the port, while an absolute-form request to the same port goes
+// through (destinations.ports). Before connect_ports, a CONNECT to any
+// port from 1024 up was tunnelled, and a refusal named "0.0.0.0:22".
+func TestConnectPortsDefault443(t *testing.T) {
+	tg := newTarget(t, false)
+	policy, err := forward.NewPolicy(forward.PolicyConfig{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStack(t, stackOptions{proxy: forward.Config{Policy: policy}})
+	conn := rawConn(t, s, "127.0.0.3")
+	_, resp := connect(t, conn, tg.addr, "")
+	body := readBody(t, resp)
+	want := "forbidden: destination " + tg.addr + ` refused by rule "port ` + tg.port() + ` is not among the CONNECT ports (443)"`
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, want) {
+		t.Errorf("CONNECT %s: %d %q; want 403 %q", tg.addr, resp.StatusCode, body, want)
+	}
+	conn = rawConn(t, s, "127.0.0.3")
+	_, resp = connect(t, conn, "8.8.8.8:22", "")
+	if body := readBody(t, resp); resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "destination 8.8.8.8:22 refused") {
+		t.Errorf("CONNECT 8.8.8.8:22: %d %q; want 403 naming 8.8.8.8:22", resp.StatusCode, body)
+	}
+	if n := tg.conns.Load(); n != 0 {
+		t.Fatalf("a refused CONNECT reached the target (%d connections)", n)
+	}
+	c := proxyClient(t, s, "", "", "127.0.0.2")
+	if got := do(t, c, http.MethodGet, "http://"+tg.addr+"/echo", nil); got.status != http.StatusOK {
+		t.Errorf("GET http://%s/echo: %d %q; want 200 (destinations.ports allows it)", tg.addr, got.status, got.body)
+	}
+
+	open, err := forward.NewPolicy(forward.PolicyConfig{
+		Allow:        []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		ConnectPorts: []forward.PortRange{{From: 443, To: 443}, {From: 1024, To: 65535}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = newStack(t, stackOptions{proxy: forward.Config{Policy: open}})
+	conn = rawConn(t, s, "127.0.0.3")
+	if _, resp = connect(t, conn, tg.addr, ""); resp.StatusCode != http.StatusOK {
+		t.Errorf("CONNECT %s with connect ports 443, 1024-65535: %d; want 200", tg.addr, resp.StatusCode)
 	}
 }
 

@@ -30,6 +30,10 @@ var (
 
 	// ErrCANotYetValid: the CA certificate's validity has not begun.
 	ErrCANotYetValid = errors.New("intercept: the CA certificate is not valid yet")
+
+	// ErrKeyReadable is matched by the error of [CheckKeyFile] for a key
+	// file that users other than its owner may read.
+	ErrKeyReadable = errors.New("intercept: the CA key file is readable by group or others")
 )
 
 // minRSABits is the least RSA modulus accepted for a CA key.
@@ -43,6 +47,24 @@ type CA struct {
 	cert  *x509.Certificate
 	key   crypto.Signer
 	chain [][]byte // DER: the CA certificate, then the certificates after it in its file
+}
+
+// CheckKeyFile returns an error matching [ErrKeyReadable], naming the file
+// and its mode, when the CA key file (a symbolic link's target) may be read
+// by its group or by others, as ssh refuses such a private key: whoever
+// reads the key can mint certificates every client of the proxy trusts. It
+// returns the error of os.Stat when the file cannot be examined, and nil
+// for a file only its owner may read (0600, 0400, as `portcullis ca
+// create` writes it).
+func CheckKeyFile(file string) error {
+	fi, err := os.Stat(file)
+	if err != nil {
+		return fmt.Errorf("intercept: CA key: %w", err)
+	}
+	if mode := fi.Mode().Perm(); mode&0o044 != 0 {
+		return fmt.Errorf("%w: %s has mode %#o; chmod 600 it (or set intercept.allow_readable_ca_key: true)", ErrKeyReadable, file, mode)
+	}
+	return nil
 }
 
 // LoadCA reads a CA certificate and its private key from PEM files (they

@@ -12,6 +12,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io/fs"
 	"math/big"
 	"net/netip"
@@ -276,5 +277,33 @@ func TestWriteCA(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir2, intercept.CAKeyFile)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a key was written beside the existing certificate: %v", err)
+	}
+}
+
+// A CA key that its group or others may read is refused with the file and
+// its mode in the error, as ssh refuses such a private key; one only its
+// owner may read passes. WriteCA writes 0600.
+func TestCheckKeyFile(t *testing.T) {
+	_, keyFile, err := intercept.WriteCA(t.TempDir(), intercept.CAOptions{CommonName: "perm test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := intercept.CheckKeyFile(keyFile); err != nil {
+		t.Fatalf("key as WriteCA wrote it: %v", err)
+	}
+	for _, mode := range []os.FileMode{0o640, 0o604, 0o644} {
+		if err := os.Chmod(keyFile, mode); err != nil {
+			t.Fatal(err)
+		}
+		err := intercept.CheckKeyFile(keyFile)
+		if !errors.Is(err, intercept.ErrKeyReadable) || !strings.Contains(err.Error(), keyFile) || !strings.Contains(err.Error(), fmt.Sprintf("%#o", mode)) {
+			t.Errorf("mode %#o: %v, want ErrKeyReadable naming the file and the mode", mode, err)
+		}
+	}
+	if err := os.Chmod(keyFile, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if err := intercept.CheckKeyFile(keyFile); err != nil {
+		t.Errorf("mode 0400: %v", err)
 	}
 }

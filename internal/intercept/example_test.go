@@ -28,7 +28,10 @@ func Example() {
 	originRoots.AddCert(origin.Certificate())
 
 	// The origin is on loopback, which the default policy refuses.
-	policy, _ := forward.NewPolicy(forward.PolicyConfig{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	policy, _ := forward.NewPolicy(forward.PolicyConfig{
+		Allow:        []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		ConnectPorts: []forward.PortRange{{From: 1024, To: 65535}}, // the test target's port
+	})
 	proxy, _ := forward.New(forward.Config{Policy: policy})
 	defer proxy.Close()
 

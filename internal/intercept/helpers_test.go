@@ -58,7 +58,7 @@ func allowLoopback(t testing.TB) *forward.Policy {
 	t.Helper()
 	p, err := forward.NewPolicy(forward.PolicyConfig{Allow: []netip.Prefix{
 		netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"),
-	}})
+	}, ConnectPorts: anyPort})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,3 +528,7 @@ func roundTrip(t testing.TB, tc *tls.Conn, req string) (*http.Response, []byte) 
 	body, _ := io.ReadAll(resp.Body)
 	return resp, body
 }
+
+// anyPort lets the tests' CONNECTs reach loopback targets on the random
+// ports they listen on (the default is 443 only).
+var anyPort = []forward.PortRange{{From: 443, To: 443}, {From: 1024, To: 65535}}

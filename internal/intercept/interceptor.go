@@ -255,7 +255,7 @@ func (i *Interceptor) Intercepts(ctx context.Context, t forward.Target) bool {
 
 func (i *Interceptor) decide(ctx context.Context, t forward.Target) decision {
 	if i.policy != nil {
-		if i.policy.CheckPort(t.Port()) != nil {
+		if i.policy.CheckConnectPort(t.Port()) != nil {
 			return decideRefused
 		}
 		if a := t.Addr(); a.IsValid() && i.policy.Check(netip.AddrPortFrom(a, t.Port())) != nil {

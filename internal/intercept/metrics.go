@@ -75,6 +75,8 @@ var statMetrics = [...]statMetric{
 		func(_ *Stats, u *UpstreamStats) float64 { return float64(u.Failures) }},
 	{"upstream_bad_certificates_total", "Requests answered 502 because the target's certificate was refused.", prometheus.CounterValue,
 		func(_ *Stats, u *UpstreamStats) float64 { return float64(u.BadCertificates) }},
+	{"upstream_unverified_sessions_total", "TLS sessions opened with targets whose certificate was not verified (insecure_skip_verify_upstream).", prometheus.CounterValue,
+		func(_ *Stats, u *UpstreamStats) float64 { return float64(u.Unverified) }},
 }
 
 // A Collector is a prometheus.Collector reporting an [Interceptor] and its

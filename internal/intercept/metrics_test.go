@@ -37,8 +37,8 @@ func TestCollector(t *testing.T) {
 			got[mf.GetName()] = m.Gauge.GetValue()
 		}
 	}
-	if len(got) != 16 {
-		t.Errorf("%d metrics, want 16: %v", len(got), got)
+	if len(got) != 17 {
+		t.Errorf("%d metrics, want 17: %v", len(got), got)
 	}
 	for name, want := range map[string]float64{
 		"portcullis_intercept_leaves_minted_total":             1,

@@ -1,12 +1,14 @@
 package intercept
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"os"
@@ -63,6 +65,13 @@ type UpstreamConfig struct {
 	// means none.
 	MaxIdleConnsPerTarget int
 
+	// MaxIdleConns caps the idle target connections kept over every
+	// target together, HTTP/2 ones included: when more are idle, those
+	// idle longest are closed. So the connections an Upstream holds are
+	// at most the requests in progress plus MaxIdleConns. Zero means
+	// forward.DefaultMaxIdleConns (1024); negative is invalid.
+	MaxIdleConns int
+
 	// IdleConnTimeout is how long an idle target connection is kept. Zero
 	// means 30 s; negative means until the target closes it.
 	IdleConnTimeout time.Duration
@@ -85,6 +94,7 @@ type UpstreamConfig struct {
 // only requests an [Interceptor] prepared (their context names the
 // target); others get 400. It is safe for concurrent use.
 type Upstream struct {
+	pool      *connPool
 	rp        *httputil.ReverseProxy
 	transport *http.Transport
 	h1        *http.Transport // for upgrades: HTTP/1.1 only
@@ -93,7 +103,7 @@ type Upstream struct {
 	failures  logGate
 	certLog   hostGate
 
-	badCerts, targetFailures atomic.Uint64
+	badCerts, targetFailures, unverified atomic.Uint64
 }
 
 // NewUpstream returns the Upstream of cfg, or an error naming the first
@@ -101,6 +111,9 @@ type Upstream struct {
 func NewUpstream(cfg UpstreamConfig) (*Upstream, error) {
 	if cfg.Via != "" && !isToken(cfg.Via) {
 		return nil, fmt.Errorf("intercept: UpstreamConfig.Via must be a token (got %q)", cfg.Via)
+	}
+	if cfg.MaxIdleConns < 0 {
+		return nil, fmt.Errorf("intercept: UpstreamConfig.MaxIdleConns must not be negative (got %d)", cfg.MaxIdleConns)
 	}
 	d := cfg.Dialer
 	if d == nil {
@@ -127,8 +140,14 @@ func NewUpstream(cfg UpstreamConfig) (*Upstream, error) {
 	case maxIdle < 0:
 		maxIdle = 0
 	}
+	maxAll := cfg.MaxIdleConns
+	if maxAll == 0 {
+		maxAll = forward.DefaultMaxIdleConns
+	}
+	u.pool = newConnPool(d.DialContext, maxAll, maxIdle)
 	u.transport = &http.Transport{
-		DialContext: d.DialContext,
+		DialContext:  u.pool.DialContext,
+		MaxIdleConns: maxAll,
 		TLSClientConfig: &tls.Config{
 			RootCAs:            cfg.RootCAs,
 			InsecureSkipVerify: cfg.InsecureSkipVerifyUpstream,
@@ -141,6 +160,19 @@ func NewUpstream(cfg UpstreamConfig) (*Upstream, error) {
 		DisableKeepAlives:     maxIdle == 0,
 		IdleConnTimeout:       orDefault(cfg.IdleConnTimeout, 30*time.Second),
 		ExpectContinueTimeout: time.Second,
+		// The client's Accept-Encoding goes to the target as it was sent
+		// (none stays none), and the target's bytes come back as they
+		// were: no gzip asked for behind the client's back, nothing
+		// decompressed.
+		DisableCompression: true,
+	}
+	if cfg.InsecureSkipVerifyUpstream {
+		// Called on every handshake, verification skipped or not: each
+		// one counts as a target session nobody authenticated.
+		u.transport.TLSClientConfig.VerifyConnection = func(tls.ConnectionState) error {
+			u.unverified.Add(1)
+			return nil
+		}
 	}
 	// Upgrades (WebSocket and others) need HTTP/1.1 to the target;
 	// net/http's Transport keeps only WebSocket ones off HTTP/2, so
@@ -149,6 +181,9 @@ func NewUpstream(cfg UpstreamConfig) (*Upstream, error) {
 	u.h1.ForceAttemptHTTP2 = false
 	u.h1.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
 	u.h1.TLSClientConfig.NextProtos = []string{"http/1.1"}
+	handshake := orDefault(cfg.TLSHandshakeTimeout, DefaultTLSHandshakeTimeout)
+	u.transport.DialTLSContext = u.dialTLS(u.transport.TLSClientConfig, []string{"h2", "http/1.1"}, handshake)
+	u.h1.DialTLSContext = u.dialTLS(u.h1.TLSClientConfig, []string{"http/1.1"}, handshake)
 	u.rp = &httputil.ReverseProxy{
 		Rewrite:        u.rewrite,
 		Transport:      roundTripFunc(u.roundTrip),
@@ -238,10 +273,47 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 
 func (u *Upstream) roundTrip(r *http.Request) (*http.Response, error) {
 	if r.Header.Get("Upgrade") != "" {
-		return u.h1.RoundTrip(r)
+		return u.pool.roundTrip(u.h1, r)
 	}
-	return u.transport.RoundTrip(r)
+	return u.pool.roundTrip(u.transport, r)
 }
+
+// dialTLS returns the TLS dialer of a Transport: it dials through the
+// pool and shakes hands with conf for the target's name, offering protos.
+// A connection that agreed on HTTP/2 is returned as the *tls.Conn, which
+// the Transport hands to its HTTP/2 client; one that speaks HTTP/1.1 is
+// returned inside a tapConn, which records each response's head so that
+// the fields a Connection field saying "close" names are dropped (net/http
+// drops that Connection field whole, see tap.go).
+func (u *Upstream) dialTLS(conf *tls.Config, protos []string, timeout time.Duration) func(context.Context, string, string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		raw, err := u.pool.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		host, _, _ := net.SplitHostPort(addr)
+		c := conf.Clone()
+		c.ServerName, c.NextProtos = host, protos
+		tc := tls.Client(raw, c)
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		if err := tc.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		if tc.ConnectionState().NegotiatedProtocol == "h2" {
+			return tc, nil
+		}
+		return &tapConn{Conn: tc}, nil
+	}
+}
+
+// TargetConns returns the target connections the Upstream holds open now,
+// busy and idle.
+func (u *Upstream) TargetConns() int { return u.pool.Open() }
 
 // rewrite points the outbound request at the session's target.
 func (u *Upstream) rewrite(pr *httputil.ProxyRequest) {
@@ -254,6 +326,9 @@ func (u *Upstream) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 	pr.Out.Host = hostHeader(t)
 	pr.Out.Header["Via"] = append(pr.Out.Header["Via"], u.via)
+	// Rewrite drops the X-Forwarded-* and Forwarded fields a client sent;
+	// X-Real-IP is one more claim of the client about itself.
+	delete(pr.Out.Header, "X-Real-Ip")
 }
 
 // hostHeader is t without the port when it is 443, as clients write it.
@@ -275,7 +350,7 @@ func (u *Upstream) failed(w http.ResponseWriter, r *http.Request, err error) {
 	var denied *forward.DeniedError
 	switch {
 	case errors.As(err, &denied):
-		writePlain(w, http.StatusForbidden, "forbidden: destination "+denied.Addr.String()+" refused by rule \""+denied.Rule+"\"\n")
+		writePlain(w, http.StatusForbidden, "forbidden: destination "+denied.Destination()+" refused by rule \""+denied.Rule+"\"\n")
 		return
 	case r.Context().Err() != nil:
 		// The client went away or the session is ending: nobody reads this.
@@ -343,11 +418,12 @@ func (u *Upstream) Close() error {
 type UpstreamStats struct {
 	Failures        uint64 // requests answered 502 or 504 because of the target, refused certificates included
 	BadCertificates uint64 // requests answered 502 because the target's certificate was refused
+	Unverified      uint64 // TLS sessions opened with targets whose certificate was not verified (InsecureSkipVerifyUpstream)
 }
 
 // Stats returns the counts of u.
 func (u *Upstream) Stats() UpstreamStats {
-	return UpstreamStats{Failures: u.targetFailures.Load(), BadCertificates: u.badCerts.Load()}
+	return UpstreamStats{Failures: u.targetFailures.Load(), BadCertificates: u.badCerts.Load(), Unverified: u.unverified.Load()}
 }
 
 // hostGate lets at most one line per host through per period. It keeps at

@@ -125,6 +125,9 @@ type Listener struct {
 	// Requests is the exchanges the listener ended; nil for a listener
 	// that counts none (tcp).
 	Requests *Requests `json:"requests,omitempty"`
+	// Warnings are the unsafe settings of the listener, each naming the
+	// setting ("forward.allow_public_clients: ..."). Nil means none.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Key is one busy client key.
@@ -164,4 +167,8 @@ type Redis struct {
 	// circuit breaker open, since OutageSince (zero when none).
 	OpenBreakers int       `json:"open_breakers"`
 	OutageSince  time.Time `json:"outage_since"`
+	// Degraded lists why some cluster limit decides without Redis now
+	// (timeout, auth, refused, error), as portcullis_cluster_degraded
+	// does; empty when every limit asks Redis.
+	Degraded []string `json:"degraded,omitempty"`
 }

@@ -69,6 +69,13 @@ func startAdmin(addr string, s *Server) (*adminServer, error) {
 			writeShort(w, http.StatusServiceUnavailable, why+"\n")
 			return
 		}
+		// A degraded cluster stays ready: Redis away degrades every
+		// node at once, and 503 from all of them would take the whole
+		// fleet out of its load balancer (docs/cluster.md).
+		if d := s.cluster.degraded(); len(d) > 0 {
+			writeShort(w, http.StatusOK, "ready; cluster degraded ("+strings.Join(d, ",")+"): limits decide by on_error\n")
+			return
+		}
 		writeShort(w, http.StatusOK, "ready\n")
 	})
 	a := &adminServer{
@@ -205,6 +212,7 @@ type metricsOf struct{ s *Server }
 func (m metricsOf) Describe(chan<- *prometheus.Desc) {}
 
 func (m metricsOf) Collect(ch chan<- prometheus.Metric) {
+	m.s.cluster.collectDegraded(ch)
 	seen := make(map[*routeTable]bool)
 	for _, f := range m.s.frontList() {
 		f.stats.Collect(ch)

@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"reflect"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -27,6 +29,9 @@ type cluster struct {
 	client  redis.UniversalClient
 	log     *slog.Logger
 	outages *redisstore.OutageLog // shared by every Store: one outage, one log line
+
+	startErr   string      // FailureReason of the probe at start; "" when Redis answered
+	seenAnswer atomic.Bool // Redis answered since a failed start
 }
 
 // redisClientLog routes go-redis's own messages (such as a failed dial in
@@ -48,19 +53,37 @@ func newCluster(cfg *config.Cluster, log *slog.Logger) (*cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: cluster: %w", err)
 	}
-	client, err := redisstore.NewClient(redisstore.ClientOptions{
-		Addrs:        cfg.Redis.Addrs,
-		Username:     cfg.Redis.Username,
-		PasswordFile: cfg.Redis.PasswordFile,
-		DB:           cfg.Redis.DB,
-		TLS:          tlsConf,
-	})
+	client, err := redisstore.NewClient(clientOptions(cfg, tlsConf))
 	if err != nil {
 		return nil, fmt.Errorf("proxy: cluster: %w", err)
 	}
 	// go-redis logs through one process-wide logger.
 	redis.SetLogger(redisClientLog{log})
-	return &cluster{cfg: *cfg, client: client, log: log, outages: redisstore.NewOutageLog(log)}, nil
+	c := &cluster{cfg: *cfg, client: client, log: log, outages: redisstore.NewOutageLog(log)}
+	if err := c.connect(); err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// clientOptions are the options of the Redis client of cfg: a server or a
+// Redis Cluster (addrs), or a master found through Sentinels.
+func clientOptions(cfg *config.Cluster, tlsConf *tls.Config) redisstore.ClientOptions {
+	o := redisstore.ClientOptions{
+		Addrs:        cfg.Redis.Addrs,
+		Username:     cfg.Redis.Username,
+		PasswordFile: cfg.Redis.PasswordFile,
+		DB:           cfg.Redis.DB,
+		TLS:          tlsConf,
+		MinIdleConns: warmConns(),
+	}
+	if len(cfg.Redis.SentinelAddrs) > 0 {
+		o.Addrs = cfg.Redis.SentinelAddrs
+		o.MasterName = cfg.Redis.MasterName
+		o.SentinelPasswordFile = cfg.Redis.SentinelPasswordFile
+	}
+	return o
 }
 
 // sameAs reports whether c serves the cluster section cfg.
@@ -125,15 +148,16 @@ func newStore[K comparable](c *cluster, name, logName string, keyString func(K) 
 		return nil, err
 	}
 	s, err := redisstore.New(redisstore.Config{
-		Client:    c.client,
-		Prefix:    c.cfg.Prefix + name + ":",
-		Lease:     c.cfg.Lease,
-		Timeout:   c.cfg.Timeout,
-		OnError:   policy,
-		NodeShare: c.cfg.NodeShare,
-		Logger:    c.log,
-		Name:      logName,
-		Outages:   c.outages,
+		Client:      c.client,
+		Prefix:      c.cfg.Prefix + name + ":",
+		Lease:       c.cfg.Lease,
+		Timeout:     c.cfg.Timeout,
+		OnError:     policy,
+		NodeShare:   c.cfg.NodeShare,
+		ReleaseHold: c.cfg.ReleaseHold,
+		Logger:      c.log,
+		Name:        logName,
+		Outages:     c.outages,
 	}, keyString)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: cluster store %s: %w", name, err)

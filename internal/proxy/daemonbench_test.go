@@ -133,6 +133,9 @@ func runBenchChild(name string) int {
 	case "nometrics":
 		proxy.SetRequestMetrics(false)
 	}
+	if rest == "cluster" { // BenchmarkDaemonCluster: the limits counted on Redis
+		text = benchClusterBlock(os.Getenv("PORTCULLIS_BENCH_REDIS")) + text
+	}
 	if rest == "log" {
 		text = "log: {access_log: true}\n" + text
 	} else {

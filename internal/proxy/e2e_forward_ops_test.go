@@ -31,6 +31,7 @@ listeners:
     protocol: http
     listen: "127.0.0.1:0"
     mode: forward
+    forward: {connect_ports: ["80", "443", "1024-65535"]}  # so that the address rules decide CONNECTs too
 `)
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(d.backend.URL(), "http://"))
 	c := d.proxyClient("egress", "", "", "127.0.0.2")
@@ -43,7 +44,7 @@ listeners:
 		{"IPv6 loopback", "[::1]:" + port, []string{`"loopback ::1/128 (RFC 4291)"`}},
 		{"metadata service", "169.254.169.254:80", []string{`"cloud metadata service 169.254.169.254 (link-local, RFC 3927)"`}},
 		{"name resolving to loopback", "localhost:" + port, []string{`"loopback 127.0.0.0/8 (RFC 1122)"`, `"loopback ::1/128 (RFC 4291)"`}},
-		{"mail port", "192.0.2.1:25", []string{`"port 25 is not among the allowed ports (80, 443, 1024-65535)"`}},
+		{"mail port", "192.0.2.1:25", []string{`"port 25 is not among the allowed ports (80, 443, 1024-65535)"`, `"port 25 is not among the CONNECT ports (80, 443, 1024-65535)"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, body, _ := get(t, c, "http://"+tc.authority+"/")

@@ -77,6 +77,15 @@ func (b *tableBuilder) buildForward() (*routeTable, error) {
 	if err := b.authenticate(t, &h); err != nil {
 		return fail(err)
 	}
+	if b.lc.IsLocalClientsOnly() {
+		// Outermost: a client refused here holds no rate token and no permit.
+		h = forward.LocalClientsOnly(h, forward.LocalClientsConfig{
+			ClientAddr: b.id.resolver.ClientAddr,
+			Listener:   b.lc.Name,
+			Logger:     b.deps.log.With("listener", b.lc.Name),
+			OnRefuse:   forwardRefused,
+		})
+	}
 	t.handler = exchanges(h, b.exchangeOpts())
 	return t, nil
 }
@@ -135,7 +144,7 @@ func (b *tableBuilder) forwardProxy(t *routeTable) error {
 		t.forward.cfg, t.forward.proxy, t.forward.stats = cfg, old.forward.proxy, old.forward.stats
 		return nil
 	}
-	policy, err := cfg.Destinations.Policy()
+	policy, err := cfg.Policy()
 	if err != nil {
 		return fmt.Errorf("proxy: listener %s: destinations: %w", b.lc.Name, err)
 	}

@@ -57,6 +57,7 @@ type upstreamKey struct {
 	cfg      config.InterceptUpstream
 	via      string
 	maxIdle  int
+	maxAll   int
 	idleConn time.Duration
 }
 
@@ -161,6 +162,11 @@ func (b *tableBuilder) interceptLeaves(st *interceptState, ic *config.Intercept,
 	if err != nil {
 		return fmt.Errorf("read CA key: %w", err)
 	}
+	if !ic.AllowReadableCAKey {
+		if err := intercept.CheckKeyFile(ic.CAKey); err != nil {
+			return err
+		}
+	}
 	ca, err := intercept.ParseCA(certPEM, keyPEM)
 	if err != nil {
 		return fmt.Errorf("CA %s (key %s): %w", ic.CACert, ic.CAKey, err)
@@ -184,7 +190,7 @@ func (b *tableBuilder) interceptLeaves(st *interceptState, ic *config.Intercept,
 // a new one.
 func (b *tableBuilder) interceptUpstream(st *interceptState, ic *config.Intercept, p *forward.Proxy, old *interceptState) error {
 	fw := b.lc.Forward
-	st.upKey = upstreamKey{proxy: p, cfg: ic.Upstream, via: fw.Via, maxIdle: fw.MaxIdleConnsPerTarget, idleConn: fw.IdleConnTimeout}
+	st.upKey = upstreamKey{proxy: p, cfg: ic.Upstream, via: fw.Via, maxIdle: fw.MaxIdleConnsPerTarget, maxAll: fw.MaxIdleConns, idleConn: fw.IdleConnTimeout}
 	var roots []byte
 	if f := ic.Upstream.CAFile; f != "" {
 		var err error
@@ -202,6 +208,7 @@ func (b *tableBuilder) interceptUpstream(st *interceptState, ic *config.Intercep
 		InsecureSkipVerifyUpstream: ic.Upstream.InsecureSkipVerifyUpstream,
 		UpstreamTimeout:            ic.Upstream.Timeout,
 		MaxIdleConnsPerTarget:      fw.MaxIdleConnsPerTarget,
+		MaxIdleConns:               fw.MaxIdleConns,
 		IdleConnTimeout:            fw.IdleConnTimeout,
 		Via:                        fw.Via,
 		Logger:                     b.deps.log.With("listener", b.lc.Name),
@@ -361,6 +368,7 @@ type InterceptSnapshot struct {
 	LeafErrors        uint64 `json:"leaf_errors"`
 	UpstreamFailures  uint64 `json:"upstream_failures"`
 	BadCertificates   uint64 `json:"upstream_bad_certificates"`
+	Unverified        uint64 `json:"upstream_unverified_sessions"`
 }
 
 func interceptSnapshot(t *routeTable) *InterceptSnapshot {
@@ -373,6 +381,6 @@ func interceptSnapshot(t *routeTable) *InterceptSnapshot {
 		SessionsOpen: s.Open, Sessions: s.Sessions, Connects: s.Connects, Tunnelled: s.Tunnelled,
 		HandshakeFailures: s.HandshakeFailures, NotTLS: s.NotTLS, Requests: s.Requests, Misdirected: s.Misdirected,
 		LeavesMinted: s.Leaves.Minted, LeavesCached: s.Leaves.Cached, LeafCacheHits: s.Leaves.Hits, LeafErrors: s.Leaves.Errors,
-		UpstreamFailures: u.Failures, BadCertificates: u.BadCertificates,
+		UpstreamFailures: u.Failures, BadCertificates: u.BadCertificates, Unverified: u.Unverified,
 	}
 }

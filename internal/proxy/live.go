@@ -64,6 +64,9 @@ func liveListener(f *front) (livepage.Listener, []livepage.Key) {
 		Addr:     f.addr().String(),
 		Limits:   []livepage.Row{},
 	}
+	for _, w := range f.cfg.Warnings() {
+		ll.Warnings = append(ll.Warnings, w.Setting+": "+w.Message)
+	}
 	var keys []livepage.Key
 	for _, k := range f.busyClients(liveTop) {
 		keys = append(keys, livepage.Key{Where: name + " connections", Key: k.Key, InUse: k.InUse, Waiting: k.Waiting, Refused: k.Refused})
@@ -186,6 +189,7 @@ func (c *cluster) liveRedis(ctx context.Context) *livepage.Redis {
 	}
 	r := &livepage.Redis{Addrs: c.cfg.Redis.Addrs, OnError: string(c.cfg.OnError)}
 	r.OpenBreakers, r.OutageSince = c.outages.Current()
+	r.Degraded = c.degraded()
 	ctx, cancel := context.WithTimeout(ctx, livePingTimeout)
 	defer cancel()
 	start := time.Now()

@@ -38,6 +38,8 @@ func rateStore[K comparable](c *cluster, name string, keyString func(K) string, 
 		LocalShare:    c.cfg.LocalShare,
 		FlushInterval: c.cfg.FlushInterval,
 		Logger:        c.log,
+		Name:          "rate/" + name,
+		Outages:       c.outages,
 	}, keyString)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: cluster rate store %s: %w", name, err)

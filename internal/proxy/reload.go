@@ -80,6 +80,7 @@ func (s *Server) Reload(cfg *config.Config) error {
 		s.log.Error("admin listener not moved", "error", err)
 	}
 	s.logAdminChange(prevAuth, prevAdmin, false)
+	s.logWarnings(eff)
 	if s.level != nil {
 		s.level.Set(eff.Log.Level.Slog())
 	}

@@ -171,6 +171,7 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 		a.live.Sample() // the live page shows the listeners before its first tick
 	}
 	s.logAdminChange(nil, nil, true)
+	s.logWarnings(eff)
 	s.log.Info("portcullis started", "listeners", len(fronts), "admin", addrString(s.AdminAddr()))
 	return s, nil
 }

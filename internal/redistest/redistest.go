@@ -10,6 +10,7 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -41,6 +42,9 @@ type Server struct {
 	bin  string
 	port int
 	dir  string
+	args []string    // extra redis-server arguments
+	conf string      // a configuration file, the first argument; "" none
+	tls  *tls.Config // TLS on the port (no plain port); nil plain TCP
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -52,14 +56,33 @@ type Server struct {
 // redis-server is on PATH, and fails t if the server does not come up.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redistest: no redis-server on PATH (CI=true, so this fails instead of skipping); %s", installHint)
-		}
-		t.Skipf("redistest: no redis-server on PATH; %s", installHint)
+	return StartArgs(t)
+}
+
+// StartTLS starts a redis-server that speaks only TLS on its port, with
+// the certificate and key in certFile and keyFile, not asking clients for
+// certificates; clientTLS is how Start checks it is up (trusting that
+// certificate).
+func StartTLS(t testing.TB, certFile, keyFile string, clientTLS *tls.Config) *Server {
+	t.Helper()
+	bin := lookPath(t, "redis-server")
+	s := &Server{t: t, bin: bin, port: freePort(t), dir: t.TempDir(), tls: clientTLS}
+	s.args = []string{"--port", "0", "--tls-port", strconv.Itoa(s.port), "--tls-cert-file", certFile,
+		"--tls-key-file", keyFile, "--tls-auth-clients", "no"}
+	t.Cleanup(s.Stop)
+	if err := s.start(); err != nil {
+		t.Fatal(err)
 	}
-	s := &Server{t: t, bin: bin, port: freePort(t), dir: t.TempDir()}
+	return s
+}
+
+// StartArgs is Start with extra redis-server arguments, such as
+// "--requirepass", "secret" or "--replicaof", "127.0.0.1", "6379"; they
+// are kept for Restart.
+func StartArgs(t testing.TB, args ...string) *Server {
+	t.Helper()
+	bin := lookPath(t, "redis-server")
+	s := &Server{t: t, bin: bin, port: freePort(t), dir: t.TempDir(), args: args}
 	t.Cleanup(s.Stop)
 	if err := s.start(); err != nil {
 		t.Fatal(err)
@@ -125,6 +148,10 @@ func (s *Server) start() error {
 		"--dir", s.dir,
 		"--loglevel", "warning",
 	)
+	cmd.Args = append(cmd.Args, s.args...)
+	if s.conf != "" {
+		cmd.Args = append([]string{cmd.Args[0], s.conf}, cmd.Args[1:]...)
+	}
 	var log logTail
 	cmd.Stdout = &log
 	cmd.Stderr = &log
@@ -136,7 +163,7 @@ func (s *Server) start() error {
 		_ = cmd.Wait()
 		close(exit)
 	}()
-	if err := waitReady(s.Addr(), exit); err != nil {
+	if err := waitReady(s.Addr(), s.tls, exit); err != nil {
 		_ = cmd.Process.Kill()
 		<-exit
 		return fmt.Errorf("redistest: redis-server on port %d: %w; output:\n%s", s.port, err, log.String())
@@ -147,7 +174,7 @@ func (s *Server) start() error {
 
 // waitReady waits until the server answers PING, it exits, or startWait
 // passes.
-func waitReady(addr string, exit <-chan struct{}) error {
+func waitReady(addr string, tc *tls.Config, exit <-chan struct{}) error {
 	deadline := time.Now().Add(startWait)
 	for time.Now().Before(deadline) {
 		select {
@@ -155,7 +182,7 @@ func waitReady(addr string, exit <-chan struct{}) error {
 			return errors.New("server exited at start")
 		default:
 		}
-		if ping(addr) == nil {
+		if ping(addr, tc) == nil {
 			return nil
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -163,12 +190,18 @@ func waitReady(addr string, exit <-chan struct{}) error {
 	return fmt.Errorf("no answer to PING within %v", startWait)
 }
 
-// ping sends one inline PING and expects +PONG.
-func ping(addr string) error {
+// ping sends one inline PING and expects +PONG (or -NOAUTH).
+func ping(addr string, tc *tls.Config) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
+	var c net.Conn
+	var err error
+	if tc != nil {
+		c, err = (&tls.Dialer{NetDialer: &d, Config: tc}).DialContext(ctx, "tcp", addr)
+	} else {
+		c, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return err
 	}
@@ -181,10 +214,24 @@ func ping(addr string) error {
 	if err != nil {
 		return err
 	}
-	if !strings.HasPrefix(line, "+PONG") {
+	// A server with requirepass answers NOAUTH: it is up all the same.
+	if !strings.HasPrefix(line, "+PONG") && !strings.HasPrefix(line, "-NOAUTH") {
 		return fmt.Errorf("PING answered %q", line)
 	}
 	return nil
+}
+
+// lookPath finds bin on PATH, or skips t (fails it when CI=true).
+func lookPath(t testing.TB, bin string) string {
+	t.Helper()
+	p, err := exec.LookPath(bin)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redistest: no %s on PATH (CI=true, so this fails instead of skipping); %s", bin, installHint)
+		}
+		t.Skipf("redistest: no %s on PATH; %s", bin, installHint)
+	}
+	return p
 }
 
 // freePort asks the kernel for a free loopback port. Another process could

@@ -173,6 +173,9 @@ func writeRequest(w *bufio.Writer, req *http.Request, method, target, host strin
 			continue
 		}
 		for _, v := range values {
+			if v == "" && name == "User-Agent" {
+				continue // as net/http: an empty User-Agent means send none
+			}
 			w.WriteString(name)
 			w.WriteString(": ")
 			w.WriteString(v)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"slices"
+	"strings"
 
 	"golang.org/x/net/http/httpguts"
 
@@ -41,14 +42,20 @@ func readResponse(br *bufio.Reader, method string, fields *[]httpfield.Field) (*
 		}
 	}
 	buf, _ := br.Peek(br.Buffered())
+	// Read before the head is consumed: both readers below drop a
+	// Connection field that says "close", and with it the names of the
+	// hop-by-hop fields it lists.
+	named := closeNamed(buf)
 	if resp := simpleResponse(buf, method, fields); resp != nil {
 		_, _ = br.Discard(int(resp.body.headLen))
 		resp.body.r = br
+		dropNamed(&resp.resp, fields, named)
 		return &resp.resp, nil
 	}
 	resp, err := http.ReadResponse(br, responseTo(method))
 	if resp != nil {
 		resp.Request = nil
+		dropNamed(resp, nil, named)
 	}
 	if err == nil {
 		if err := checkFieldNames(resp.Header); err != nil {
@@ -74,6 +81,70 @@ func checkFieldNames(h http.Header) error {
 		return fmt.Errorf("%w: field name %q", ErrMalformedResponse, bad)
 	}
 	return nil
+}
+
+// closeNamed returns the names a Connection field of the response head at
+// the start of buf lists besides "close", when one of them says "close":
+// net/http's reading removes such a Connection field whole (shouldClose),
+// and a proxy must still remove the fields it names (RFC 9110 §7.6.1),
+// or "Connection: close, X-Secret" would pass X-Secret on. Only a head
+// wholly in buf is read; nil when there is nothing to remove. It
+// allocates only for a head that has such a field.
+func closeNamed(buf []byte) []string {
+	// Most heads have no Connection field: two vectorised searches rule
+	// it out before any line is read. A name in mixed case ("cOnnection")
+	// is read by the line scan only when one of them matched.
+	if !bytes.Contains(buf, []byte("onnection")) && !bytes.Contains(buf, []byte("ONNECTION")) {
+		return nil
+	}
+	end := bytes.Index(buf, []byte("\r\n\r\n"))
+	if end < 0 {
+		return nil
+	}
+	head := buf[:end+2]
+	var values []string
+	for len(head) > 0 {
+		i := bytes.IndexByte(head, '\n')
+		if i < 0 {
+			break
+		}
+		line := head[:i]
+		head = head[i+1:]
+		const name = "connection:"
+		if len(line) > len(name) && bytes.EqualFold(line[:len(name)], []byte(name)) {
+			values = append(values, string(bytes.TrimSpace(line[len(name):])))
+		}
+	}
+	if !httpguts.HeaderValuesContainsToken(values, "close") {
+		return nil
+	}
+	var names []string
+	for _, v := range values {
+		for _, tok := range strings.Split(v, ",") {
+			if tok = textproto.TrimString(tok); tok != "" && !strings.EqualFold(tok, "close") {
+				names = append(names, textproto.CanonicalMIMEHeaderKey(tok))
+			}
+		}
+	}
+	return names
+}
+
+// dropNamed removes from resp (or from *fields, for a head read as fields)
+// the fields named, once the reader has removed the Connection field that
+// named them (resp.Close).
+func dropNamed(resp *http.Response, fields *[]httpfield.Field, named []string) {
+	if len(named) == 0 || !resp.Close {
+		return
+	}
+	if resp.Header == nil && fields != nil {
+		*fields = slices.DeleteFunc(*fields, func(f httpfield.Field) bool {
+			return slices.ContainsFunc(named, func(n string) bool { return strings.EqualFold(n, f.Name) })
+		})
+		return
+	}
+	for _, n := range named {
+		delete(resp.Header, n)
+	}
 }
 
 // headRequest stands for any request with method HEAD when a response is

@@ -116,10 +116,16 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-func (c Config) defaultFallback() *http.Transport {
-	return &http.Transport{
-		Proxy:                 nil, // never send upstream traffic through $HTTP_PROXY
-		DialContext:           c.DialContext,
+func (c Config) defaultFallback() http.RoundTripper {
+	return &tapTransport{t: &http.Transport{
+		Proxy: nil, // never send upstream traffic through $HTTP_PROXY
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := c.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &tapConn{Conn: conn}, nil // see tapTransport
+		},
 		ForceAttemptHTTP2:     false, // upgrades need HTTP/1.1
 		MaxIdleConnsPerHost:   c.MaxIdleConnsPerHost,
 		MaxIdleConns:          c.MaxIdleConns,
@@ -127,7 +133,7 @@ func (c Config) defaultFallback() *http.Transport {
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true,
-	}
+	}}
 }
 
 // validate reports the first invalid field of c.

@@ -57,7 +57,7 @@ func (s *Store[K]) syncLoop() {
 // in one pipeline. It uses the real clock: a fake one would hold releases
 // back until a test advanced it. It reports false when the Store closed.
 func (s *Store[K]) linger() bool {
-	t := time.NewTimer(flushLinger)
+	t := time.NewTimer(s.s.ReleaseHold)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -190,6 +190,9 @@ func (s *Store[K]) applySync(calls []syncCall, entries []*entry[K]) {
 			e.dirty = true
 		} else {
 			e.others, e.seen = c.reply.others, now
+			if c.reply.mine > 0 {
+				e.renewed = now
+			}
 		}
 		s.forgetIfIdle(sh, e, now)
 		sh.mu.Unlock()

@@ -51,12 +51,35 @@ type ClientOptions struct {
 	// DialTimeout bounds establishing a connection outside a call's own
 	// deadline. Zero means 1 s.
 	DialTimeout time.Duration
+
+	// MinIdleConns is how many idle connections the pool keeps open per
+	// Redis node, so that a call rarely pays for a new connection (a TLS
+	// handshake can take longer than a call's Timeout). Zero means none
+	// kept; it must not be negative.
+	MinIdleConns int
+
+	// SentinelUsername is the ACL user for the Sentinels (with
+	// MasterName), which may have credentials of their own. Empty means
+	// the default user.
+	SentinelUsername string
+
+	// SentinelPassword, if set, authenticates to the Sentinels. At most
+	// one of SentinelPassword and SentinelPasswordFile may be set; both
+	// empty means the Sentinels need no password.
+	SentinelPassword string
+
+	// SentinelPasswordFile, if set, names a file holding the Sentinels'
+	// password, read as PasswordFile is. Empty means none.
+	SentinelPasswordFile string
 }
 
 // NewClient returns a go-redis client for opts with the options a [Store]
 // relies on: MaxRetries -1 (never retry a command: a retried acquire script
-// could count a permit twice), ContextTimeoutEnabled (honour each call's
-// deadline), and maintenance notifications off (no extra handshake). It
+// could count a permit twice), DialerRetries 1 (one dial per call, so that
+// a refused connection fails the call at once with its own error rather
+// than after the call's whole timeout), ContextTimeoutEnabled (honour each
+// call's deadline), and maintenance notifications off (no extra
+// handshake). It
 // connects lazily: a bad address or password shows up on the first call,
 // not here. It returns an error naming the field when opts is invalid or
 // PasswordFile cannot be read. The caller closes the client after the
@@ -73,13 +96,13 @@ func (o ClientOptions) universal() (*redis.UniversalOptions, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	password := o.Password
-	if o.PasswordFile != "" {
-		b, err := os.ReadFile(o.PasswordFile)
-		if err != nil {
-			return nil, fmt.Errorf("redisstore: read password file: %w", err)
-		}
-		password = strings.TrimRight(string(b), "\r\n")
+	password, err := secret(o.Password, o.PasswordFile, "password file")
+	if err != nil {
+		return nil, err
+	}
+	sentinelPassword, err := secret(o.SentinelPassword, o.SentinelPasswordFile, "sentinel password file")
+	if err != nil {
+		return nil, err
 	}
 	dial := o.DialTimeout
 	if dial == 0 {
@@ -93,14 +116,30 @@ func (o ClientOptions) universal() (*redis.UniversalOptions, error) {
 		DB:                    o.DB,
 		TLSConfig:             o.TLS,
 		PoolSize:              o.PoolSize,
+		MinIdleConns:          o.MinIdleConns,
+		SentinelUsername:      o.SentinelUsername,
+		SentinelPassword:      sentinelPassword,
 		DialTimeout:           dial,
 		MaxRetries:            -1,
+		DialerRetries:         1,
 		ContextTimeoutEnabled: true,
 		ClientName:            "portcullis",
 		MaintNotificationsConfig: &maintnotifications.Config{
 			Mode: maintnotifications.ModeDisabled,
 		},
 	}, nil
+}
+
+// secret returns value, or the content of file without a trailing newline.
+func secret(value, file, what string) (string, error) {
+	if file == "" {
+		return value, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("redisstore: read %s: %w", what, err)
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
 }
 
 func (o ClientOptions) validate() error {
@@ -117,6 +156,12 @@ func (o ClientOptions) validate() error {
 		return fmt.Errorf("redisstore: PoolSize must not be negative (got %d)", o.PoolSize)
 	case o.DialTimeout < 0:
 		return fmt.Errorf("redisstore: DialTimeout must not be negative (got %v)", o.DialTimeout)
+	case o.MinIdleConns < 0:
+		return fmt.Errorf("redisstore: MinIdleConns must not be negative (got %d)", o.MinIdleConns)
+	case o.SentinelPassword != "" && o.SentinelPasswordFile != "":
+		return fmt.Errorf("redisstore: set SentinelPassword or SentinelPasswordFile, not both")
+	case o.MasterName == "" && (o.SentinelUsername != "" || o.SentinelPassword != "" || o.SentinelPasswordFile != ""):
+		return fmt.Errorf("redisstore: Sentinel credentials need MasterName")
 	}
 	for i, a := range o.Addrs {
 		if err := checkAddr(a); err != nil {

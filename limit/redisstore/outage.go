@@ -30,9 +30,16 @@ type OutageLog struct {
 
 	mu       sync.Mutex
 	open     map[uint64]string // Stores whose breaker is not closed, by id
+	reasons  map[uint64]string // why each of them opened last (FailureReason)
 	affected []string          // names of the Stores that opened during this outage
 	began    time.Time         // when the current outage began; zero when there is none
+	warned   time.Time         // when the outage was last logged at WARN
 }
+
+// OutageRepeat is how often an OutageLog repeats its WARN while an outage
+// lasts: a Redis that stays away (or stays too slow for Timeout) is not
+// one line in the log and then silence.
+const OutageRepeat = time.Minute
 
 // NewOutageLog returns an OutageLog that writes to logger. A nil logger means
 // slog.Default().
@@ -40,7 +47,7 @@ func NewOutageLog(logger *slog.Logger) *OutageLog {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &OutageLog{logger: logger, open: make(map[uint64]string)}
+	return &OutageLog{logger: logger, open: make(map[uint64]string), reasons: make(map[uint64]string)}
 }
 
 // storeIDs numbers Stores for the OutageLog that tracks them.
@@ -61,14 +68,33 @@ func (o *OutageLog) changed(id uint64, name string, state func() (BreakerState, 
 	}
 	_, wasOpen := o.open[id]
 	isOpen := now != BreakerClosed
+	if isOpen && err != nil {
+		o.reasons[id] = FailureReason(err)
+	}
 	switch {
+	case isOpen && wasOpen:
+		if time.Since(o.warned) >= OutageRepeat {
+			o.warned = time.Now()
+			o.logger.Warn("redisstore: redis still unavailable, node-local fallback in force",
+				slog.String("store", name),
+				slog.String("reason", o.reasons[id]),
+				slog.String("on_error", policy.String()),
+				slog.Int("open_breakers", len(o.open)),
+				slog.Duration("outage", time.Since(o.began).Round(time.Millisecond)),
+				slog.Any("error", err))
+		}
 	case isOpen && !wasOpen:
 		o.open[id] = name
+		if _, ok := o.reasons[id]; !ok {
+			o.reasons[id] = ReasonError
+		}
 		if o.began.IsZero() {
 			o.began = time.Now()
+			o.warned = o.began
 			o.affected = o.affected[:0]
 			o.logger.Warn("redisstore: redis unavailable, circuit breaker open",
 				slog.String("store", name),
+				slog.String("reason", o.reasons[id]),
 				slog.String("on_error", policy.String()),
 				slog.Duration("retry_after", backoff),
 				slog.Any("error", err))
@@ -78,10 +104,26 @@ func (o *OutageLog) changed(id uint64, name string, state func() (BreakerState, 
 		o.noteAffected(name)
 	case !isOpen && wasOpen:
 		delete(o.open, id)
+		delete(o.reasons, id)
 		if len(o.open) == 0 {
 			o.end(true)
 		}
 	}
+}
+
+// Reasons returns, for the outage in progress, how many of the Stores
+// sharing o have their breaker open for each reason ([FailureReason] of
+// the error that last opened it); an empty map when Redis answers them
+// all. While it is not empty, those Stores decide on their node-local
+// fallback (Open) or refuse (Closed).
+func (o *OutageLog) Reasons() map[string]int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	m := make(map[string]int, len(o.open))
+	for id := range o.open {
+		m[o.reasons[id]]++
+	}
+	return m
 }
 
 // Current reports the outage in progress: how many of the Stores sharing o
@@ -101,6 +143,7 @@ func (o *OutageLog) forget(id uint64) {
 		return
 	}
 	delete(o.open, id)
+	delete(o.reasons, id)
 	if len(o.open) == 0 {
 		o.end(false)
 	}

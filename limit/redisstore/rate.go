@@ -62,11 +62,15 @@ type rateShard struct {
 type rateEntry struct {
 	ks, name string
 	pending  int   // admitted here (or, negative, cancelled) and not yet sent
+	sending  int   // admitted here and sent, in calls Redis has not answered yet
 	interval int64 // µs in Redis of the limit the pending requests were admitted under
 	inflight int
 	queued   bool
 	tat      int64 // the key's TAT as Redis last returned it, in node time (ns); 0 none
 	fbTat    int64 // the node-local TAT of the Open fallback (node time)
+	fbIv     int64 // the node-local interval fbTat advances by (node time)
+	fbOwed   bool  // fallback admissions not yet charged to Redis
+	fbPaid   int64 // fbTat up to which Redis was charged
 }
 
 // ratePolicy is a rate.Limit in the forms the store computes with.
@@ -132,8 +136,63 @@ func (s *RateStore[K]) entry(key K) (*rateShard, *rateEntry) {
 // never moves back except by cancellations, so this is a lower bound of
 // the truth.
 func (e *rateEntry) estimate(p *ratePolicy, now int64) int64 {
-	return max(e.tat, now) + int64(e.pending)*p.iv
+	return max(e.tat, now) + int64(e.pending+e.sending)*p.iv
 }
+
+// takeFallbackCharge returns, in Redis µs, what the node's admissions
+// under the Open fallback still owe the key's cluster-wide state, and
+// marks them as sent; the caller calls fallbackSent with the returned
+// mark once Redis has counted them, or fallbackUnsent if it has not.
+//
+// A node in the fallback admits at NodeShare of the rate on its own GCRA
+// state (fbTat). What it admitted there was already limited to its share
+// over the time that passed, so it is not charged again request by
+// request (which would put the key's TAT n intervals past the end of the
+// outage and refuse a client that kept to its rate for as long as the
+// outage lasted). What is charged is the node-local state's lead over now
+// beyond its newest admission, converted to the cluster rate: the burst
+// the node let the client use and that has not yet refilled. A client that
+// kept to its rate leaves no lead and owes nothing; one that spent its
+// burst on a node owes that burst. So the cluster may admit, once after an
+// outage, up to one request per node beyond the exact rate.
+func (e *rateEntry) takeFallbackCharge(p *ratePolicy, now int64) (us, mark int64) {
+	if !e.fbOwed {
+		return 0, 0
+	}
+	e.fbOwed = false
+	mark = e.fbTat
+	if e.fbIv <= 0 {
+		return 0, mark
+	}
+	lead := e.fbTat - max(now, e.fbPaid)
+	if e.fbPaid <= now {
+		lead -= e.fbIv // the newest admission; only once per run of them
+	}
+	if lead <= 0 {
+		return 0, mark
+	}
+	// lead / fbIv node-local requests, each worth one interval of the
+	// cluster rate.
+	us = int64(math.Ceil(float64(lead) / float64(e.fbIv) * float64(p.ivUS)))
+	return us, mark
+}
+
+// fallbackSent records that Redis counted the fallback's admissions up to
+// mark; fallbackUnsent that it did not, so that the next call sends them.
+func (e *rateEntry) fallbackSent(mark int64) { e.fbPaid = max(e.fbPaid, mark) }
+
+func (e *rateEntry) fallbackUnsent(mark int64) {
+	if mark > e.fbPaid {
+		e.fbOwed = true
+	}
+}
+
+// unchecked is how many admissions of e this node made that Redis has not
+// yet checked: pending ones and those in calls not answered yet. The fast
+// path admits only while it is under the policy's local share, so that a
+// node never holds more than that many unchecked admissions, also while a
+// round trip is slow.
+func (e *rateEntry) unchecked() int { return e.pending + e.sending }
 
 // Reserve decides one request of key under lim cluster-wide, as
 // [rate.Store] says. A request the key's last known TAT already refuses is
@@ -177,8 +236,8 @@ func (s *RateStore[K]) reserve(ctx context.Context, key K, lim rate.Limit, mayCa
 		s.skipProbe(probe)
 		return false, time.Duration(est - now), nil
 	}
-	if e.pending >= 0 && e.pending < p.local || !mayCall {
-		if e.pending >= p.local {
+	if e.pending >= 0 && e.unchecked() < p.local || !mayCall {
+		if e.unchecked() >= p.local {
 			s.st.cached.Add(1)
 		} else {
 			s.local.Add(1)
@@ -191,14 +250,22 @@ func (s *RateStore[K]) reserve(ctx context.Context, key K, lim rate.Limit, mayCa
 	n := e.pending
 	e.pending = 0
 	e.inflight++
+	if n > 0 {
+		e.sending += n
+	}
+	owedUS, mark := e.takeFallbackCharge(&p, now)
 	name := e.name
 	sh.mu.Unlock()
 
-	reply, err := s.callReserve(ctx, name, &p, n)
+	reply, err := s.callReserve(ctx, name, &p, n, owedUS)
 
 	sh.mu.Lock()
 	e.inflight--
+	if n > 0 {
+		e.sending -= n
+	}
 	if err != nil {
+		e.fallbackUnsent(mark)
 		s.addPending(e, &p, n) // they are still owed; the flush retries
 		sh.mu.Unlock()
 		if ctx.Err() != nil {
@@ -208,6 +275,7 @@ func (s *RateStore[K]) reserve(ctx context.Context, key K, lim rate.Limit, mayCa
 		s.br.failure(s.s.Clock.Now(), err)
 		return s.fallback(key, &p, err)
 	}
+	e.fallbackSent(mark)
 	after := s.now()
 	e.tat = max(e.tat, after+reply.ahead*1000)
 	sh.mu.Unlock()
@@ -230,7 +298,15 @@ func (s *RateStore[K]) skipProbe(probe bool) {
 func (s *RateStore[K]) addPending(e *rateEntry, p *ratePolicy, n int) {
 	e.pending += n
 	e.interval = p.ivUS
-	if e.queued || e.pending == 0 {
+	if e.pending != 0 {
+		s.enqueue(e)
+	}
+}
+
+// enqueue queues e for the next flush. It is called with e's shard lock
+// held.
+func (s *RateStore[K]) enqueue(e *rateEntry) {
+	if e.queued {
 		return
 	}
 	e.queued = true
@@ -262,8 +338,11 @@ func (s *RateStore[K]) fallback(key K, p *ratePolicy, cause error) (bool, time.D
 		return false, time.Duration(next - iv - now), nil
 	}
 	e.fbTat = next
+	e.fbIv = iv
+	e.fbOwed = true
+	e.interval = p.ivUS
 	s.st.fallbacks.Add(1)
-	s.addPending(e, p, 1)
+	s.enqueue(e)
 	return true, time.Duration(next - now), nil
 }
 
@@ -277,9 +356,12 @@ func (s *RateStore[K]) Cancel(key K, lim rate.Limit) {
 		return
 	}
 	sh, e := s.entry(key)
-	s.addPending(e, &p, -1)
-	if e.fbTat > 0 {
-		e.fbTat -= p.iv
+	if e.fbOwed && e.fbTat > e.fbPaid {
+		// Most likely one of the fallback's admissions: its node-local
+		// state takes it back, and so does what the flush charges.
+		e.fbTat -= e.fbIv
+	} else {
+		s.addPending(e, &p, -1)
 	}
 	sh.mu.Unlock()
 }
@@ -425,19 +507,26 @@ func (s *RateStore[K]) flush(ctx context.Context) error {
 	s.queue = nil
 	s.qmu.Unlock()
 	type call struct {
-		e   *rateEntry
-		sh  *rateShard
-		n   int
-		iv  int64
-		cmd *redis.Cmd
+		e          *rateEntry
+		sh         *rateShard
+		n          int
+		iv         int64
+		owed, mark int64
+		cmd        *redis.Cmd
 	}
 	var calls []call
+	now := s.now()
 	for _, e := range q {
 		sh := &s.shards[maphash.String(s.seed, e.ks)%numShards]
 		sh.mu.Lock()
 		e.queued = false
-		if e.pending != 0 {
-			calls = append(calls, call{e: e, sh: sh, n: e.pending, iv: e.interval})
+		if e.pending != 0 || e.fbOwed {
+			p := ratePolicy{ivUS: e.interval}
+			owed, mark := e.takeFallbackCharge(&p, now)
+			calls = append(calls, call{e: e, sh: sh, n: e.pending, iv: e.interval, owed: owed, mark: mark})
+			if e.pending > 0 {
+				e.sending += e.pending
+			}
 			e.pending = 0
 			e.inflight++
 		}
@@ -450,7 +539,7 @@ func (s *RateStore[K]) flush(ctx context.Context) error {
 	pipe := s.s.Client.Pipeline()
 	for i := range calls {
 		c := &calls[i]
-		c.cmd = rateScript.EvalSha(ctx, pipe, []string{c.e.name}, c.iv, 0, c.n, 0)
+		c.cmd = rateScript.EvalSha(ctx, pipe, []string{c.e.name}, c.iv, 0, c.n, 0, c.owed)
 	}
 	_, err := pipe.Exec(ctx)
 	if err != nil && isNoScript(err) {
@@ -458,7 +547,7 @@ func (s *RateStore[K]) flush(ctx context.Context) error {
 			pipe = s.s.Client.Pipeline()
 			for i := range calls {
 				c := &calls[i]
-				c.cmd = rateScript.EvalSha(ctx, pipe, []string{c.e.name}, c.iv, 0, c.n, 0)
+				c.cmd = rateScript.EvalSha(ctx, pipe, []string{c.e.name}, c.iv, 0, c.n, 0, c.owed)
 			}
 			_, err = pipe.Exec(ctx)
 		}
@@ -470,15 +559,24 @@ func (s *RateStore[K]) flush(ctx context.Context) error {
 		now := s.now()
 		c.sh.mu.Lock()
 		c.e.inflight--
+		if c.n > 0 {
+			c.e.sending -= c.n
+		}
 		if cerr != nil {
 			p := ratePolicy{ivUS: c.iv}
+			c.e.fallbackUnsent(c.mark)
+			if c.e.fbOwed {
+				s.enqueue(c.e)
+			}
 			s.addPending(c.e, &p, c.n)
 			if first == nil {
 				first = cerr
 			}
 		} else if c.n < 0 {
+			c.e.fallbackSent(c.mark)
 			c.e.tat = now + reply.ahead*1000 // cancellations move it back
 		} else {
+			c.e.fallbackSent(c.mark)
 			c.e.tat = max(c.e.tat, now+reply.ahead*1000)
 		}
 		c.sh.mu.Unlock()
@@ -496,7 +594,7 @@ func (s *RateStore[K]) sweep() {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for ks, e := range sh.m {
-			if e.pending == 0 && e.inflight == 0 && !e.queued && e.tat <= now && e.fbTat <= now {
+			if e.pending == 0 && e.sending == 0 && e.inflight == 0 && !e.queued && e.tat <= now && e.fbTat <= now {
 				delete(sh.m, ks)
 			}
 		}
@@ -506,11 +604,11 @@ func (s *RateStore[K]) sweep() {
 
 // callReserve runs the script for one request after n pending ones, under
 // Timeout, and records the round trip.
-func (s *RateStore[K]) callReserve(ctx context.Context, name string, p *ratePolicy, n int) (rateReply, error) {
+func (s *RateStore[K]) callReserve(ctx context.Context, name string, p *ratePolicy, n int, owedUS int64) (rateReply, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.s.Timeout)
 	defer cancel()
 	start := time.Now()
-	v, err := rateScript.Run(ctx, s.s.Client, []string{name}, p.ivUS, p.windowUS, n, 1).Result()
+	v, err := rateScript.Run(ctx, s.s.Client, []string{name}, p.ivUS, p.windowUS, n, 1, owedUS).Result()
 	s.st.call(opAcquire, time.Since(start), err)
 	if err != nil {
 		return rateReply{}, fmt.Errorf("redisstore: rate script: %w", err)
@@ -519,9 +617,10 @@ func (s *RateStore[K]) callReserve(ctx context.Context, name string, p *ratePoli
 }
 
 // rateScript: KEYS[1] the key; ARGV interval µs, window µs ((Burst+1) ×
-// interval), n, want. It adds n requests admitted without asking (n < 0:
-// cancelled ones), unconditionally, then, if want is 1, counts one more if
-// it conforms. The TAT is Redis's TIME in µs; the key expires when the
+// interval), n, want, owed µs. It adds n requests admitted without asking
+// (n < 0: cancelled ones) and owed µs (what the Open fallback's admissions
+// still owe; absent means 0), unconditionally, then, if want is 1, counts
+// one more if it conforms. The TAT is Redis's TIME in µs; the key expires when the
 // TAT is reached. It returns {admitted (0 or 1), TAT - now in µs}.
 var rateScript = redis.NewScript(`
 local t = redis.call('TIME')
@@ -529,7 +628,7 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local iv, window, n, want = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local tat = tonumber(redis.call('GET', KEYS[1])) or now
 if tat < now then tat = now end
-tat = tat + n * iv
+tat = tat + n * iv + (tonumber(ARGV[5]) or 0)
 if tat < now then tat = now end
 local ok = 0
 if want == 1 and tat + iv - now <= window then

@@ -57,6 +57,11 @@ type Stats struct {
 	// woke this node's waiters.
 	Notifications uint64
 
+	// Reused counts Acquires granted without a round trip by taking back
+	// a permit this node had released and not yet sent (still counted
+	// for it in Redis; see Config.ReleaseHold): exact, and free.
+	Reused uint64
+
 	Breaker      BreakerState // now
 	BreakerOpens uint64       // times the breaker opened
 
@@ -84,6 +89,7 @@ type counters struct {
 	unavailable      atomic.Uint64
 	cached           atomic.Uint64
 	notifications    atomic.Uint64
+	reused           atomic.Uint64
 }
 
 // call records one round trip of kind o that took d and ended with err.
@@ -117,4 +123,5 @@ func (c *counters) snapshot(st *Stats) {
 	st.Unavailable = c.unavailable.Load()
 	st.Cached = c.cached.Load()
 	st.Notifications = c.notifications.Load()
+	st.Reused = c.reused.Load()
 }

@@ -57,6 +57,12 @@ function drawListeners(ls) {
     const small = document.createElement("small");
     small.textContent = l.protocol + " " + l.addr;
     name.appendChild(small);
+    for (const w of l.warnings || []) {
+      const warn = document.createElement("small");
+      warn.className = "warn";
+      warn.textContent = " ⚠ " + w;
+      name.appendChild(warn);
+    }
     cell(tr, l.limit, "bound");
     countCells(tr, l);
     rows.push(tr);
@@ -157,6 +163,7 @@ function drawRedis(r) {
   parts.push(" · ");
   parts.push(r.open_breakers ? span("bad", r.open_breakers + " circuit breakers open") : "no circuit breaker open");
   if (r.open_breakers) parts.push(" since " + clock(r.outage_since));
+  if (r.degraded && r.degraded.length) parts.push(" · ", span("bad", "degraded (" + r.degraded.join(", ") + "): limits decide on this node by on_error"));
   parts.push(" · on_error " + r.on_error + " · " + (r.addrs || []).join(", "));
   p.replaceChildren(...parts);
 }

@@ -25,6 +25,7 @@ type StatsSource interface {
 //	unavailable_total          counter: refusals under the closed policy
 //	cached_decisions_total     counter: TryAcquire answers from the cached count
 //	notifications_total        counter: release notifications that woke waiters
+//	reused_total               counter: acquires that took back an unsent release, no round trip
 //	breaker_state              gauge: 0 closed, 1 half-open, 2 open
 //	breaker_opens_total        counter: times the breaker opened
 //	keys                       gauge: keys with state on this node
@@ -34,6 +35,7 @@ type Collector struct {
 
 	calls, errors, latency, fallbacks, unavailable, cached *prometheus.Desc
 	notifications, breaker, opens, keys, held              *prometheus.Desc
+	reused                                                 *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -57,6 +59,7 @@ func NewCollector(src StatsSource, namespace string, constLabels prometheus.Labe
 		unavailable:   d("unavailable_total", "Requests refused because Redis could not answer (policy closed)."),
 		cached:        d("cached_decisions_total", "TryAcquire decisions made from the last cluster count of the key."),
 		notifications: d("notifications_total", "Release notifications from other nodes that woke local waiters."),
+		reused:        d("reused_total", "Acquires granted without a round trip by taking back a permit this node released and had not yet sent to Redis."),
 		breaker:       d("breaker_state", "Circuit breaker state: 0 closed, 1 half-open, 2 open."),
 		opens:         d("breaker_opens_total", "Times the circuit breaker opened."),
 		keys:          d("keys", "Keys this node keeps state for."),
@@ -67,7 +70,7 @@ func NewCollector(src StatsSource, namespace string, constLabels prometheus.Labe
 // Describe sends the descriptors of every metric.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.calls, c.errors, c.latency, c.fallbacks, c.unavailable,
-		c.cached, c.notifications, c.breaker, c.opens, c.keys, c.held} {
+		c.cached, c.notifications, c.reused, c.breaker, c.opens, c.keys, c.held} {
 		ch <- d
 	}
 }
@@ -94,6 +97,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.unavailable, st.Unavailable)
 	counter(c.cached, st.Cached)
 	counter(c.notifications, st.Notifications)
+	counter(c.reused, st.Reused)
 	gauge(c.breaker, float64(st.Breaker))
 	counter(c.opens, st.BreakerOpens)
 	gauge(c.keys, float64(st.Keys))

@@ -1,0 +1,143 @@
+package redisstore_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/redistest"
+	"github.com/seed-a07d1050/portcullis/limit/redisstore"
+	"github.com/seed-a07d1050/portcullis/rate"
+)
+
+// The local fast path holds its stated bound while the round trip is slow:
+// three nodes with local_share 0.5 over a burst of 10 (L = 5 each), Redis
+// behind a proxy adding 20 ms each way, admit at most (Burst+1) + N·L = 25
+// of a burst sent by 8 goroutines per node, however many arrive while a
+// call is in flight. (Before the fix, a node forgot what it had sent while
+// the call was in flight and admitted L more locally on every round trip:
+// 125 of the 240 offered here in one run.) The rate is 1 a minute, so nothing
+// refills during the test.
+func TestRateLocalShareBoundUnderSlowRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	px := redistest.NewProxy(t, srv.Addr())
+	px.SetDelay(20 * time.Millisecond)
+	lim := rate.Limit{Rate: rate.PerMinute(1), Burst: 9, Delay: rate.NoDelay}
+	const nodes, share, perNode, workers = 3, 0.5, 80, 8
+	var stores []*redisstore.RateStore[string]
+	for range nodes {
+		st, err := redisstore.NewRate[string](redisstore.RateConfig{
+			Client: newClient(t, px.Addr()), Prefix: "slowrt:", LocalShare: share,
+			Timeout: 2 * time.Second, Logger: quiet,
+		}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		stores = append(stores, st)
+	}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for _, st := range stores {
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range perNode / workers {
+					ok, _, err := st.Reserve(context.Background(), "k", lim)
+					if err != nil {
+						t.Errorf("Reserve: %v", err)
+						return
+					}
+					if ok {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	local := int(float64(lim.Burst+1) * share)
+	bound := int64(lim.Burst + 1 + nodes*local)
+	t.Logf("admitted %d of %d offered; bound (Burst+1) + N·L = %d", admitted.Load(), nodes*perNode, bound)
+	if admitted.Load() > bound {
+		t.Fatalf("%d nodes admitted %d of one burst; the local_share bound is %d", nodes, admitted.Load(), bound)
+	}
+	if admitted.Load() < int64(lim.Burst+1) {
+		t.Fatalf("admitted %d, fewer than the burst of %d", admitted.Load(), lim.Burst+1)
+	}
+}
+
+// A client that keeps to its rate through a Redis outage is not refused
+// after it. Three nodes with node_share 0.34 share a rate of 20/s (burst
+// 2); the client sends one request every 50 ms, round robin over the
+// nodes, for 0.4 s, then Redis is cut off (the proxy refuses dials) for
+// 1.5 s, then back for 1.2 s. During the outage each node admits on its own
+// third of the rate; after it, the admissions the nodes made alone must not
+// be charged as a debt that outlasts the outage. (Before the fix, the 30 or
+// so admissions of the outage were sent as 30 intervals past Redis's now,
+// and the client was refused for about as long as the outage had lasted.)
+func TestRateOutageDebtCreditsElapsedTime(t *testing.T) {
+	srv := redistest.Start(t)
+	px := redistest.NewProxy(t, srv.Addr())
+	lim := rate.Limit{Rate: rate.PerSecond(20), Burst: 2, Delay: rate.NoDelay}
+	var stores []*redisstore.RateStore[string]
+	for range 3 {
+		st, err := redisstore.NewRate[string](redisstore.RateConfig{
+			Client: newClient(t, px.Addr()), Prefix: "debt:", NodeShare: 0.34,
+			Timeout: 200 * time.Millisecond, BreakerBackoff: 100 * time.Millisecond, Logger: quiet,
+		}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		stores = append(stores, st)
+	}
+	iv := lim.Rate.Interval()
+	start := time.Now()
+	i := 0
+	// send offers requests at the client's rate until d after start and
+	// returns how many of them were refused.
+	send := func(until time.Duration) (sent, refused int) {
+		for {
+			at := start.Add(time.Duration(i) * iv)
+			if at.Sub(start) >= until {
+				return sent, refused
+			}
+			time.Sleep(time.Until(at))
+			ok, wait, err := stores[i%len(stores)].Reserve(context.Background(), "k", lim)
+			if !ok {
+				t.Logf("refused at %v by node %d: wait %v %+v", time.Since(start), i%3, wait, stores[i%3].Stats())
+			}
+			if err != nil {
+				t.Fatalf("Reserve: %v", err)
+			}
+			i++
+			sent++
+			if !ok {
+				refused++
+			}
+		}
+	}
+	if _, refused := send(400 * time.Millisecond); refused > 0 {
+		t.Fatalf("%d refused before the outage, at the client's rate", refused)
+	}
+	px.Down()
+	sent, refused := send(1900 * time.Millisecond)
+	t.Logf("outage: %d sent, %d refused by the nodes' shares %+v", sent, refused, stores[0].Stats())
+	px.Up()
+	sent, refused = send(3100 * time.Millisecond)
+	t.Logf("after the outage: %d sent, %d refused", sent, refused)
+	var fb uint64
+	for _, st := range stores {
+		fb += st.Stats().Fallbacks
+	}
+	if fb < 10 {
+		t.Fatalf("only %d fallback admissions: the outage did not happen as planned", fb)
+	}
+	if refused > 0 {
+		t.Fatalf("a client at its rate was refused %d of %d times after the outage", refused, sent)
+	}
+}
