@@ -174,8 +174,8 @@ type Forward struct {
 	// Limits are the concurrency limits of the listener's requests besides its
 	// client_limit, outermost first: a request takes a permit of each, in order, and waits
 	// in the queue of the first that has none free, holding the permits of those before it.
-	// Keys: client_ip, proxy_user, target_host or header:<Name>, each at most once. Nil
-	// means none.
+	// Keys: client_ip, proxy_user, target_host, target_addr or header:<Name>, each at most
+	// once. Nil means none.
 	Limits []Limit `yaml:"limits"`
 
 	// Intercept turns on TLS interception of the listener's CONNECTs, so that the requests
