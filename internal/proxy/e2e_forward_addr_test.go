@@ -36,6 +36,13 @@ listeners:
     forward:
       destinations: {allow: ["127.0.0.0/8"]}
       limits: [{key: target_host, permits: 1}]
+  - name: overridden
+    protocol: http
+    listen: "127.0.0.1:0"
+    mode: forward
+    forward:
+      destinations: {allow: ["127.0.0.0/8"]}
+      limits: [{key: target_addr, permits: 1, overrides: {"127.0.0.0/8": 2}}]
   - name: rated
     protocol: http
     listen: "127.0.0.1:0"
@@ -92,6 +99,20 @@ listeners:
 		a.c.Close()
 		b.c.Close()
 		idle("byhost", "target_host")
+	})
+
+	t.Run("override", func(t *testing.T) {
+		// 127.0.0.0/8 gets 2 permits per address: both names in, a third
+		// tunnel to the same address refused.
+		a, r1 := d.openTunnel("overridden", "127.0.0.2", echo, "")
+		b, r2 := d.openTunnel("overridden", "127.0.0.2", "localhost:"+echoPort, "")
+		_, r3 := d.openTunnel("overridden", "127.0.0.2", "localhost:"+echoPort, "")
+		if r1.StatusCode != http.StatusOK || r2.StatusCode != http.StatusOK || r3.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("three CONNECTs to one address with an override of 2: %d, %d, %d; want 200, 200, 429", r1.StatusCode, r2.StatusCode, r3.StatusCode)
+		}
+		a.c.Close()
+		b.c.Close()
+		idle("overridden", "target_addr")
 	})
 
 	t.Run("absolute-form", func(t *testing.T) {
