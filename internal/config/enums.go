@@ -166,7 +166,7 @@ const (
 
 // LimitKey is what a [Limit] counts by: KeyClientIP, KeyUser, KeyHost, or "header:" and a
 // header name (see [HeaderKey]) on reverse listeners; KeyClientIP, KeyProxyUser,
-// KeyTargetHost or a header on forward listeners.
+// KeyTargetHost, KeyTargetAddr or a header on forward listeners.
 //
 // A request without a value for its key (no user, no such header) is not counted by that
 // limit; pair such limits with a client_ip limit (or rely on the listener's connection caps)

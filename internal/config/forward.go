@@ -27,6 +27,12 @@ const (
 	// KeyTargetHost counts by the request's target, normalised ("example.com:443"). Forward
 	// listeners only.
 	KeyTargetHost LimitKey = "target_host"
+	// KeyTargetAddr counts by the address and port the proxy connects to for the request
+	// ("192.0.2.7:443", "[2001:db8::1]:443"): the first address of the target's name that the
+	// destination policy allows, resolved once before the limits and then the only address
+	// dialled. So one origin reached by several names, or by its IP literal, counts once.
+	// Forward listeners without intercept only.
+	KeyTargetAddr LimitKey = "target_addr"
 )
 
 // NoReclaim is the [Limit.ReclaimAfter] that never takes a permit back. In YAML it is
@@ -168,8 +174,8 @@ type Forward struct {
 	// Limits are the concurrency limits of the listener's requests besides its
 	// client_limit, outermost first: a request takes a permit of each, in order, and waits
 	// in the queue of the first that has none free, holding the permits of those before it.
-	// Keys: client_ip, proxy_user, target_host or header:<Name>, each at most once. Nil
-	// means none.
+	// Keys: client_ip, proxy_user, target_host, target_addr or header:<Name>, each at most
+	// once. Nil means none.
 	Limits []Limit `yaml:"limits"`
 
 	// Intercept turns on TLS interception of the listener's CONNECTs, so that the requests

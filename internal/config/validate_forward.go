@@ -326,12 +326,20 @@ func (v *validator) reverseLimits(l *Listener, p string) {
 			v.addf(lp+".key", "proxy_user is for forward listeners; a reverse listener with auth counts its users with key user")
 		case lim.Key == KeyTargetHost:
 			v.addf(lp+".key", "target_host is for forward listeners; a reverse listener counts the request host with key host")
+		case lim.Key == KeyTargetAddr:
+			v.addf(lp+".key", targetAddrReverse)
 		}
 		if lim.CountTunnels != nil {
 			v.addf(lp+".count_tunnels", "only for the limits of forward listeners; on a reverse listener, release_tunnels: true gives an upgrade's permit back after its 101")
 		}
 	})
 }
+
+// The refusals of key target_addr where it cannot count.
+const (
+	targetAddrReverse   = "target_addr is for forward listeners; a reverse listener connects to its routes' upstreams, not to a target the client names"
+	targetAddrIntercept = "target_addr cannot be used with forward.intercept: an intercepted session connects to its target on its own, not to the address the limit would count; use target_host"
+)
 
 // forwardLimits refuses the keys a forward listener does not have, and proxy_user without
 // authentication.
@@ -343,6 +351,8 @@ func (v *validator) forwardLimits(l *Listener, p string) {
 			v.addf(lp+".key", "a forward listener counts its verified users with key proxy_user")
 		case lim.Key == KeyHost:
 			v.addf(lp+".key", "a forward listener counts targets with key target_host")
+		case lim.Key == KeyTargetAddr && l.Forward != nil && l.Forward.Intercept != nil:
+			v.addf(lp+".key", targetAddrIntercept)
 		case lim.Key == KeyProxyUser:
 			if l.Auth == nil {
 				v.addf(lp+".key", "counts the user the listener's auth block verified, and this listener has none: add auth (an htpasswd file)")

@@ -50,7 +50,7 @@ func (v *validator) limitKey(k LimitKey, p string, kind limitKind) {
 		return
 	}
 	switch k {
-	case "", KeyClientIP, KeyUser, KeyHost, KeyProxyUser, KeyTargetHost:
+	case "", KeyClientIP, KeyUser, KeyHost, KeyProxyUser, KeyTargetHost, KeyTargetAddr:
 		return
 	}
 	if name, ok := k.Header(); ok {
@@ -59,7 +59,7 @@ func (v *validator) limitKey(k LimitKey, p string, kind limitKind) {
 		}
 		return
 	}
-	v.addf(p, "must be client_ip, user, host, proxy_user, target_host or header:<name> (got %q)", k)
+	v.addf(p, "must be client_ip, user, host, proxy_user, target_host, target_addr or header:<name> (got %q)", k)
 }
 
 // overrides checks per-key permits, in key order so the errors come out the same every time.
@@ -74,9 +74,9 @@ func (v *validator) overrides(l *Limit, p string) {
 		switch {
 		case key == "":
 			v.addf(kp, "the key value must not be empty")
-		case byIP:
+		case byIP || l.Key == KeyTargetAddr:
 			if pfx, err := parsePrefix(key); err != nil {
-				v.addf(kp, "must be an IP address or a CIDR, since the limit counts by client_ip (got %q)", key)
+				v.addf(kp, "must be an IP address or a CIDR, since the limit counts by %s (got %q)", orDefault(l.Key, KeyClientIP), key)
 			} else if pfx.Masked() != pfx {
 				v.addf(kp, "has bits set after the prefix length; did you mean %s? (got %q)", pfx.Masked(), key)
 			}

@@ -39,6 +39,8 @@ func (v *validator) rateKeys(l *Listener, p string) {
 			v.addf(kp, "a forward listener counts its verified users with key proxy_user")
 		case l.IsForward() && r.Key == KeyHost:
 			v.addf(kp, "a forward listener counts targets with key target_host")
+		case l.IsForward() && r.Key == KeyTargetAddr && l.Forward != nil && l.Forward.Intercept != nil:
+			v.addf(kp, targetAddrIntercept)
 		case l.IsForward() && r.Key == KeyProxyUser && l.Auth == nil:
 			v.addf(kp, "counts the user the listener's auth block verified, and this listener has none: add auth (an htpasswd file)")
 		case l.IsForward():
@@ -48,6 +50,8 @@ func (v *validator) rateKeys(l *Listener, p string) {
 			v.addf(kp, "proxy_user is for forward listeners; a reverse listener with auth counts its users with key user")
 		case r.Key == KeyTargetHost:
 			v.addf(kp, "target_host is for forward listeners; a reverse listener counts the request host with key host")
+		case r.Key == KeyTargetAddr:
+			v.addf(kp, targetAddrReverse)
 		}
 	}
 	if l.Protocol.Uses("rate") && l.RoutesFrom == "" {
@@ -126,9 +130,9 @@ func (v *validator) rateOverrides(r *Rate, p string) {
 		switch {
 		case key == "":
 			v.addf(kp, "the key value must not be empty")
-		case byIP:
+		case byIP || r.Key == KeyTargetAddr:
 			if pfx, err := parsePrefix(key); err != nil {
-				v.addf(kp, "must be an IP address or a CIDR, since the rate counts by client_ip (got %q)", key)
+				v.addf(kp, "must be an IP address or a CIDR, since the rate counts by %s (got %q)", orDefault(r.Key, KeyClientIP), key)
 			} else if pfx.Masked() != pfx {
 				v.addf(kp, "has bits set after the prefix length; did you mean %s? (got %q)", pfx.Masked(), key)
 			}

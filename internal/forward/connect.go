@@ -27,7 +27,12 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, t Target) {
 		_ = rc.SetReadDeadline(time.Time{})
 		_ = rc.SetWriteDeadline(time.Time{})
 	}
-	conn, err := p.dialer.DialContext(r.Context(), "tcp", t.String())
+	addr, err := dialAddress(r, t)
+	if err != nil && err != errNoPin {
+		p.targetFailed(w, r, err) // ResolveTargets found no address
+		return
+	}
+	conn, err := p.dialer.DialContext(r.Context(), "tcp", addr)
 	if err != nil {
 		p.targetFailed(w, r, err)
 		return

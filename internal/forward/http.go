@@ -30,6 +30,12 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	t, _ := TargetOf(pr.In)
 	pr.Out.URL.Scheme = "http"
 	pr.Out.URL.Host = t.String()
+	if addr, err := dialAddress(pr.In, t); err == nil {
+		// Pinned by ResolveTargets: dial that address, and pool the
+		// connection under it, so that the request goes where it was
+		// counted.
+		pr.Out.URL.Host = addr
+	}
 	// ReverseProxy drops query parameters it cannot parse (a ';', a bad
 	// escape); a proxy passes the query on as the client wrote it.
 	pr.Out.URL.RawQuery = pr.In.URL.RawQuery

@@ -272,6 +272,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.refuse(w, r, err)
 		return
 	}
+	if _, err := dialAddress(r, t); err != nil && err != errNoPin {
+		p.targetFailed(w, r, err) // ResolveTargets found no address
+		return
+	}
 	p.rp.ServeHTTP(w, r)
 }
 

@@ -130,6 +130,9 @@ func (b *tableBuilder) forwardLimits(t *routeTable) (func(http.Handler) http.Han
 		if t.rate != nil {
 			h = t.rate.wrap(h)
 		}
+		if b.countsTargetAddr() {
+			h = t.forward.proxy.ResolveTargets(h) // pins each target to the address its key names
+		}
 		return h
 	}, nil
 }

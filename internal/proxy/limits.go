@@ -177,6 +177,8 @@ func newLimiter(cfg *config.Limit, id identity, ln, route string, kind limitKind
 	switch cfg.Key {
 	case config.KeyClientIP, "":
 		hc.PermitsFor = cidrPermits(cfg.Overrides)
+	case config.KeyTargetAddr:
+		hc.PermitsFor = addrPermits(cfg.Overrides)
 	case config.KeyTargetHost:
 		if hc.PermitsFor, err = cfg.TargetPermits(); err != nil {
 			if closer != nil {
@@ -224,6 +226,8 @@ func keyFunc(k config.LimitKey, id identity) (httplimit.KeyFunc, error) {
 		return httplimit.ByUser(proxyauth.UserOf), nil
 	case config.KeyTargetHost:
 		return forward.ByTargetHost(), nil
+	case config.KeyTargetAddr:
+		return forward.ByTargetAddr(), nil
 	case config.KeyHost:
 		return httplimit.ByHost(), nil
 	}

@@ -73,6 +73,8 @@ func newRateLimiter(cfg *config.Rate, id identity, ln, route string, deps limite
 	switch cfg.Key {
 	case config.KeyClientIP, "":
 		rc.LimitFor = cidrLookup(cfg.Overrides)
+	case config.KeyTargetAddr:
+		rc.LimitFor = addrLookup(cfg.Overrides)
 	case config.KeyTargetHost:
 		if rc.LimitFor, err = targetLookup(cfg.Overrides); err != nil {
 			return nil, fmt.Errorf("proxy: %s: %w", name, err)
