@@ -19,17 +19,13 @@
 #                 drifts by a tenth over a minute
 #   --duration D  measured window of each run (default 10s)
 #   --warmup D    attacker alone before each attack window (default 3s)
-#   --proxies L   which proxies to run (default "portcullis portcullis-lean portcullis-fast
-#                 portcullis-nethttp portcullis-log nginx haproxy floor
-#                 floor-admit floor-epoll-admit"). portcullis is
+#   --proxies L   which proxies to run (default "portcullis portcullis-nethttp
+#                 portcullis-log nginx haproxy floor floor-admit
+#                 floor-epoll-admit"). portcullis is
 #                 the daemon with every limit on and the access log off
 #                 (bench/peers/portcullis.yaml: its own HTTP/1.1 server with
 #                 the lean path on event loops of its own, the default,
 #                 http1_server: eventloop);
-#                 portcullis-fast the same with http1_server: fast, without
-#                 the lean path (portcullis-fast.yaml); portcullis-lean
-#                 the same with http1_server: lean, the lean path without
-#                 the event loops (portcullis-lean.yaml);
 #                 portcullis-nethttp the same with http1_server: net/http
 #                 (portcullis-nethttp.yaml); portcullis-log the same as
 #                 portcullis with the access log on (portcullis-log.yaml, lines
@@ -66,7 +62,7 @@ ROUNDS=3
 TROUNDS= # --throughput-rounds; empty: 5, or --rounds when given
 DURATION=10s
 WARMUP=3s
-PROXIES="portcullis portcullis-lean portcullis-fast portcullis-nethttp portcullis-log nginx haproxy floor floor-admit floor-epoll-admit"
+PROXIES="portcullis portcullis-nethttp portcullis-log nginx haproxy floor floor-admit floor-epoll-admit"
 PROFILE=1
 THROUGHPUT=1
 ATTACKS=1
@@ -96,7 +92,7 @@ while (($#)); do
 	shift
 done
 for p in $PROXIES; do
-	case $p in portcullis | portcullis-lean | portcullis-fast | portcullis-nethttp | portcullis-log | portcullis-syn | portcullis-rst | nginx | haproxy | floor | floor-admit | floor-epoll-admit) ;;
+	case $p in portcullis | portcullis-nethttp | portcullis-log | portcullis-syn | portcullis-rst | nginx | haproxy | floor | floor-admit | floor-epoll-admit) ;;
 	*) echo "run.sh: unknown proxy $p" >&2; exit 2 ;;
 	esac
 done
@@ -112,8 +108,8 @@ done
 HOST=127.0.0.1
 BACKEND_PORT=18480
 declare -A PORT=([portcullis]=18481 [nginx]=18482 [haproxy]=18483 [profiled]=18484 [portcullis-rst]=18486 [portcullis-syn]=18487
-	[portcullis-nethttp]=18488 [portcullis-log]=18489 [floor]=18490 [floor-admit]=18491 [portcullis-fast]=18492 [floor-epoll-admit]=18493
-	[portcullis-lean]=18494 [direct]=$BACKEND_PORT)
+	[portcullis-nethttp]=18488 [portcullis-log]=18489 [floor]=18490 [floor-admit]=18491 [floor-epoll-admit]=18493
+	[direct]=$BACKEND_PORT)
 PPROF_PORT=18485
 ATTACK_CONNS=3000
 LEGIT_CLIENTS=18 # fresh connections, one per address, in the attack scenarios
@@ -213,7 +209,7 @@ start_proxy() {
 	local p=$1 addr=$HOST:${PORT[$1]}
 	port_free "${PORT[$p]}" || { echo "run.sh: port ${PORT[$p]} is in use" >&2; exit 1; }
 	case $p in
-	portcullis | portcullis-lean | portcullis-fast | portcullis-syn | portcullis-rst | portcullis-nethttp | portcullis-log)
+	portcullis | portcullis-syn | portcullis-rst | portcullis-nethttp | portcullis-log)
 		render "$REPO/bench/peers/$p.yaml" "$addr" >"$TMP/$p.yaml"
 		start "$p" "$TMP/bin/portcullis" run --config "$TMP/$p.yaml" ;;
 	floor)
@@ -417,8 +413,6 @@ main() {
 	done
 	for p in $PROXIES; do stop_pid "${PID[$p]}"; done
 	if ((PROFILE)) && [[ " $PROXIES " == *" portcullis "* ]]; then profile_portcullis eventloop ""; fi
-	if ((PROFILE)) && [[ " $PROXIES " == *" portcullis-lean "* ]]; then profile_portcullis lean -lean; fi
-	if ((PROFILE)) && [[ " $PROXIES " == *" portcullis-fast "* ]]; then profile_portcullis fast -fast; fi
 	if ((PROFILE)) && [[ " $PROXIES " == *" portcullis-nethttp "* ]]; then profile_portcullis net/http -nethttp; fi
 	write_meta "$start_time" "$load_start"
 	"$TMP/bin/chart" -raw "$RAW" -md "$OUT/results.md" -png "$OUT/peers.png" -json "$OUT/results.json"

@@ -343,20 +343,21 @@ type Listener struct {
 
 	// HTTP1Server is what serves HTTP/1.x on this listener: on http listeners every
 	// connection, on https listeners the connections whose TLS handshake chose HTTP/1.1
-	// (ALPN). HTTP1ServerLean is the daemon's own HTTP/1.1 server with a second data path
-	// that relays the plainest exchanges (bodyless GETs and HEADs on routes whose limits are
-	// counted in the process, answered with a small body of known length) as bytes, and
-	// sends every other request down the first; HTTP1ServerFast is that server without the
-	// second path; HTTP1ServerEventLoop, the default, is lean with the second path run on
-	// event loops of the daemon's own for plain (not TLS) connections, on Linux (lean
-	// elsewhere, for TLS connections, and while no route of the listener can take the
-	// second path); HTTP1ServerNetHTTP is Go's net/http server, kept so that an operator can
-	// compare or fall back. The daemon's server does per request only the work
-	// a request needs and is held to net/http's behaviour by differential tests. HTTP/2 on
-	// https listeners is served by net/http either way. Every limit, route, log line and
-	// metric behaves the same with all four. Empty means HTTP1ServerEventLoop. http and https
-	// listeners only.
+	// (ALPN). Two modes: HTTP1ServerEventLoop, the default, is the daemon's own HTTP/1.1
+	// server, which relays the plainest exchanges (bodyless GETs and HEADs on routes whose
+	// limits are counted in the process, answered with a small body of known length) as
+	// bytes, on event loops of its own for plain connections on Linux and in Go's poller
+	// otherwise (TLS, other systems), and hands every other exchange to its Go server;
+	// HTTP1ServerNetHTTP is Go's net/http server, kept so that an operator can compare or
+	// fall back. The daemon's server is held to net/http's behaviour by differential
+	// tests. HTTP/2 on https listeners is served by net/http either way. Every limit,
+	// route, log line and metric behaves the same with both. Empty means
+	// HTTP1ServerEventLoop. The retired names lean and fast are read as eventloop, with a
+	// warning (see [Listener.Warnings]). http and https listeners only.
 	HTTP1Server HTTP1Server `yaml:"http1_server"`
+	// retiredHTTP1 is the retired name (lean or fast) the file gave http1_server, which
+	// Parse read as eventloop; empty otherwise.
+	retiredHTTP1 HTTP1Server
 
 	// MaxConcurrentStreams caps the requests one HTTP/2 (https) or HTTP/3 connection may run
 	// at once (SETTINGS_MAX_CONCURRENT_STREAMS; QUIC's bidirectional stream limit), so that a

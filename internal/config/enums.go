@@ -105,32 +105,48 @@ const (
 	ForwardedNone ForwardedHeader = "none"
 )
 
-// HTTP1Server is what serves HTTP/1.x on an http or https [Listener].
+// HTTP1Server is what serves HTTP/1.x on an http or https [Listener]: one of two
+// modes, HTTP1ServerEventLoop (the default) or HTTP1ServerNetHTTP.
 type HTTP1Server string
 
-// The HTTP/1.x servers.
+// The HTTP/1.x modes.
 const (
-	// HTTP1ServerFast is the daemon's own HTTP/1.1 server.
-	HTTP1ServerFast HTTP1Server = "fast"
-	// HTTP1ServerNetHTTP is Go's net/http server.
-	HTTP1ServerNetHTTP HTTP1Server = "net/http"
-	// HTTP1ServerLean is the daemon's own server with a second data
-	// path for the plainest exchanges, which relays them as bytes.
-	HTTP1ServerLean HTTP1Server = "lean"
-	// HTTP1ServerEventLoop, the default, is lean with the plainest
-	// exchanges of plain (not TLS) connections relayed on event loops of
-	// the daemon's own, outside the Go runtime's poller (Linux; lean
-	// elsewhere).
+	// HTTP1ServerEventLoop, the default, is the daemon's own HTTP/1.1 server. It
+	// relays the plainest exchanges as bytes: those of plain (not TLS)
+	// connections on event loops of its own, outside the Go runtime's poller
+	// (Linux), and the rest (TLS connections, other systems) with the same
+	// byte path in Go's poller (the lean path); every exchange it does not
+	// relay goes through the Go server's full handling.
 	HTTP1ServerEventLoop HTTP1Server = "eventloop"
+	// HTTP1ServerNetHTTP is Go's net/http server, the escape hatch.
+	HTTP1ServerNetHTTP HTTP1Server = "net/http"
 )
 
-// Fast reports whether s runs the daemon's own HTTP/1.1 server: fast,
-// lean, eventloop, or empty (the default).
+// The retired HTTP/1.x server names. They are not modes: in a configuration file
+// [Parse] reads either as HTTP1ServerEventLoop and [Listener.Warnings] reports
+// it. Set in Go on a parsed configuration, they select one internal part of
+// HTTP1ServerEventLoop alone, for the tests and benchmarks that compare the
+// parts with each other.
+const (
+	// HTTP1ServerLean is the eventloop server with its byte path run in Go's
+	// poller on every connection, plain ones included.
+	HTTP1ServerLean HTTP1Server = "lean"
+	// HTTP1ServerFast is the eventloop server without its byte path: every
+	// exchange through the Go server's full handling.
+	HTTP1ServerFast HTTP1Server = "fast"
+)
+
+// Fast reports whether s runs the daemon's own HTTP/1.1 server: every value
+// but HTTP1ServerNetHTTP.
 func (s HTTP1Server) Fast() bool { return s != HTTP1ServerNetHTTP }
 
-// Lean reports whether s relays the plainest exchanges as bytes: lean,
-// eventloop, or empty (the default).
+// Lean reports whether s relays the plainest exchanges as bytes: eventloop, or
+// empty (the default), or the internal part lean.
 func (s HTTP1Server) Lean() bool { return s == "" || s == HTTP1ServerLean || s == HTTP1ServerEventLoop }
+
+// retired reports whether s is a retired name, read as HTTP1ServerEventLoop
+// when a configuration file names it.
+func (s HTTP1Server) retired() bool { return s == HTTP1ServerLean || s == HTTP1ServerFast }
 
 // EscapedSlashes is what a reverse-proxy [Listener] does with a request
 // whose path holds an escaped slash ("%2F" or "%2f"), as Envoy's

@@ -304,7 +304,7 @@ var badConfigs = []struct {
 	{"negative max_concurrent_streams", "listeners:\n  - protocol: http3\n    listen: :443\n    tls: {cert_file: testdata/files/server.crt, key_file: testdata/files/server.key}\n    max_concurrent_streams: -1\n    routes: [{upstreams: [http://a]}]\n",
 		`portcullis.yaml:5:29: listeners[0].max_concurrent_streams: must be 0 to 2147483647 (got -1)`},
 	{"http1_server", base + "    http1_server: fasthttp\n",
-		`portcullis.yaml:6:19: listeners[0].http1_server: must be lean, eventloop, fast or net/http (got "fasthttp")`},
+		`portcullis.yaml:6:19: listeners[0].http1_server: must be eventloop or net/http (got "fasthttp")`},
 	{"http1_server on http3", "listeners:\n  - protocol: http3\n    listen: :443\n    tls: {cert_file: testdata/files/server.crt, key_file: testdata/files/server.key}\n    http1_server: net/http\n    routes: [{upstreams: [http://a]}]\n",
 		`portcullis.yaml:5:19: listeners[0].http1_server: only for http and https listeners (protocol is http3)`},
 	{"escaped_slashes", base + "    escaped_slashes: decode\n",

@@ -59,6 +59,7 @@ func Parse(filename string, data []byte) (*Config, error) {
 	d.value(root, reflect.ValueOf(&c).Elem(), "", fieldOpts{})
 	c.src = d.src
 	resolveFiles(&c, filename)
+	retireHTTP1Servers(&c)
 
 	all := d.errs
 	if d.tooLarge {
@@ -207,6 +208,16 @@ func resolveFiles(c *Config, filename string) {
 			abs(&ic.CACert)
 			abs(&ic.CAKey)
 			abs(&ic.Upstream.CAFile)
+		}
+	}
+}
+
+// retireHTTP1Servers reads the retired http1_server names lean and fast as
+// eventloop, remembering the name for [Listener.Warnings].
+func retireHTTP1Servers(c *Config) {
+	for i := range c.Listeners {
+		if l := &c.Listeners[i]; l.HTTP1Server.retired() {
+			l.retiredHTTP1, l.HTTP1Server = l.HTTP1Server, HTTP1ServerEventLoop
 		}
 	}
 }

@@ -264,7 +264,7 @@ func (v *validator) httpServer(l *Listener, p string) {
 	switch l.HTTP1Server {
 	case "", HTTP1ServerFast, HTTP1ServerNetHTTP, HTTP1ServerLean, HTTP1ServerEventLoop:
 	default:
-		v.addf(p+".http1_server", "must be lean, eventloop, fast or net/http (got %q)", l.HTTP1Server)
+		v.addf(p+".http1_server", "must be eventloop or net/http (got %q)", l.HTTP1Server)
 	}
 	if l.MaxConcurrentStreams < 0 || l.MaxConcurrentStreams > math.MaxInt32 {
 		v.addf(p+".max_concurrent_streams", "must be 0 to %d (got %d)", math.MaxInt32, l.MaxConcurrentStreams)

@@ -28,16 +28,23 @@ func (c *Config) Warnings() []Warning {
 	return out
 }
 
-// Warnings returns the warnings of l: a forward listener bound beyond loopback that serves
+// Warnings returns the warnings of l: an http1_server that names a retired server (lean
+// or fast), read as eventloop; a forward listener bound beyond loopback that serves
 // loopback and private clients only, or any client without auth or allow_file; an
 // interception that does not verify its targets' certificates.
 func (l *Listener) Warnings() []Warning {
-	if !l.IsForward() {
-		return nil
-	}
 	var out []Warning
 	add := func(setting, msg string) {
 		out = append(out, Warning{Listener: l.Name, Setting: setting, Message: msg})
+	}
+	if l.retiredHTTP1 != "" {
+		add("http1_server",
+			string(l.retiredHTTP1)+" is no longer a mode and now means eventloop, the default: the daemon's own HTTP/1.1 server, "+
+				"relaying the plainest exchanges as bytes (on event loops for plain connections on Linux, in Go's poller otherwise) "+
+				"and serving the rest with its Go server; remove the setting, or set net/http for Go's net/http server")
+	}
+	if !l.IsForward() {
+		return out
 	}
 	if !IsLoopbackListen(l.Listen) {
 		switch {

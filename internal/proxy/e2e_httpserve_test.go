@@ -66,7 +66,7 @@ listeners:
 	check("after a reload at the same address")
 	other := config.HTTP1ServerNetHTTP
 	if serverOf(t) == config.HTTP1ServerNetHTTP {
-		other = config.HTTP1ServerFast
+		other = config.HTTP1ServerEventLoop
 	}
 	cfg := d.sameAddr(strings.Replace(text, "CAP", "9", 1))
 	cfg.Listeners[0].HTTP1Server = other

@@ -11,9 +11,13 @@ import (
 
 // TestReclaimEndsStuckExchange: a route's permit held past reclaim_after
 // is taken back, and the exchange that held it is ended (its connection
-// cut), on every server and on the lean path too, where the exchange
-// holds a permit it took without the handler chain.
-func TestReclaimEndsStuckExchange(t *testing.T) { bothServers(t, testReclaimEndsStuckExchange) }
+// cut), on both modes and on the lean path in Go's poller too (eventloop's
+// part for TLS connections), where the exchange holds a permit it took
+// without the handler chain, and whose outcomes it counts.
+func TestReclaimEndsStuckExchange(t *testing.T) {
+	bothServers(t, testReclaimEndsStuckExchange)
+	t.Run("server=lean", testReclaimEndsStuckExchange)
+}
 
 func testReclaimEndsStuckExchange(t *testing.T) {
 	d := startDaemon(t, `

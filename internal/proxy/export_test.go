@@ -17,7 +17,8 @@ func SetTestHooks(bind func(config.Listener) error, buildTable func(listener str
 }
 
 // HTTP1ServerOf returns the HTTP/1.x server that serves the listener
-// named name, as its http1_server setting names it: "lean", "eventloop", "fast" or "net/http";
+// named name, as its http1_server setting names it: "eventloop" or "net/http", or the
+// internal part set in Go, "lean" or "fast";
 // "" when the listener is not an http or https listener, or does not
 // exist.
 func HTTP1ServerOf(s *Server, name string) config.HTTP1Server {

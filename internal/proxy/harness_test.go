@@ -123,36 +123,46 @@ type daemon struct {
 	manualStop bool
 }
 
-// servers are the HTTP/1.x servers an http or https listener can run
+// servers are the HTTP/1.x modes an http or https listener can run
 // (http1_server), by the name of the subtests bothServers runs.
 var servers = []struct {
 	name   string
 	server config.HTTP1Server
 }{
-	{"fast", config.HTTP1ServerFast},
-	{"nethttp", config.HTTP1ServerNetHTTP},
-	{"lean", config.HTTP1ServerLean},
 	{"eventloop", config.HTTP1ServerEventLoop},
+	{"nethttp", config.HTTP1ServerNetHTTP},
 }
 
-// bothServers runs test once per HTTP/1.x server, as the subtests
-// server=fast, server=nethttp and server=lean: every configuration parseConfig parses
-// within a subtest gives its http and https listeners that subtest's
-// server, unless the configuration names one itself. Every end-to-end
-// test whose daemon serves HTTP/1.x runs under it, so that both servers
-// are held to the same behaviour.
+// parts are the internal parts of the eventloop mode that a test may run
+// alone, as a subtest server=NAME (lean: the byte path in Go's poller on
+// every connection; fast: the daemon's server without the byte path).
+var parts = []struct {
+	name   string
+	server config.HTTP1Server
+}{
+	{"lean", config.HTTP1ServerLean},
+	{"fast", config.HTTP1ServerFast},
+}
+
+// bothServers runs test once per HTTP/1.x mode, as the subtests
+// server=eventloop and server=nethttp: every configuration parseConfig
+// parses within a subtest gives its http and https listeners that
+// subtest's server, unless the configuration names one itself. Every
+// end-to-end test whose daemon serves HTTP/1.x runs under it, so that both
+// modes are held to the same behaviour.
 func bothServers(t *testing.T, test func(t *testing.T)) {
 	for _, s := range servers {
 		t.Run("server="+s.name, test)
 	}
 }
 
-// serverOf returns the HTTP/1.x server of the bothServers subtest t runs
-// in, or "" (the default) outside one.
+// serverOf returns the HTTP/1.x server of the bothServers subtest (or the
+// server=NAME subtest of an internal part) t runs in, or "" (the default)
+// outside one.
 func serverOf(t testing.TB) config.HTTP1Server {
 	for _, part := range strings.Split(t.Name(), "/") {
 		if name, ok := strings.CutPrefix(part, "server="); ok {
-			for _, s := range servers {
+			for _, s := range append(servers[:len(servers):len(servers)], parts...) {
 				if s.name == name {
 					return s.server
 				}

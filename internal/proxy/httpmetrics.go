@@ -77,7 +77,7 @@ func newHTTPMetrics() *httpMetrics {
 		}, []string{"listener", "route", "kind"}),
 		lean: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portcullis_http_lean_exchanges_total",
-			Help: "HTTP/1.1 exchanges offered to the lean path (http1_server: eventloop, the default, or lean), by listener and outcome: relayed (served as bytes to the end), handed_over (sent upstream as bytes, then answered through the relay's own code: an upstream failure, or an answer the lean path does not write itself), declined (served by the fast path from the start).",
+			Help: "HTTP/1.1 exchanges offered to the lean path (http1_server: eventloop, the default), by listener and outcome: relayed (served as bytes to the end), handed_over (sent upstream as bytes, then answered through the relay's own code: an upstream failure, or an answer the lean path does not write itself), declined (served by the fast path from the start).",
 		}, []string{"listener", "outcome"}),
 		build:  build,
 		issued: make(map[seriesKey]bool),

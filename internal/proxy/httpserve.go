@@ -22,10 +22,11 @@ import (
 // builds everything before it commits.
 type httpServers struct {
 	// std is net/http's server: every connection with http1_server
-	// net/http, the HTTP/2 connections fast hands off on https, nil on a
-	// fast http listener.
+	// net/http, the HTTP/2 connections fast hands off on https, nil on an
+	// http listener served by fast.
 	std *http.Server
-	// fast serves HTTP/1.x with http1_server fast; nil otherwise.
+	// fast serves HTTP/1.x with http1_server eventloop (or one of its
+	// internal parts, lean or fast, set in Go); nil with net/http.
 	fast *http1.Server
 	// handoff carries the HTTP/2 connections from fast to std; https with
 	// fast only.
@@ -151,14 +152,14 @@ func (h *httpServers) start(conns net.Listener, base context.Context, served cha
 
 // startLoop starts the event loops of an eventloop listener, and reports
 // whether it did; without them (another setting, or a system without
-// them) fast serves every connection, as lean.
+// them) fast serves every connection with the lean path in Go's poller.
 func (h *httpServers) startLoop(counts *evloop.Counts, log func(error)) bool {
 	if h.loopWith == nil {
 		return false
 	}
 	loop, err := h.loopWith.start(counts)
 	if err != nil {
-		log(fmt.Errorf("http1_server eventloop: serving as lean: %w", err))
+		log(fmt.Errorf("http1_server eventloop: event loops unavailable, serving every connection with the lean path in Go's poller: %w", err))
 		return false
 	}
 	h.loop = loop

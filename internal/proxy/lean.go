@@ -24,8 +24,9 @@ import (
 	"github.com/seed-a07d1050/portcullis/limit"
 )
 
-// The lean path (http1_server: lean) relays the plainest exchanges as
-// bytes: a bodyless GET or HEAD, on a route whose chain is only
+// The lean path, a part of http1_server eventloop (the default) that runs
+// in Go's poller on the connections the event loops do not serve (TLS
+// ones, other systems), relays the plainest exchanges as bytes: a bodyless GET or HEAD, on a route whose chain is only
 // concurrency limits and the relay, to a plain http upstream, answered
 // with a final response whose length is known and small (any length
 // after a HEAD). For those it skips what the handler
@@ -121,7 +122,7 @@ func leanRouteOf(rl *relay, hasRate bool, limits ...*limiter) *leanRoute {
 }
 
 // leanExchanges is the http1.ExchangeHandler of a listener with
-// http1_server lean.
+// http1_server eventloop (and of the internal part lean alone).
 type leanExchanges struct{ f *front }
 
 // leanExchange is the state of one exchange on the lean path, pooled.
