@@ -69,7 +69,6 @@ type rateEntry struct {
 	tat      int64 // the key's TAT as Redis last returned it, in node time (ns); 0 none
 	fbTat    int64 // the node-local TAT of the Open fallback (node time)
 	fbIv     int64 // the node-local interval fbTat advances by (node time)
-	fbLast   int64 // what the newest fallback decision added to fbTat (node time)
 	fbOwed   bool  // fallback admissions not yet charged to Redis
 	fbPaid   int64 // fbTat up to which Redis was charged
 }
@@ -167,7 +166,7 @@ func (e *rateEntry) takeFallbackCharge(p *ratePolicy, now int64) (us, mark int64
 	}
 	lead := e.fbTat - max(now, e.fbPaid)
 	if e.fbPaid <= now {
-		lead -= e.fbLast // the newest admission (of any weight); only once per run of them
+		lead -= e.fbIv // the newest admission; only once per run of them
 	}
 	if lead <= 0 {
 		return 0, mark

@@ -82,17 +82,32 @@ func TestRateLocalShareBoundUnderSlowRoundTrip(t *testing.T) {
 func TestRateOutageDebtCreditsElapsedTime(t *testing.T) {
 	testRateOutageDebt(t, "debt:", func(st *redisstore.RateStore[string], key string, lim rate.Limit) (bool, time.Duration, error) {
 		return st.Reserve(context.Background(), key, lim)
-	})
+	}, 1)
 }
 
 // The same through ReserveMany, whose fallback (fallbackN) charges by the
 // node-local lead too. (Before, it sent each admission of the outage as
 // one interval: 24 of 24 refused after the outage in one run.)
 func TestRateOutageDebtCreditsElapsedTimeReserveMany(t *testing.T) {
-	testRateOutageDebt(t, "debtmany:", reserveOne)
+	testRateOutageDebt(t, "debtmany:", reserveOne, 1)
 }
 
-func testRateOutageDebt(t *testing.T, prefix string, reserve func(*redisstore.RateStore[string], string, rate.Limit) (bool, time.Duration, error)) {
+// The same with a weight of 2 every two intervals through ReserveMany.
+// A node leaves uncharged one interval of its newest decision, whatever
+// its weight (so the overshoot after an outage stays one request per
+// node); the rest of that weight is a debt the client at its rate has
+// repaid by its next request: a weighted client is not refused.
+func TestRateOutageDebtCreditsElapsedTimeWeighted(t *testing.T) {
+	testRateOutageDebt(t, "debtweighted:", func(st *redisstore.RateStore[string], key string, lim rate.Limit) (bool, time.Duration, error) {
+		reqs := []redisstore.RateRequest[string]{{Key: key, Limit: lim, N: 2}}
+		err := st.ReserveMany(context.Background(), reqs)
+		return reqs[0].OK, reqs[0].Ahead, err
+	}, 2)
+}
+
+// testRateOutageDebt is TestRateOutageDebtCreditsElapsedTime with reserve
+// deciding each request of weight, sent every weight intervals.
+func testRateOutageDebt(t *testing.T, prefix string, reserve func(*redisstore.RateStore[string], string, rate.Limit) (bool, time.Duration, error), weight int) {
 	srv := redistest.Start(t)
 	px := redistest.NewProxy(t, srv.Addr())
 	lim := rate.Limit{Rate: rate.PerSecond(20), Burst: 2, Delay: rate.NoDelay}
@@ -108,7 +123,7 @@ func testRateOutageDebt(t *testing.T, prefix string, reserve func(*redisstore.Ra
 		t.Cleanup(func() { st.Close() })
 		stores = append(stores, st)
 	}
-	iv := lim.Rate.Interval()
+	iv := lim.Rate.Interval() * time.Duration(weight)
 	start := time.Now()
 	i := 0
 	// send offers requests at the client's rate until d after start and

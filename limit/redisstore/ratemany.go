@@ -217,7 +217,6 @@ func (s *RateStore[K]) fallbackN(key K, p *ratePolicy, n int) (bool, time.Durati
 	}
 	e.fbTat = next
 	e.fbIv = iv
-	e.fbLast = w
 	e.fbOwed = true
 	e.interval = p.ivUS
 	s.st.fallbacks.Add(1)
