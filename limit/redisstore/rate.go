@@ -187,6 +187,55 @@ func (e *rateEntry) fallbackUnsent(mark int64) {
 	}
 }
 
+// A rateSend is what one script call carries for a key besides its own
+// request: the admissions made without asking (negative: cancellations)
+// and the charge of the Open fallback's admissions, with its mark.
+type rateSend struct {
+	n          int
+	owed, mark int64
+}
+
+// beginSend takes e's pending admissions and the fallback's charge into a
+// call. Until endSend they count as sending, so that estimate and the
+// fast path's bound still see them while the call is in flight. It is
+// called with e's shard lock held.
+func (e *rateEntry) beginSend(p *ratePolicy, now int64) rateSend {
+	c := rateSend{n: e.pending}
+	c.owed, c.mark = e.takeFallbackCharge(p, now)
+	e.pending = 0
+	if c.n > 0 {
+		e.sending += c.n
+	}
+	e.inflight++
+	return c
+}
+
+// endSend ends a call begun by beginSend, with its reply or err, at now
+// (node time). A call that failed leaves what it carried owed, queued
+// for the flush; one that succeeded sets the key's known TAT (moving it
+// back only when the call carried cancellations). It is called with e's
+// shard lock held.
+func (s *RateStore[K]) endSend(e *rateEntry, c rateSend, ivUS int64, reply rateReply, err error, now int64) {
+	e.inflight--
+	if c.n > 0 {
+		e.sending -= c.n
+	}
+	if err != nil {
+		e.fallbackUnsent(c.mark)
+		if e.fbOwed {
+			s.enqueue(e)
+		}
+		s.addPending(e, &ratePolicy{ivUS: ivUS}, c.n)
+		return
+	}
+	e.fallbackSent(c.mark)
+	if c.n < 0 {
+		e.tat = now + reply.ahead*1000
+	} else {
+		e.tat = max(e.tat, now+reply.ahead*1000)
+	}
+}
+
 // unchecked is how many admissions of e this node made that Redis has not
 // yet checked: pending ones and those in calls not answered yet. The fast
 // path admits only while it is under the policy's local share, so that a
@@ -247,27 +296,16 @@ func (s *RateStore[K]) reserve(ctx context.Context, key K, lim rate.Limit, mayCa
 		s.skipProbe(probe)
 		return true, time.Duration(est + p.iv - now), nil
 	}
-	n := e.pending
-	e.pending = 0
-	e.inflight++
-	if n > 0 {
-		e.sending += n
-	}
-	owedUS, mark := e.takeFallbackCharge(&p, now)
+	send := e.beginSend(&p, now)
 	name := e.name
 	sh.mu.Unlock()
 
-	reply, err := s.callReserve(ctx, name, &p, n, owedUS)
+	reply, err := s.callReserve(ctx, name, &p, send)
 
 	sh.mu.Lock()
-	e.inflight--
-	if n > 0 {
-		e.sending -= n
-	}
+	s.endSend(e, send, p.ivUS, reply, err, s.now())
+	sh.mu.Unlock()
 	if err != nil {
-		e.fallbackUnsent(mark)
-		s.addPending(e, &p, n) // they are still owed; the flush retries
-		sh.mu.Unlock()
 		if ctx.Err() != nil {
 			s.br.abandon()
 			return false, 0, ctx.Err()
@@ -275,10 +313,6 @@ func (s *RateStore[K]) reserve(ctx context.Context, key K, lim rate.Limit, mayCa
 		s.br.failure(s.s.Clock.Now(), err)
 		return s.fallback(key, &p, err)
 	}
-	e.fallbackSent(mark)
-	after := s.now()
-	e.tat = max(e.tat, after+reply.ahead*1000)
-	sh.mu.Unlock()
 	s.br.success()
 	return reply.ok, time.Duration(reply.ahead * 1000), nil
 }
@@ -326,45 +360,15 @@ func (s *RateStore[K]) fallback(key K, p *ratePolicy, cause error) (bool, time.D
 		}
 		return false, 0, fmt.Errorf("%w: %w", ErrUnavailable, cause)
 	}
-	share := s.s.NodeShare
-	iv := int64(math.Ceil(float64(p.iv) / share))
-	window := int64(math.Ceil(float64(p.window/p.iv)*share)) * iv
-	now := s.now()
-	sh, e := s.entry(key)
-	defer sh.mu.Unlock()
-	next := max(e.fbTat, now) + iv
-	if next-now > window {
-		s.st.fallbackRefusals.Add(1)
-		return false, time.Duration(next - iv - now), nil
-	}
-	e.fbTat = next
-	e.fbIv = iv
-	e.fbOwed = true
-	e.interval = p.ivUS
-	s.st.fallbacks.Add(1)
-	s.enqueue(e)
-	return true, time.Duration(next - now), nil
+	ok, ahead := s.fallbackN(key, p, 1)
+	return ok, ahead, nil
 }
 
 // Cancel gives back one request of key that this store admitted: one not
 // yet sent to Redis is simply not sent; otherwise the next flush moves the
 // key's TAT in Redis back one interval (not before Redis's now). It never
 // blocks.
-func (s *RateStore[K]) Cancel(key K, lim rate.Limit) {
-	p, ok := s.policy(lim)
-	if !ok || s.closed.Load() {
-		return
-	}
-	sh, e := s.entry(key)
-	if e.fbOwed && e.fbTat > e.fbPaid {
-		// Most likely one of the fallback's admissions: its node-local
-		// state takes it back, and so does what the flush charges.
-		e.fbTat -= e.fbIv
-	} else {
-		s.addPending(e, &p, -1)
-	}
-	sh.mu.Unlock()
-}
+func (s *RateStore[K]) Cancel(key K, lim rate.Limit) { s.CancelN(key, lim, 1) }
 
 // RateStats is a snapshot of a RateStore's counters. Counters only grow;
 // Breaker and Keys are current values.
@@ -507,12 +511,11 @@ func (s *RateStore[K]) flush(ctx context.Context) error {
 	s.queue = nil
 	s.qmu.Unlock()
 	type call struct {
-		e          *rateEntry
-		sh         *rateShard
-		n          int
-		iv         int64
-		owed, mark int64
-		cmd        *redis.Cmd
+		e    *rateEntry
+		sh   *rateShard
+		iv   int64
+		send rateSend
+		cmd  *redis.Cmd
 	}
 	var calls []call
 	now := s.now()
@@ -521,14 +524,7 @@ func (s *RateStore[K]) flush(ctx context.Context) error {
 		sh.mu.Lock()
 		e.queued = false
 		if e.pending != 0 || e.fbOwed {
-			p := ratePolicy{ivUS: e.interval}
-			owed, mark := e.takeFallbackCharge(&p, now)
-			calls = append(calls, call{e: e, sh: sh, n: e.pending, iv: e.interval, owed: owed, mark: mark})
-			if e.pending > 0 {
-				e.sending += e.pending
-			}
-			e.pending = 0
-			e.inflight++
+			calls = append(calls, call{e: e, sh: sh, iv: e.interval, send: e.beginSend(&ratePolicy{ivUS: e.interval}, now)})
 		}
 		sh.mu.Unlock()
 	}
@@ -539,7 +535,7 @@ func (s *RateStore[K]) flush(ctx context.Context) error {
 	pipe := s.s.Client.Pipeline()
 	for i := range calls {
 		c := &calls[i]
-		c.cmd = rateScript.EvalSha(ctx, pipe, []string{c.e.name}, c.iv, 0, c.n, 0, c.owed)
+		c.cmd = rateScript.EvalSha(ctx, pipe, []string{c.e.name}, c.iv, 0, c.send.n, 0, c.send.owed)
 	}
 	_, err := pipe.Exec(ctx)
 	if err != nil && isNoScript(err) {
@@ -547,7 +543,7 @@ func (s *RateStore[K]) flush(ctx context.Context) error {
 			pipe = s.s.Client.Pipeline()
 			for i := range calls {
 				c := &calls[i]
-				c.cmd = rateScript.EvalSha(ctx, pipe, []string{c.e.name}, c.iv, 0, c.n, 0, c.owed)
+				c.cmd = rateScript.EvalSha(ctx, pipe, []string{c.e.name}, c.iv, 0, c.send.n, 0, c.send.owed)
 			}
 			_, err = pipe.Exec(ctx)
 		}
@@ -558,28 +554,11 @@ func (s *RateStore[K]) flush(ctx context.Context) error {
 		reply, cerr := decodeRate(c.cmd.Val(), c.cmd.Err())
 		now := s.now()
 		c.sh.mu.Lock()
-		c.e.inflight--
-		if c.n > 0 {
-			c.e.sending -= c.n
-		}
-		if cerr != nil {
-			p := ratePolicy{ivUS: c.iv}
-			c.e.fallbackUnsent(c.mark)
-			if c.e.fbOwed {
-				s.enqueue(c.e)
-			}
-			s.addPending(c.e, &p, c.n)
-			if first == nil {
-				first = cerr
-			}
-		} else if c.n < 0 {
-			c.e.fallbackSent(c.mark)
-			c.e.tat = now + reply.ahead*1000 // cancellations move it back
-		} else {
-			c.e.fallbackSent(c.mark)
-			c.e.tat = max(c.e.tat, now+reply.ahead*1000)
-		}
+		s.endSend(c.e, c.send, c.iv, reply, cerr, now)
 		c.sh.mu.Unlock()
+		if cerr != nil && first == nil {
+			first = cerr
+		}
 	}
 	if first != nil {
 		return fmt.Errorf("redisstore: rate flush: %w", first)
@@ -604,11 +583,11 @@ func (s *RateStore[K]) sweep() {
 
 // callReserve runs the script for one request after n pending ones, under
 // Timeout, and records the round trip.
-func (s *RateStore[K]) callReserve(ctx context.Context, name string, p *ratePolicy, n int, owedUS int64) (rateReply, error) {
+func (s *RateStore[K]) callReserve(ctx context.Context, name string, p *ratePolicy, send rateSend) (rateReply, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.s.Timeout)
 	defer cancel()
 	start := time.Now()
-	v, err := rateScript.Run(ctx, s.s.Client, []string{name}, p.ivUS, p.windowUS, n, 1, owedUS).Result()
+	v, err := rateScript.Run(ctx, s.s.Client, []string{name}, p.ivUS, p.windowUS, send.n, 1, send.owed).Result()
 	s.st.call(opAcquire, time.Since(start), err)
 	if err != nil {
 		return rateReply{}, fmt.Errorf("redisstore: rate script: %w", err)
@@ -619,9 +598,10 @@ func (s *RateStore[K]) callReserve(ctx context.Context, name string, p *ratePoli
 // rateScript: KEYS[1] the key; ARGV interval µs, window µs ((Burst+1) ×
 // interval), n, want, owed µs. It adds n requests admitted without asking
 // (n < 0: cancelled ones) and owed µs (what the Open fallback's admissions
-// still owe; absent means 0), unconditionally, then, if want is 1, counts
-// one more if it conforms. The TAT is Redis's TIME in µs; the key expires when the
-// TAT is reached. It returns {admitted (0 or 1), TAT - now in µs}.
+// still owe; absent means 0), unconditionally, then counts want more
+// (Reserve: 1; ReserveMany: the weight; the flush: 0) if they all
+// conform. The TAT is Redis's TIME in µs; the key expires when the TAT is
+// reached. It returns {admitted (0 or 1), TAT - now in µs}.
 var rateScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -631,8 +611,8 @@ if tat < now then tat = now end
 tat = tat + n * iv + (tonumber(ARGV[5]) or 0)
 if tat < now then tat = now end
 local ok = 0
-if want == 1 and tat + iv - now <= window then
-  tat = tat + iv
+if want > 0 and tat + want * iv - now <= window then
+  tat = tat + want * iv
   ok = 1
 end
 if tat > now then

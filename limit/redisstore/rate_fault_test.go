@@ -80,13 +80,41 @@ func TestRateLocalShareBoundUnderSlowRoundTrip(t *testing.T) {
 // so admissions of the outage were sent as 30 intervals past Redis's now,
 // and the client was refused for about as long as the outage had lasted.)
 func TestRateOutageDebtCreditsElapsedTime(t *testing.T) {
+	testRateOutageDebt(t, "debt:", func(st *redisstore.RateStore[string], key string, lim rate.Limit) (bool, time.Duration, error) {
+		return st.Reserve(context.Background(), key, lim)
+	}, 1)
+}
+
+// The same through ReserveMany, whose fallback (fallbackN) charges by the
+// node-local lead too. (Before, it sent each admission of the outage as
+// one interval: 24 of 24 refused after the outage in one run.)
+func TestRateOutageDebtCreditsElapsedTimeReserveMany(t *testing.T) {
+	testRateOutageDebt(t, "debtmany:", reserveOne, 1)
+}
+
+// The same with a weight of 2 every two intervals through ReserveMany.
+// A node leaves uncharged one interval of its newest decision, whatever
+// its weight (so the overshoot after an outage stays one request per
+// node); the rest of that weight is a debt the client at its rate has
+// repaid by its next request: a weighted client is not refused.
+func TestRateOutageDebtCreditsElapsedTimeWeighted(t *testing.T) {
+	testRateOutageDebt(t, "debtweighted:", func(st *redisstore.RateStore[string], key string, lim rate.Limit) (bool, time.Duration, error) {
+		reqs := []redisstore.RateRequest[string]{{Key: key, Limit: lim, N: 2}}
+		err := st.ReserveMany(context.Background(), reqs)
+		return reqs[0].OK, reqs[0].Ahead, err
+	}, 2)
+}
+
+// testRateOutageDebt is TestRateOutageDebtCreditsElapsedTime with reserve
+// deciding each request of weight, sent every weight intervals.
+func testRateOutageDebt(t *testing.T, prefix string, reserve func(*redisstore.RateStore[string], string, rate.Limit) (bool, time.Duration, error), weight int) {
 	srv := redistest.Start(t)
 	px := redistest.NewProxy(t, srv.Addr())
 	lim := rate.Limit{Rate: rate.PerSecond(20), Burst: 2, Delay: rate.NoDelay}
 	var stores []*redisstore.RateStore[string]
 	for range 3 {
 		st, err := redisstore.NewRate[string](redisstore.RateConfig{
-			Client: newClient(t, px.Addr()), Prefix: "debt:", NodeShare: 0.34,
+			Client: newClient(t, px.Addr()), Prefix: prefix, NodeShare: 0.34,
 			Timeout: 200 * time.Millisecond, BreakerBackoff: 100 * time.Millisecond, Logger: quiet,
 		}, nil)
 		if err != nil {
@@ -95,7 +123,7 @@ func TestRateOutageDebtCreditsElapsedTime(t *testing.T) {
 		t.Cleanup(func() { st.Close() })
 		stores = append(stores, st)
 	}
-	iv := lim.Rate.Interval()
+	iv := lim.Rate.Interval() * time.Duration(weight)
 	start := time.Now()
 	i := 0
 	// send offers requests at the client's rate until d after start and
@@ -106,8 +134,14 @@ func TestRateOutageDebtCreditsElapsedTime(t *testing.T) {
 			if at.Sub(start) >= until {
 				return sent, refused
 			}
-			time.Sleep(time.Until(at))
-			ok, wait, err := stores[i%len(stores)].Reserve(context.Background(), "k", lim)
+			if late := time.Since(at); late > iv/2 {
+				// The machine fell behind (-race, a loaded machine): keep the
+				// client's spacing instead of catching up in a burst, which
+				// a client at its rate does not send.
+				start = start.Add(late)
+			}
+			time.Sleep(time.Until(start.Add(time.Duration(i) * iv)))
+			ok, wait, err := reserve(stores[i%len(stores)], "k", lim)
 			if !ok {
 				t.Logf("refused at %v by node %d: wait %v %+v", time.Since(start), i%3, wait, stores[i%3].Stats())
 			}
@@ -139,5 +173,69 @@ func TestRateOutageDebtCreditsElapsedTime(t *testing.T) {
 	}
 	if refused > 0 {
 		t.Fatalf("a client at its rate was refused %d of %d times after the outage", refused, sent)
+	}
+}
+
+// reserveOne decides one request of key through ReserveMany.
+func reserveOne(st *redisstore.RateStore[string], key string, lim rate.Limit) (bool, time.Duration, error) {
+	reqs := []redisstore.RateRequest[string]{{Key: key, Limit: lim}}
+	err := st.ReserveMany(context.Background(), reqs)
+	return reqs[0].OK, reqs[0].Ahead, err
+}
+
+// TestRateLocalShareBoundUnderSlowRoundTrip with ReserveMany: a pipeline
+// that carries the admissions the fast path made still counts them
+// against the node's L while it is in flight. One node (L = 5 of a burst
+// of 10, Redis 50 ms away each way) takes four rounds, each of 5 Reserves
+// and then one ReserveMany, all within the first round trip; whatever the
+// interleaving, the node may admit at most (Burst+1) + L = 15. (Before
+// ReserveMany counted what it carried as in flight, each of its pipelines
+// let the fast path admit L more: 21 here.)
+func TestRateLocalShareBoundUnderSlowRoundTripReserveMany(t *testing.T) {
+	srv := redistest.Start(t)
+	px := redistest.NewProxy(t, srv.Addr())
+	px.SetDelay(50 * time.Millisecond)
+	lim := rate.Limit{Rate: rate.PerMinute(1), Burst: 9, Delay: rate.NoDelay}
+	const share, rounds = 0.5, 4
+	st, err := redisstore.NewRate[string](redisstore.RateConfig{
+		Client: newClient(t, px.Addr()), Prefix: "slowrtmany:", LocalShare: share,
+		Timeout: 2 * time.Second, Logger: quiet,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	local := int(float64(lim.Burst+1) * share)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	decide := func(f func() (bool, time.Duration, error)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, _, err := f()
+			if err != nil {
+				t.Errorf("decide: %v", err)
+			}
+			if ok {
+				admitted.Add(1)
+			}
+		}()
+	}
+	for range rounds {
+		for range local {
+			decide(func() (bool, time.Duration, error) { return st.Reserve(context.Background(), "k", lim) })
+		}
+		time.Sleep(5 * time.Millisecond)
+		decide(func() (bool, time.Duration, error) { return reserveOne(st, "k", lim) })
+		time.Sleep(5 * time.Millisecond)
+	}
+	wg.Wait()
+	bound := int64(lim.Burst + 1 + local)
+	t.Logf("admitted %d of %d offered (%d without asking); bound (Burst+1) + L = %d", admitted.Load(), rounds*(local+1), st.Stats().Local, bound)
+	if admitted.Load() > bound {
+		t.Fatalf("one node admitted %d of one burst; the local_share bound is %d", admitted.Load(), bound)
+	}
+	if admitted.Load() < int64(lim.Burst+1) {
+		t.Fatalf("admitted %d, fewer than the burst of %d", admitted.Load(), lim.Burst+1)
 	}
 }

@@ -46,6 +46,11 @@ type RateRequest[K comparable] struct {
 // [Open] the keys Redis could not decide are decided on the node's
 // share, as Reserve does. A caller that must undo some admissions (a
 // request whose other key refused) gives them back with [RateStore.CancelN].
+//
+// A key's admissions that Reserve's fast path made are sent along and
+// count as in flight until Redis answers, so that the fast path keeps its
+// bound meanwhile; its fallback admissions are charged as Reserve's are,
+// by the node-local state's lead (see docs/cluster.md).
 func (s *RateStore[K]) ReserveMany(ctx context.Context, reqs []RateRequest[K]) error {
 	if s.closed.Load() {
 		return ErrClosed
@@ -74,9 +79,7 @@ func (s *RateStore[K]) ReserveMany(ctx context.Context, reqs []RateRequest[K]) e
 			r.Ahead = time.Duration(est - now)
 			continue
 		}
-		calls = append(calls, manyCall{req: i, e: e, sh: sh, p: p, n: n, pending: e.pending})
-		e.pending = 0
-		e.inflight++
+		calls = append(calls, manyCall{req: i, e: e, sh: sh, p: p, n: n, send: e.beginSend(&p, now)})
 		sh.mu.Unlock()
 	}
 	if !open {
@@ -97,18 +100,15 @@ func (s *RateStore[K]) ReserveMany(ctx context.Context, reqs []RateRequest[K]) e
 		}
 		after := s.now()
 		c.sh.mu.Lock()
-		c.e.inflight--
+		s.endSend(c.e, c.send, c.p.ivUS, reply, cerr, after)
+		c.sh.mu.Unlock()
 		if cerr != nil {
-			s.addPending(c.e, &c.p, c.pending) // still owed; the flush retries
-			c.sh.mu.Unlock()
 			failed = append(failed, c.req)
 			if err == nil {
 				err = cerr
 			}
 			continue
 		}
-		c.e.tat = max(c.e.tat, after+reply.ahead*1000)
-		c.sh.mu.Unlock()
 		r.OK, r.Ahead = reply.ok, time.Duration(reply.ahead*1000)
 	}
 	if len(failed) == 0 {
@@ -125,13 +125,13 @@ func (s *RateStore[K]) ReserveMany(ctx context.Context, reqs []RateRequest[K]) e
 
 // manyCall is one script call of a ReserveMany pipeline.
 type manyCall struct {
-	req     int
-	e       *rateEntry
-	sh      *rateShard
-	p       ratePolicy
-	n       int
-	pending int
-	cmd     *redis.Cmd
+	req  int
+	e    *rateEntry
+	sh   *rateShard
+	p    ratePolicy
+	n    int // the weight
+	send rateSend
+	cmd  *redis.Cmd
 }
 
 // runMany sends calls as one pipeline, bounded by Timeout, loading the
@@ -144,14 +144,14 @@ func (s *RateStore[K]) runMany(ctx context.Context, calls []manyCall) error {
 		pipe := s.s.Client.Pipeline()
 		for i := range calls {
 			c := &calls[i]
-			c.cmd = rateManyScript.EvalSha(ctx, pipe, []string{c.e.name}, c.p.ivUS, c.p.windowUS, c.pending, c.n)
+			c.cmd = rateScript.EvalSha(ctx, pipe, []string{c.e.name}, c.p.ivUS, c.p.windowUS, c.send.n, c.n, c.send.owed)
 		}
 		_, err := pipe.Exec(ctx)
 		return err
 	}
 	err := send()
 	if err != nil && isNoScript(err) {
-		if lerr := rateManyScript.Load(ctx, s.s.Client).Err(); lerr == nil {
+		if lerr := rateScript.Load(ctx, s.s.Client).Err(); lerr == nil {
 			err = send()
 		}
 	}
@@ -197,7 +197,11 @@ func (s *RateStore[K]) manyFallback(reqs []RateRequest[K], failed []int, cause e
 	return nil
 }
 
-// fallbackN is fallback (under Open) for a weight of n requests.
+// fallbackN decides a weight of n requests of key under Open without
+// Redis: the node applies the key's limit at NodeShare on its own GCRA
+// state (fbTat), and queues the key so that the flush charges Redis,
+// once it answers, by what that state still owes (takeFallbackCharge),
+// not request by request.
 func (s *RateStore[K]) fallbackN(key K, p *ratePolicy, n int) (bool, time.Duration) {
 	share := s.s.NodeShare
 	iv := int64(math.Ceil(float64(p.iv) / share))
@@ -205,56 +209,40 @@ func (s *RateStore[K]) fallbackN(key K, p *ratePolicy, n int) (bool, time.Durati
 	now := s.now()
 	sh, e := s.entry(key)
 	defer sh.mu.Unlock()
-	next := max(e.fbTat, now) + int64(n)*iv
-	if int64(n)*iv > window || next-now > window {
+	w := int64(n) * iv
+	next := max(e.fbTat, now) + w
+	if w > window || next-now > window {
 		s.st.fallbackRefusals.Add(1)
 		return false, time.Duration(max(e.fbTat, now) - now)
 	}
 	e.fbTat = next
+	e.fbIv = iv
+	e.fbOwed = true
+	e.interval = p.ivUS
 	s.st.fallbacks.Add(1)
-	s.addPending(e, p, n)
+	s.enqueue(e)
 	return true, time.Duration(next - now)
 }
 
 // CancelN gives back n requests of key that this store admitted, as
-// Cancel gives back one: the next flush moves the key's TAT in Redis back
-// n intervals (not before Redis's now). It never blocks.
+// Cancel gives back one. Those the Open fallback admitted and has not yet
+// charged to Redis are taken back from its node-local state (and so from
+// what the flush charges); any other is sent with the next flush, which
+// moves the key's TAT in Redis back one interval each (not before Redis's
+// now), or, when not sent yet, is simply not sent. It never blocks.
 func (s *RateStore[K]) CancelN(key K, lim rate.Limit, n int) {
 	p, ok := s.policy(lim)
 	if !ok || n <= 0 || s.closed.Load() {
 		return
 	}
 	sh, e := s.entry(key)
-	s.addPending(e, &p, -n)
-	if e.fbTat > 0 {
-		e.fbTat = max(e.fbTat-int64(n)*p.iv, 0)
+	if e.fbOwed && e.fbTat > e.fbPaid && e.fbIv > 0 {
+		k := min(int64(n), (e.fbTat-e.fbPaid+e.fbIv-1)/e.fbIv)
+		e.fbTat -= k * e.fbIv
+		n -= int(k)
+	}
+	if n > 0 {
+		s.addPending(e, &p, -n)
 	}
 	sh.mu.Unlock()
 }
-
-// rateManyScript is rateScript with a weight: KEYS[1] the key; ARGV
-// interval µs, window µs, n (requests admitted without asking, added
-// unconditionally; negative: cancelled ones), want (how many to count if
-// they all conform). It keeps the same value in the same key as
-// rateScript, so that both, and the flush, work on one state. It returns
-// {admitted (0 or 1), TAT - now in µs}.
-var rateManyScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local iv, window, n, want = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local tat = tonumber(redis.call('GET', KEYS[1])) or now
-if tat < now then tat = now end
-tat = tat + n * iv
-if tat < now then tat = now end
-local ok = 0
-if want > 0 and tat + want * iv - now <= window then
-  tat = tat + want * iv
-  ok = 1
-end
-if tat > now then
-  redis.call('SET', KEYS[1], string.format('%d', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
-else
-  redis.call('DEL', KEYS[1])
-end
-return {ok, tat - now}
-`)
