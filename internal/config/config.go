@@ -367,6 +367,18 @@ type Listener struct {
 	// listener has its own Routes. HTTP listeners only.
 	RoutesFrom string `yaml:"routes_from"`
 
+	// EscapedSlashes is what the listener does with a request whose path holds an escaped
+	// slash ("%2F" or "%2f"), which routes do not take for a separator but many backends
+	// decode to "/" before resolving the path, so that "/x/..%2Fadmin" matches no route on
+	// "/admin" and reaches the backend as "/admin". EscapedSlashesReject answers 400;
+	// EscapedSlashesUnescapeAndForward decodes it before the path is cleaned and routed and
+	// forwards the decoded path; EscapedSlashesUnescapeAndRedirect answers 307 to that path;
+	// EscapedSlashesKeep routes and forwards it as written (only for backends that tell
+	// "a%2Fb" from "a/b" and resolve no dot segment after decoding). Empty means
+	// EscapedSlashesReject. Reverse-proxy http, https and http3 listeners only, and not with
+	// RoutesFrom (the named listener's applies).
+	EscapedSlashes EscapedSlashes `yaml:"escaped_slashes"`
+
 	// QUIC tunes QUIC handshake admission. The zero value means every default.
 	// http3 listeners only.
 	QUIC QUIC `yaml:"quic"`

@@ -122,6 +122,9 @@ func (l *Listener) effective(i int) Listener {
 	if l.Protocol.Uses("http1_server") {
 		e.HTTP1Server = orDefault(e.HTTP1Server, HTTP1ServerEventLoop)
 	}
+	if l.Protocol.Uses("escaped_slashes") && !l.IsForward() && l.RoutesFrom == "" {
+		e.EscapedSlashes = orDefault(e.EscapedSlashes, EscapedSlashesReject)
+	}
 	if l.Protocol == ProtocolTCP {
 		e.TCPIdleTimeout = orDefault(e.TCPIdleTimeout, DefaultTCPIdleTimeout)
 	}

@@ -132,6 +132,26 @@ func (s HTTP1Server) Fast() bool { return s != HTTP1ServerNetHTTP }
 // eventloop, or empty (the default).
 func (s HTTP1Server) Lean() bool { return s == "" || s == HTTP1ServerLean || s == HTTP1ServerEventLoop }
 
+// EscapedSlashes is what a reverse-proxy [Listener] does with a request
+// whose path holds an escaped slash ("%2F" or "%2f"), as Envoy's
+// path_with_escaped_slashes_action.
+type EscapedSlashes string
+
+// The actions on an escaped slash.
+const (
+	// EscapedSlashesReject, the default, answers 400 Bad Request.
+	EscapedSlashesReject EscapedSlashes = "reject"
+	// EscapedSlashesKeep routes and forwards the path as the client wrote
+	// it, the escaped slash inside its segment.
+	EscapedSlashesKeep EscapedSlashes = "keep"
+	// EscapedSlashesUnescapeAndForward decodes every escaped slash to "/"
+	// before the path is cleaned and routed, and forwards that path.
+	EscapedSlashesUnescapeAndForward EscapedSlashes = "unescape_and_forward"
+	// EscapedSlashesUnescapeAndRedirect answers 307 Temporary Redirect to
+	// the path EscapedSlashesUnescapeAndForward would forward.
+	EscapedSlashesUnescapeAndRedirect EscapedSlashes = "unescape_and_redirect"
+)
+
 // OnError is what a node does while Redis cannot answer.
 type OnError string
 

@@ -40,6 +40,29 @@ func (v *validator) listener(l *Listener, p string) {
 	v.listenerRates(l, p)
 	v.routes(l, p)
 	v.listenerMode(l, p)
+	v.escapedSlashes(l, p)
+}
+
+// escapedSlashes checks a listener's escaped_slashes: one of its actions, on a reverse
+// listener with routes of its own (whether the protocol takes it is checked by
+// protocolFields).
+func (v *validator) escapedSlashes(l *Listener, p string) {
+	if l.EscapedSlashes == "" || !l.Protocol.Uses("escaped_slashes") {
+		return
+	}
+	p += ".escaped_slashes"
+	switch l.EscapedSlashes {
+	case EscapedSlashesReject, EscapedSlashesKeep, EscapedSlashesUnescapeAndForward, EscapedSlashesUnescapeAndRedirect:
+	default:
+		v.addf(p, "must be reject, keep, unescape_and_forward or unescape_and_redirect (got %q)", l.EscapedSlashes)
+		return
+	}
+	switch {
+	case l.IsForward():
+		v.addf(p, "only for reverse listeners: a forward listener routes no path")
+	case l.RoutesFrom != "":
+		v.addf(p, "must be left out: this listener shares the routes of %q (routes_from), and their escaped_slashes", l.RoutesFrom)
+	}
 }
 
 func (v *validator) serverTLS(l *Listener, p string) {

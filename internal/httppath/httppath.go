@@ -12,8 +12,13 @@
 // Cleaning follows RFC 3986 §5.2.4 (remove_dot_segments) on the escaped
 // path, with dots written as %2e counted as dots, and merges repeated
 // slashes as nginx's merge_slashes does. Other escapes are kept as they
-// were written: "%2F" stays an escaped slash inside its segment, since
-// backends that tell "a%2Fb" from "a/b" must keep seeing the difference.
+// were written, but for an escaped slash ("%2F", "%2f"), which the caller
+// decides on ([Slashes]): many backends decode it to "/" before they
+// resolve the path, so that "/x/..%2Fapi" reaches them as "/api" although
+// it matched no route on "/api". Refusing it ([RejectSlashes], the zero
+// value) or decoding it before cleaning ([UnescapeSlashes]) leaves no such
+// gap; keeping it ([KeepSlashes]) suits backends that tell "a%2Fb" from
+// "a/b" and never decode it before resolving.
 //
 // Spellings that some backend resolves differently from RFC 3986, and that
 // no browser or ordinary client sends, are refused with [ErrAmbiguous]
@@ -38,14 +43,36 @@ import (
 // than one way; a proxy answers it with 400 Bad Request.
 var ErrAmbiguous = errors.New("httppath: ambiguous request path")
 
+// ErrEscapedSlash is returned, wrapped with [ErrAmbiguous], for a path
+// holding an escaped slash under [RejectSlashes].
+var ErrEscapedSlash = errors.New("httppath: escaped slash in request path")
+
+// Slashes says what [Clean] does with an escaped slash ("%2F" or "%2f")
+// in a path. The zero value is RejectSlashes.
+type Slashes uint8
+
+const (
+	// RejectSlashes refuses a path holding an escaped slash: Clean returns
+	// an error wrapping ErrEscapedSlash and ErrAmbiguous.
+	RejectSlashes Slashes = iota
+	// KeepSlashes keeps an escaped slash as written, inside its segment:
+	// "/x/..%2Fapi" is one segment "x" and one "..%2Fapi".
+	KeepSlashes
+	// UnescapeSlashes decodes every escaped slash to "/" before dot
+	// segments are resolved and slashes merged: "/x/..%2Fapi" is "/api".
+	UnescapeSlashes
+)
+
 // Clean returns the canonical form of escaped, the escaped path of an
-// origin-form request target (what [url.URL.EscapedPath] returns): dot
-// segments resolved, repeated slashes merged, a trailing slash kept. A path
-// already canonical is returned as is, without allocating. An empty path is
-// "/"; "*" (the target of OPTIONS *) is returned as is. Any other path that
-// does not start with "/" is an error, as is one of the ambiguous spellings
-// of the package documentation; the error wraps [ErrAmbiguous].
-func Clean(escaped string) (string, error) {
+// origin-form request target (what [url.URL.EscapedPath] returns): escaped
+// slashes handled as slashes says, dot segments resolved, repeated slashes
+// merged, a trailing slash kept. A path already canonical is returned as
+// is, without allocating. An empty path is "/"; "*" (the target of
+// OPTIONS *) is returned as is. Any other path that does not start with
+// "/" is an error, as is one of the ambiguous spellings of the package
+// documentation and, under RejectSlashes, a path holding an escaped slash;
+// the error wraps [ErrAmbiguous].
+func Clean(escaped string, slashes Slashes) (string, error) {
 	switch {
 	case escaped == "":
 		return "/", nil
@@ -54,16 +81,49 @@ func Clean(escaped string) (string, error) {
 	case escaped[0] != '/':
 		return "", ambiguous("does not start with /", escaped)
 	}
-	needs, err := scan(escaped)
+	needs, err := scan(escaped, slashes)
 	if err != nil || !needs {
 		return escaped, err
+	}
+	if slashes == UnescapeSlashes {
+		escaped = unescapeSlashes(escaped)
 	}
 	return resolve(escaped)
 }
 
+// HasEscapedSlash reports whether escaped holds an escaped slash ("%2F" or
+// "%2f").
+func HasEscapedSlash(escaped string) bool {
+	for {
+		i := strings.IndexByte(escaped, '%')
+		if i < 0 || i+2 >= len(escaped) {
+			return false
+		}
+		if escaped[i+1] == '2' && upper(escaped[i+2]) == 'F' {
+			return true
+		}
+		escaped = escaped[i+1:]
+	}
+}
+
+// unescapeSlashes returns escaped with every escaped slash decoded.
+func unescapeSlashes(escaped string) string {
+	var b strings.Builder
+	b.Grow(len(escaped))
+	for i := 0; i < len(escaped); i++ {
+		if escaped[i] == '%' && i+2 < len(escaped) && escaped[i+1] == '2' && upper(escaped[i+2]) == 'F' {
+			b.WriteByte('/')
+			i += 2
+			continue
+		}
+		b.WriteByte(escaped[i])
+	}
+	return b.String()
+}
+
 // scan reports whether escaped needs resolve, or an error for what can be
-// refused byte by byte. It allocates nothing.
-func scan(escaped string) (needs bool, err error) {
+// refused byte by byte. It allocates nothing but the error.
+func scan(escaped string, slashes Slashes) (needs bool, err error) {
 	for i := 0; i < len(escaped); i++ {
 		switch c := escaped[i]; c {
 		case '\\':
@@ -80,6 +140,13 @@ func scan(escaped string) (needs bool, err error) {
 			switch {
 			case h == '5' && l == 'C':
 				return false, ambiguous("holds an escaped backslash", escaped)
+			case h == '2' && l == 'F':
+				switch slashes {
+				case RejectSlashes:
+					return false, &pathError{why: "holds an escaped slash", path: escaped, kind: ErrEscapedSlash}
+				case UnescapeSlashes:
+					needs = true
+				}
 			case h == '0' || h == '1' || (h == '7' && l == 'F'):
 				return false, ambiguous("holds an escaped control character", escaped)
 			}
@@ -171,13 +238,21 @@ func ambiguous(why, path string) error {
 	return &pathError{why: why, path: path}
 }
 
-type pathError struct{ why, path string }
+type pathError struct {
+	why, path string
+	kind      error // a sentinel besides ErrAmbiguous; nil: none
+}
 
 func (e *pathError) Error() string {
 	return "httppath: request path " + e.why + " (got " + truncate(e.path) + ")"
 }
 
-func (e *pathError) Unwrap() error { return ErrAmbiguous }
+func (e *pathError) Unwrap() []error {
+	if e.kind != nil {
+		return []error{ErrAmbiguous, e.kind}
+	}
+	return []error{ErrAmbiguous}
+}
 
 // truncate keeps an error message short whatever a client sent.
 func truncate(s string) string {
@@ -192,12 +267,12 @@ func truncate(s string) string {
 // u.EscapedPath(), and sets u.Path and u.RawPath to the cleaned path, so
 // that u.EscapedPath() and u.RequestURI() give it. On error u is left as it
 // was. A URL with an opaque part is left alone.
-func CleanURL(u *url.URL) error {
+func CleanURL(u *url.URL, slashes Slashes) error {
 	if u.Opaque != "" {
 		return nil
 	}
 	escaped := u.EscapedPath()
-	cleaned, err := Clean(escaped)
+	cleaned, err := Clean(escaped, slashes)
 	if err != nil || cleaned == escaped {
 		return err
 	}

@@ -52,6 +52,10 @@ type admission struct {
 	keys     [maxKeys]string // the distinct keys the limits counted, in order
 	nkeys    uint8
 	gatePend bool // a gate (a rate, authentication) is deciding; see gated
+	// left: the client went away while its request waited (in a rate's
+	// delay, a limit's queue, or on the upstream), before any answer was
+	// written; the exchange ends as nginx's 499 (see statusClientClosed).
+	left bool
 }
 
 // addKey records key, once.
@@ -137,6 +141,22 @@ func rateAdmitted(w http.ResponseWriter, _ *http.Request, key string, d rate.Dec
 // reasonRate is the refusal reason of a request rate.
 const reasonRate = "rate"
 
+// reasonAbandoned is the refusal reason of a request whose client went
+// away while it waited, as limit.RefusalKind names it.
+var reasonAbandoned = limit.Abandoned.String()
+
+// statusClientClosed is the status an exchange is logged and counted with
+// when its client went away while its request waited, before any answer
+// was written: nginx's 499 (Client Closed Request). It is no server error,
+// so it stays out of the 5xx class: the requests metric counts it under
+// code "499", apart from the 4xx class too.
+const statusClientClosed = 499
+
+// clientLeft reports whether r's context ended, which, but while the
+// daemon stops or a limit's reclaim cuts the exchange (see exchangeEndedAt),
+// is its client going away: the connection closed, the stream reset.
+func clientLeft(r *http.Request) bool { return r.Context().Err() != nil }
+
 // gated returns wrap(next) for a gate that either lets a request through
 // to next or answers it itself (a rate, authentication), recording in the
 // exchange's state a refusal by the gate named by when next was not
@@ -196,7 +216,9 @@ func admissionHooks(kind limitKind, reject func(http.ResponseWriter, *http.Reque
 	}
 	onRefuse := func(w http.ResponseWriter, r *http.Request, key string, err error) {
 		if st := stateOf(w); st != nil {
-			st.refuse(by, key, refusalReason(err))
+			reason := refusalReason(err)
+			st.refuse(by, key, reason)
+			st.left = reason == reasonAbandoned && clientLeft(r)
 		}
 		reject(w, r, key, err)
 	}

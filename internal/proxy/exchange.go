@@ -28,6 +28,10 @@ type exchangeOpts struct {
 	// whole is the listener's write_timeout, a bound on writing the whole
 	// response that send must never extend. Zero means none.
 	whole time.Duration
+	// stopping is set once the daemon is shutting down or closing: a
+	// request whose context ends then was cut off by the daemon (or may
+	// have been), no client hang-up. Nil: never.
+	stopping *atomic.Bool
 }
 
 // exchanges returns the outermost handler of an HTTP listener's chain: it
@@ -64,6 +68,9 @@ func exchangeEndedAt(o *exchangeOpts, r *http.Request, st *exchangeState, start,
 	if status == 0 {
 		status = http.StatusOK // nothing written: net/http answers 200
 	}
+	if st.left && !st.cut.Load() && (o.stopping == nil || !o.stopping.Load()) {
+		status = statusClientClosed
+	}
 	if st.metrics != nil {
 		st.metrics.ended(status, now.Sub(start))
 	}
@@ -90,10 +97,13 @@ type slackDeadliner interface {
 // another goroutine than writes (ReverseProxy flushes streams from a
 // timer), hence the atomics.
 type exchangeState struct {
-	status    atomic.Int32 // the final status written; 0 until then
-	bytes     atomic.Int64 // body bytes written
-	extended  atomic.Int64 // Unix nanoseconds of the last deadline extension
-	admission              // the exchange's goroutine only
+	status   atomic.Int32 // the final status written; 0 until then
+	bytes    atomic.Int64 // body bytes written
+	extended atomic.Int64 // Unix nanoseconds of the last deadline extension
+	// cut: the daemon ended the exchange (a limit's reclaim), so a client
+	// that seems to have left did not leave of its own (see admission.left).
+	cut       atomic.Bool
+	admission // the exchange's goroutine only
 }
 
 // exchangeWriter is the ResponseWriter of one exchange. It records the
@@ -278,6 +288,17 @@ func exchangeWriterOf(w http.ResponseWriter) *exchangeWriter {
 		return x
 	}
 	return nil
+}
+
+// SetReadDeadline sets the read deadline of the connection under w, for
+// http.ResponseController. A deadline already past is how a limit's
+// reclaim cuts an exchange (httplimit): the exchange records it, so that
+// its end is not taken for its client's leaving.
+func (w *exchangeWriter) SetReadDeadline(t time.Time) error {
+	if !t.IsZero() && !t.After(time.Now()) {
+		w.cut.Store(true)
+	}
+	return http.NewResponseController(w.ResponseWriter).SetReadDeadline(t)
 }
 
 // Unwrap returns the wrapped writer, for http.ResponseController.

@@ -65,7 +65,7 @@ func newHTTPMetrics() *httpMetrics {
 	return &httpMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portcullis_http_requests_total",
-			Help: "HTTP exchanges ended, by listener, route (empty: none matched, or refused before routing) and status class (code: 1xx to 5xx).",
+			Help: "HTTP exchanges ended, by listener, route (empty: none matched, or refused before routing) and status class (code: 1xx to 5xx, and 499 apart from 4xx: the client left while its request waited).",
 		}, []string{"listener", "route", "code"}),
 		duration: hist("portcullis_http_request_duration_seconds",
 			"Time from an HTTP request's head read to its exchange's end (response written, tunnel closed), by listener and route."),
@@ -137,6 +137,7 @@ func classifyUpstreamErr(err error) upstreamErrKind {
 // that no route took), resolved when its table is built.
 type routeMetrics struct {
 	classes  [6]prometheus.Counter // by status / 100; [0] unused
+	closed   prometheus.Counter    // code "499": the client left while its request waited (statusClientClosed)
 	duration prometheus.Observer
 	upstream prometheus.Observer
 	errors   [numUpErrKinds]prometheus.Counter
@@ -154,6 +155,7 @@ func (m *httpMetrics) route(listener, route string) *routeMetrics {
 	for c := 1; c <= 5; c++ {
 		rm.classes[c] = m.requests.WithLabelValues(listener, route, string(rune('0'+c))+"xx")
 	}
+	rm.closed = m.requests.WithLabelValues(listener, route, "499")
 	for k, name := range upErrNames {
 		rm.errors[k] = m.upErrors.WithLabelValues(listener, route, name)
 	}
@@ -224,7 +226,9 @@ func (m *httpMetrics) prune(keep map[seriesKey]bool) {
 
 // ended counts an exchange that ended with status after d.
 func (rm *routeMetrics) ended(status int, d time.Duration) {
-	if c := status / 100; c >= 1 && c <= 5 {
+	if status == statusClientClosed {
+		rm.closed.Inc()
+	} else if c := status / 100; c >= 1 && c <= 5 {
 		rm.classes[c].Inc()
 	}
 	rm.duration.Observe(d.Seconds())

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -56,6 +57,10 @@ type leanTable struct {
 	opts   exchangeOpts // the chain's exchanges' options
 	counts *leanCounts  // nil: no metrics
 	onLoop bool         // some route's leanRoute is onLoop
+	// slashes is the listener's escaped_slashes, as the chain's
+	// reverseRequests cleans with it: a path it would refuse, decode or
+	// redirect is declined, and the chain answers it.
+	slashes httppath.Slashes
 }
 
 // leanRoute is a route the lean path may serve: its relay and its limits
@@ -134,11 +139,18 @@ type leanExchange struct {
 	// SendOptions.Got1xx would be one made for every request.
 	x      *http1.Exchange
 	got1xx func(int, http.Header) error
+
+	// cutX is the exchange a limit's reclaim cuts through cutFn (bound
+	// once per pooled leanExchange), which records the cut first, so that
+	// the exchange's end is not taken for its client's leaving.
+	cutX  atomic.Pointer[http1.Exchange]
+	cutFn func()
 }
 
 var leanExchangePool = sync.Pool{New: func() any {
 	lx := &leanExchange{buf: make([]byte, 0, 4<<10)}
 	lx.got1xx = lx.writeInformational
+	lx.cutFn = lx.cut
 	return lx
 }}
 
@@ -146,6 +158,15 @@ var leanExchangePool = sync.Pool{New: func() any {
 // the client of the exchange being served.
 func (lx *leanExchange) writeInformational(code int, h http.Header) error {
 	return lx.x.WriteInformational(code, h)
+}
+
+// cut is the abort the limits' reclaim calls on the lean path: it ends
+// the exchange as http1.Exchange.Abort does, having recorded why.
+func (lx *leanExchange) cut() {
+	if x := lx.cutX.Load(); x != nil {
+		lx.st.cut.Store(true)
+		x.Abort()
+	}
 }
 
 // put returns lx to the pool, holding nothing of the exchange: neither
@@ -159,6 +180,8 @@ func (lx *leanExchange) reset() {
 	lx.st.status.Store(0)
 	lx.st.bytes.Store(0)
 	lx.st.extended.Store(0)
+	lx.st.cut.Store(false)
+	lx.cutX.Store(nil)
 	lx.st.admission = admission{}
 	lx.np = 0
 	clear(lx.fields)
@@ -194,7 +217,8 @@ func (le leanExchanges) ServeExchange(x *http1.Exchange) bool {
 	lx := leanExchangePool.Get().(*leanExchange)
 	defer lx.put()
 	defer lx.release() // also when what follows panics
-	if !lx.admit(x.AbortFunc(), x.Head(), rt, nil) {
+	lx.cutX.Store(x)
+	if !lx.admit(lx.cutFn, x.Head(), rt, nil) {
 		lt.counts.add(leanDeclined)
 		return false
 	}
@@ -212,7 +236,7 @@ func (le leanExchanges) ServeExchange(x *http1.Exchange) bool {
 // relays (see leanRequest) on a route it serves, on a listener that adds
 // nothing to every answer.
 func (lt *leanTable) take(f *front, r *http.Request) (*route, bool) {
-	if f.altSvc.Load() != nil || !leanRequest(r) {
+	if f.altSvc.Load() != nil || !leanRequest(r, lt.slashes) {
 		return nil, false
 	}
 	path := r.URL.Path
@@ -224,14 +248,15 @@ func (lt *leanTable) take(f *front, r *http.Request) (*route, bool) {
 }
 
 // leanRequest reports whether r is a request the lean path takes: a GET
-// or HEAD of HTTP/1.1 in origin form with a clean path, whose header
+// or HEAD of HTTP/1.1 in origin form with a clean path (one the chain
+// leaves as it is under slashes), whose header
 // names no field the relay would treat specially. The server offers only
 // requests without a body or Expect. A Connection field is taken (browsers
 // send "Connection: keep-alive"): the fields it names are left out of the
 // upstream head (see upstreamHead), and after "close" (r.Close) the answer
 // says "Connection: close" (Exchange.Closing) and the server ends the
 // connection, as it does after the fast path's answer.
-func leanRequest(r *http.Request) bool {
+func leanRequest(r *http.Request, slashes httppath.Slashes) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead || r.ProtoMajor != 1 || r.ProtoMinor != 1 {
 		return false
 	}
@@ -246,8 +271,10 @@ func leanRequest(r *http.Request) bool {
 	}
 	// The chain's reverseRequests cleans the path (httppath.CleanURL), and
 	// answers 400 when it cannot: only a path it leaves as it is comes here.
+	// Under unescape_and_redirect a path it would redirect is one it would
+	// change under UnescapeSlashes too.
 	escaped := r.URL.EscapedPath()
-	cleaned, err := httppath.Clean(escaped)
+	cleaned, err := httppath.Clean(escaped, slashes)
 	return err == nil && cleaned == escaped && r.URL.Opaque == ""
 }
 
@@ -375,6 +402,7 @@ func (lx *leanExchange) handOver(x *http1.Exchange, o *exchangeOpts, start time.
 		ew := newExchangeWriter(w, *o, start)
 		st := ew.state()
 		st.admission = lx.st.admission
+		st.cut.Store(lx.st.cut.Load())
 		defer exchangeEnded(o, r, st, start)
 		defer lx.release()
 		serve(ew, r)

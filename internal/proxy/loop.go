@@ -390,6 +390,7 @@ func (lx *loopExchange) Resume(client, up net.Conn, cause error) {
 	lx.c = nil // the loop's no more: a late abort finds nothing
 	lx.abortMu.Unlock()
 	if aborted {
+		lx.st.cut.Store(true) // not the client's leaving: see exchangeState.cut
 		// The reclaim cut the exchange: the connection ends. The server
 		// still reads the request from what the loop read, and records
 		// the abandoned exchange as the chain does.
@@ -416,6 +417,7 @@ func (lx *loopExchange) serveResumed(w http.ResponseWriter, r *http.Request, up 
 	ew := newExchangeWriter(w, *o, lx.start)
 	st := ew.state()
 	st.admission = lx.st.admission
+	st.cut.Store(lx.st.cut.Load())
 	if lx.st.metrics != nil {
 		st.metrics = lx.st.metrics
 	}

@@ -119,7 +119,15 @@ func (r *rateLimiter) sameAs(cfg *config.Rate, id identity) bool {
 // It also tells the exchange's access line when the rate refused the
 // request (see gated).
 func (r *rateLimiter) wrap(next http.Handler) http.Handler {
-	refusal := func(_ *exchangeState, req *http.Request) (string, string) { return r.key(req), reasonRate }
+	refusal := func(st *exchangeState, req *http.Request) (string, string) {
+		if req.Context().Err() != nil {
+			// The delay ended with the request's context: the client left
+			// (or the daemon is stopping), as a limit's queue says.
+			st.left = clientLeft(req)
+			return r.key(req), reasonAbandoned
+		}
+		return r.key(req), reasonRate
+	}
 	inner := gated(string(kindRate), refusal, r.lim.Wrap, next)
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.active.Add(1)

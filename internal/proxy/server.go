@@ -231,7 +231,7 @@ func (s *Server) buildTables(cfg *config.Config) (builtTables, error) {
 			lc: lc, id: id, old: s.currentTable(lc.Name), transport: s.transport, bufs: s.bufs,
 			accessLog: cfg.Log.IsAccessLogOn(), access: s.access, metrics: s.metrics,
 			deps:  limiterDeps{log: s.log, cluster: s.cluster},
-			drain: cfg.ShutdownTimeout,
+			drain: cfg.ShutdownTimeout, stopping: &s.draining,
 		}
 		t, err := b.build()
 		if err == nil && testHookBuildTable != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httputil"
+	"sync/atomic"
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
@@ -77,6 +78,7 @@ type tableBuilder struct {
 	access    *accessLogger // where access lines go
 	metrics   *httpMetrics  // nil: no request metrics (tests)
 	drain     time.Duration // the configuration's shutdown_timeout
+	stopping  *atomic.Bool  // the Server's draining flag; nil: none (tests)
 	series    []string      // the route labels routeMetrics handed out
 }
 
@@ -128,11 +130,12 @@ func (b *tableBuilder) build() (*routeTable, error) {
 		t.closeNew(b.old)
 		return nil, err
 	}
-	h = reverseRequests(h)
+	pp := pathPolicyOf(b.lc.EscapedSlashes)
+	h = reverseRequests(h, pp)
 	opts := b.exchangeOpts()
 	t.handler = exchanges(h, opts)
 	if b.lc.HTTP1Server.Lean() && t.rate == nil && b.lc.Auth == nil {
-		t.lean = &leanTable{routes: routes, opts: opts}
+		t.lean = &leanTable{routes: routes, opts: opts, slashes: pp.slashes}
 		for _, r := range routes {
 			t.lean.onLoop = t.lean.onLoop || r.lean != nil && r.lean.onLoop
 		}
@@ -146,7 +149,7 @@ func (b *tableBuilder) build() (*routeTable, error) {
 func (b *tableBuilder) exchangeOpts() exchangeOpts {
 	o := exchangeOpts{
 		listener: b.lc.Name, send: b.lc.SendTimeout, whole: b.lc.WriteTimeout,
-		metrics: b.routeMetrics(""),
+		metrics: b.routeMetrics(""), stopping: b.stopping,
 	}
 	if b.accessLog {
 		o.log = b.access

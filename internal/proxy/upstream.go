@@ -250,7 +250,11 @@ func proxyErrorHandler(log *slog.Logger) func(http.ResponseWriter, *http.Request
 	gate := &logGate{interval: time.Second}
 	return func(w http.ResponseWriter, r *http.Request, err error) {
 		if r.Context().Err() != nil {
-			// The client went away or the server is stopping: nobody reads this.
+			// The client went away or the server is stopping: nobody reads
+			// this. A client that left is logged and counted as 499.
+			if st := stateOf(w); st != nil {
+				st.left = clientLeft(r)
+			}
 			log.Debug("upstream exchange abandoned", "path", r.URL.Path, "error", err)
 			w.WriteHeader(http.StatusBadGateway)
 			return
