@@ -30,8 +30,8 @@ import (
 //     "/a/..%252Fadmin/x" matches "/", "/admin%252Fx" matches /admin (its
 //     prefix match is by characters, not segments).
 //   - HAProxy matches path_beg on the target as the client wrote it and
-//     forwards it so: every spelling but "/admin%2Fx" and "/admin%252Fx"
-//     (which start with the literal "/admin") goes to the default backend,
+//     forwards it so: every spelling that does not start with the literal
+//     "/admin" (as "/admin%2Fx" and "/admin%252Fx" do) goes to the default backend,
 //     "//admin/x", "/%61dmin/x" and "/a/%2e%2e/admin/x" included, and a
 //     backend that decodes or resolves serves /admin from it.
 //
