@@ -133,7 +133,7 @@ listeners:
 	for _, c := range escapedCases {
 		want := map[string]int{"": c.reject, "reject": c.reject, "unescape_and_forward": c.unescape,
 			"unescape_and_redirect": c.redirect, "keep": c.keep}[mode]
-		st, loc, body := rawExchange(t, "127.0.0.2", addr, c.target)
+		st, loc, body := rawEscapedExchange(t, "127.0.0.2", addr, c.target)
 		if st != want {
 			t.Errorf("GET %s: %d %q, want %d", c.target, st, body, want)
 			continue
@@ -173,7 +173,7 @@ listeners:
 		if !ok {
 			continue
 		}
-		st, _, body := rawExchange(t, "127.0.0.3", addr, target)
+		st, _, body := rawEscapedExchange(t, "127.0.0.3", addr, target)
 		if st != http.StatusOK || body != "raw "+want+"\n" {
 			t.Errorf("GET %s reached the upstream as %q (status %d), want %q", target, body, st, want)
 		}
@@ -215,9 +215,9 @@ func startTargetEcho(t *testing.T) *targetEcho {
 	return &targetEcho{url: "http://" + ln.Addr().String()}
 }
 
-// rawExchange sends GET target, exactly as written, on a new connection
+// rawEscapedExchange sends GET target, exactly as written, on a new connection
 // from ip and returns the answer's status, Location and body.
-func rawExchange(t *testing.T, ip, addr, target string) (int, string, string) {
+func rawEscapedExchange(t *testing.T, ip, addr, target string) (int, string, string) {
 	t.Helper()
 	c := dialFrom(t, ip, addr)
 	defer c.Close()
