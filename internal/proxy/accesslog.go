@@ -207,6 +207,9 @@ type accessFields struct {
 	admission                 outcome
 	queued                    time.Duration // optional
 	limit, reason             string        // optional
+	// rateDry is what a dry-run rate would have done: "delayed" or
+	// "rejected"; optional.
+	rateDry string
 }
 
 // logAccess writes the access line of one exchange that began at start
@@ -222,6 +225,7 @@ func logAccess(o *exchangeOpts, r *http.Request, st *exchangeState, status int, 
 		method: r.Method, host: r.Host, path: r.URL.Path, proto: r.Proto,
 		status: status, bytes: st.bytes.Load(), duration: now.Sub(start), upstream: st.upstream,
 		admission: st.outcome, queued: st.waited, limit: st.by, reason: st.reason,
+		rateDry: rateDryNames[st.rateDry],
 	}
 	o.log.write(now, &f)
 }
@@ -283,6 +287,9 @@ func (a *accessLogger) writeSlog(now time.Time, f *accessFields) {
 	}
 	if f.reason != "" {
 		rec.AddAttrs(slog.String("reason", f.reason))
+	}
+	if f.rateDry != "" {
+		rec.AddAttrs(slog.String("rate_dry_run", f.rateDry))
 	}
 	_ = h.Handle(ctx, rec)
 }
@@ -437,6 +444,9 @@ func appendAccessLine(b []byte, json bool, t time.Time, f *accessFields) ([]byte
 	}
 	if f.reason != "" {
 		w.str("reason", f.reason)
+	}
+	if f.rateDry != "" {
+		w.str("rate_dry_run", f.rateDry)
 	}
 	if json {
 		return append(w.b, "}\n"...), true

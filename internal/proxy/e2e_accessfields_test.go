@@ -1,0 +1,133 @@
+package proxy_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/seed-a07d1050/portcullis/internal/proxy"
+)
+
+// startLogged starts a daemon from text with JSON logs into the returned
+// buffer; stop shuts it down, which flushes the access lines, and returns
+// the lines of msg "access".
+func startLogged(t *testing.T, text string) (srv *proxy.Server, b *testBackend, stop func() []jsonLine) {
+	t.Helper()
+	b = startBackend(t)
+	cfg := parseConfig(t, text, b.URL())
+	out := new(syncBuffer)
+	srv, err := proxy.Start(cfg, proxy.Options{LogOutput: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = srv.Shutdown(context.Background())
+		}
+	})
+	return srv, b, func() []jsonLine {
+		stopped = true
+		if err := srv.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		var access []jsonLine
+		for _, l := range parseJSONLines(t, out.String()) {
+			if l.fields["msg"] == "access" {
+				access = append(access, l)
+			}
+		}
+		return access
+	}
+}
+
+// A dry-run rate's access lines say what the rate would have done,
+// enforcing, as nginx's limit_req_dry_run tells DELAYED_DRY_RUN from
+// REJECTED_DRY_RUN: rate 1r/m with burst 1 admits the first request, would
+// have delayed the second a minute and refused the third.
+func TestAccessLogRateDryRun(t *testing.T) { bothServers(t, testAccessLogRateDryRun) }
+
+func testAccessLogRateDryRun(t *testing.T) {
+	srv, _, stop := startLogged(t, `
+log: {format: json, level: info}
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    rate: {rate: 1r/m, burst: 1, dry_run: true}
+    routes:
+      - upstreams: ["{{backend}}"]
+`)
+	c := clientFrom("127.0.0.2")
+	for i := range 3 {
+		if st, _, _ := get(t, c, "http://"+srv.Addr("web").String()+"/n"+string(rune('1'+i))); st != http.StatusOK {
+			t.Fatalf("request %d: %d", i+1, st)
+		}
+	}
+	c.CloseIdleConnections()
+	want := map[string][2]any{
+		"/n1": {"admitted", nil},
+		"/n2": {"shadow_over", "delayed"},
+		"/n3": {"shadow_over", "rejected"},
+	}
+	lines := stop()
+	if len(lines) != 3 {
+		t.Fatalf("%d access lines, want 3", len(lines))
+	}
+	for _, l := range lines {
+		w, ok := want[l.fields["path"].(string)]
+		if !ok {
+			t.Fatalf("unexpected line %v", l.fields)
+		}
+		if l.fields["admission"] != w[0] || l.fields["rate_dry_run"] != w[1] {
+			t.Errorf("%v: admission=%v rate_dry_run=%v, want %v %v", l.fields["path"],
+				l.fields["admission"], l.fields["rate_dry_run"], w[0], w[1])
+		}
+	}
+}
+
+// A request refused for queue_timeout waited the queue's timeout; its
+// access line says so in queued_ms, as an admitted request's does.
+func TestAccessLogQueueTimeoutQueuedMs(t *testing.T) { bothServers(t, testAccessLogQueueTimeoutQueuedMs) }
+
+func testAccessLogQueueTimeoutQueuedMs(t *testing.T) {
+	srv, b, stop := startLogged(t, `
+log: {format: json, level: info}
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    routes:
+      - upstreams: ["{{backend}}"]
+        limit: {permits: 1, queue: {size: 1, timeout: 150ms}}
+`)
+	addr := "http://" + srv.Addr("web").String()
+	hold := getAsync(clientFrom("127.0.0.2"), addr+"/hold?ms=1500")
+	if !waitUntil(func() bool { return b.inFlight.Load() == 1 }) {
+		t.Fatal("the holder never reached the backend")
+	}
+	c := clientFrom("127.0.0.2")
+	if st, _, _ := get(t, c, addr+"/late"); st != http.StatusServiceUnavailable && st != http.StatusTooManyRequests {
+		t.Fatalf("the queued request: %d, want a refusal", st)
+	}
+	if r := await(t, hold); r.status != http.StatusOK {
+		t.Fatalf("the holder: %d %v", r.status, r.err)
+	}
+	c.CloseIdleConnections()
+	var found bool
+	for _, l := range stop() {
+		if l.fields["reason"] != "queue_timeout" {
+			continue
+		}
+		found = true
+		q, _ := l.fields["queued_ms"].(json.Number)
+		if ms, err := q.Float64(); err != nil || ms != 150 {
+			t.Errorf("queue_timeout line: queued_ms = %v, want 150 (the queue's timeout): %v", l.fields["queued_ms"], l.fields)
+		}
+	}
+	if !found {
+		t.Fatal("no access line with reason=queue_timeout")
+	}
+}
+
