@@ -89,7 +89,9 @@ listeners:
 
 // A request refused for queue_timeout waited the queue's timeout; its
 // access line says so in queued_ms, as an admitted request's does.
-func TestAccessLogQueueTimeoutQueuedMs(t *testing.T) { bothServers(t, testAccessLogQueueTimeoutQueuedMs) }
+func TestAccessLogQueueTimeoutQueuedMs(t *testing.T) {
+	bothServers(t, testAccessLogQueueTimeoutQueuedMs)
+}
 
 func testAccessLogQueueTimeoutQueuedMs(t *testing.T) {
 	srv, b, stop := startLogged(t, `
@@ -130,4 +132,3 @@ listeners:
 		t.Fatal("no access line with reason=queue_timeout")
 	}
 }
-
