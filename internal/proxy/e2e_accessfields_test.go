@@ -132,3 +132,65 @@ listeners:
 		t.Fatal("no access line with reason=queue_timeout")
 	}
 }
+
+// A connection refused at accept is logged with its peer as host:port; the
+// lines held back (one a second per listener) are counted, and the count
+// is reported a second later by a line of its own even when no refusal
+// follows to carry it.
+func TestConnRefusalLineReportsSuppressed(t *testing.T) {
+	b := startBackend(t)
+	cfg := parseConfig(t, `
+log: {format: json, level: info}
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    max_conns_per_client: 1
+    routes:
+      - upstreams: ["{{backend}}"]
+`, b.URL())
+	out := new(syncBuffer)
+	srv, err := proxy.Start(cfg, proxy.Options{LogOutput: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Shutdown(context.Background()) }()
+	addr := srv.Addr("web").String()
+	hold := dialFrom(t, "127.0.0.2", addr)
+	defer hold.Close()
+	if _, err := hold.Write([]byte("GET /?ms=1 HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if !waitUntil(func() bool { return b.inFlight.Load() == 0 && srv.Snapshot().Listeners[0].Connections.Open == 1 }) {
+		t.Fatal("the first connection was not admitted")
+	}
+	var ports []string
+	for i := range 3 {
+		c := dialFrom(t, "127.0.0.2", addr)
+		ports = append(ports, c.LocalAddr().String())
+		if !refusedAtOnce(t, c) {
+			t.Fatalf("connection %d of 127.0.0.2 was not refused at accept", i+2)
+		}
+	}
+	var refusal, summary map[string]any
+	if !waitUntil(func() bool {
+		refusal, summary = nil, nil
+		for _, l := range parseJSONLines(t, out.String()) {
+			switch l.fields["msg"] {
+			case "connlimit: connection refused":
+				refusal = l.fields
+			case "connlimit: connection refusals suppressed":
+				summary = l.fields
+			}
+		}
+		return summary != nil
+	}) {
+		t.Fatalf("no line reports the suppressed refusals:\n%s", out.String())
+	}
+	if refusal["peer"] != ports[0] || refusal["suppressed"] != json.Number("0") {
+		t.Errorf("refusal line %v: want peer %s (host:port) and suppressed 0", refusal, ports[0])
+	}
+	if summary["listener"] != "web" || summary["suppressed"] != json.Number("2") {
+		t.Errorf("summary line %v: want listener web, suppressed 2", summary)
+	}
+}
