@@ -194,3 +194,69 @@ listeners:
 		t.Errorf("summary line %v: want listener web, suppressed 2", summary)
 	}
 }
+
+// A listener's access_log.fields adds the query string, User-Agent and
+// Referer to its access lines, in that order, after the default fields;
+// another listener's lines keep the default fields only. A value slog
+// would quote (a space in a User-Agent) is written as slog writes it.
+func TestAccessLogOptionalFields(t *testing.T) { bothServers(t, testAccessLogOptionalFields) }
+
+func testAccessLogOptionalFields(t *testing.T) {
+	srv, _, stop := startLogged(t, `
+log: {format: json, level: info}
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    access_log: {fields: [referer, query, user_agent]}
+    routes:
+      - upstreams: ["{{backend}}"]
+  - name: plain
+    protocol: http
+    listen: "127.0.0.1:0"
+    routes:
+      - upstreams: ["{{backend}}"]
+`)
+	c := clientFrom("127.0.0.2")
+	send := func(listener, target, ua, referer string) {
+		req, err := http.NewRequest("GET", "http://"+srv.Addr(listener).String()+target, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("User-Agent", ua)
+		if referer != "" {
+			req.Header.Set("Referer", referer)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s %s: %d", listener, target, resp.StatusCode)
+		}
+	}
+	send("web", "/a?x=1&y=2", "curl/8.5", "http://ref.test/p")
+	send("web", "/b", "Mozilla/5.0 (X11; Linux)", "")
+	send("plain", "/c?z=3", "curl/8.5", "http://ref.test/p")
+	c.CloseIdleConnections()
+	lines := stop()
+	byPath := make(map[string]jsonLine)
+	for _, l := range lines {
+		byPath[l.fields["path"].(string)] = l
+	}
+	check := func(path string, want map[string]any) {
+		l, ok := byPath[path]
+		if !ok {
+			t.Fatalf("no access line for %s", path)
+		}
+		for k, v := range want {
+			if l.fields[k] != v {
+				t.Errorf("%s: %s = %#v, want %#v", path, k, l.fields[k], v)
+			}
+		}
+	}
+	check("/a", map[string]any{"query": "x=1&y=2", "user_agent": "curl/8.5", "referer": "http://ref.test/p"})
+	check("/b", map[string]any{"query": nil, "user_agent": "Mozilla/5.0 (X11; Linux)", "referer": nil})
+	check("/c", map[string]any{"query": nil, "user_agent": nil, "referer": nil})
+}
