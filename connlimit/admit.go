@@ -24,7 +24,7 @@ func (l *Listener) admitNow(c net.Conn) *Conn {
 	peer := peerAddr(c.RemoteAddr())
 	conn, why, err := l.admit(context.Background(), false, c, peer, peer, l.s.Trusted.Contains(peer))
 	if why != admitted {
-		l.refuse(c, why, peer, peer, err)
+		l.refuse(c, why, peer, err)
 		return nil
 	}
 	return conn
@@ -161,7 +161,8 @@ func refusalReason(level int, err error) reason {
 
 // refuse counts the refusal, closes c (with a reset if configured), gives
 // back its MaxConns token and logs the refusal.
-func (l *Listener) refuse(c net.Conn, why reason, peer, client netip.Addr, err error) {
+func (l *Listener) refuse(c net.Conn, why reason, client netip.Addr, err error) {
+	peer := peerAddrPort(c.RemoteAddr())
 	l.stats.refused[why].Add(1) // before the close, so a client that sees it closed sees it counted
 	if l.s.ResetOnRefuse {
 		if tc, ok := c.(interface{ SetLinger(int) error }); ok {
@@ -175,7 +176,7 @@ func (l *Listener) refuse(c net.Conn, why reason, peer, client netip.Addr, err e
 // refused does what every refusal does once its connection is closed:
 // it gives back the MaxConns token, turns the raw accept path on for a
 // while and logs.
-func (l *Listener) refused(why reason, peer, client netip.Addr, err error) {
+func (l *Listener) refused(why reason, peer netip.AddrPort, client netip.Addr, err error) {
 	l.giveToken()
 	if l.raw != nil {
 		l.rawRun.Store(rawRunLength)
@@ -262,7 +263,7 @@ func (l *Listener) admitSlow(c net.Conn, peer netip.Addr, trusted bool) {
 		if l.isClosed() {
 			why = reasonShutdown
 		}
-		l.refuse(c, why, peer, client, err)
+		l.refuse(c, why, client, err)
 		return
 	}
 	l.deliver(conn)
@@ -402,6 +403,21 @@ func (ps *permits) release() {
 	for _, p := range ps.more {
 		p.Release()
 	}
+}
+
+// peerAddrPort returns the address and port of a connection's peer, the
+// address unmapped, or the zero AddrPort when it has none; for the
+// refusal line.
+func peerAddrPort(a net.Addr) netip.AddrPort {
+	if ta, ok := a.(*net.TCPAddr); ok && ta != nil {
+		ip, _ := netip.AddrFromSlice(ta.IP)
+		return netip.AddrPortFrom(ip.Unmap(), uint16(ta.Port))
+	}
+	if a == nil {
+		return netip.AddrPort{}
+	}
+	ap, _ := netip.ParseAddrPort(a.String())
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
 // peerAddr returns the IP address of a connection's peer, unmapped, or the

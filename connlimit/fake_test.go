@@ -234,11 +234,18 @@ func TestRefusalLogRateLimited(t *testing.T) {
 			!strings.Contains(lines[0], "peer=192.0.2.1") || !strings.Contains(lines[0], "suppressed=0") {
 			t.Fatalf("lines after 5 refusals = %q; want one WARN naming reason and peer", lines)
 		}
+		// A second after the first line held back, a line of its own
+		// reports the count, with no refusal to carry it.
 		time.Sleep(time.Second)
+		synctest.Wait()
+		if lines := h.lines(); len(lines) != 2 || !strings.Contains(lines[1], "connection refusals suppressed") ||
+			!strings.Contains(lines[1], "suppressed=4") {
+			t.Fatalf("lines = %q; want a second line reporting 4 suppressed", lines)
+		}
 		f.push("192.0.2.1")
 		synctest.Wait()
-		if lines := h.lines(); len(lines) != 2 || !strings.Contains(lines[1], "suppressed=4") {
-			t.Fatalf("lines = %q; want a second line reporting 4 suppressed", lines)
+		if lines := h.lines(); len(lines) != 3 || !strings.Contains(lines[2], "peer=192.0.2.1:") || !strings.Contains(lines[2], "suppressed=0") {
+			t.Fatalf("lines = %q; want a third line, the count reported already", lines)
 		}
 		f.push("192.0.2.2")
 		if r := <-pending; r.err != nil {

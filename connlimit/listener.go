@@ -58,7 +58,10 @@ type Listener struct {
 
 	stats                      counters
 	refusalGate, acceptErrGate logGate
-	now                        func() time.Time
+	// suppressedArmed: a timer will report the refusal lines held back
+	// (see reportSuppressed).
+	suppressedArmed atomic.Bool
+	now             func() time.Time
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -286,13 +289,14 @@ func (l *Listener) acceptRaw() (*Conn, error) {
 // refusal closes the descriptor, an admission makes it a net.Conn. It
 // returns nil when the connection was refused or could not be made a
 // net.Conn (then closed, its slots given back).
-func (l *Listener) admitRaw(fd int, peer netip.Addr) *Conn {
+func (l *Listener) admitRaw(fd int, peerPort netip.AddrPort) *Conn {
+	peer := peerPort.Addr()
 	cl, why, err := l.claim(context.Background(), false, peer, l.s.Trusted.Contains(peer))
 	if why != admitted {
 		l.stats.refused[why].Add(1)
 		l.stats.rawRefused.Add(1)
 		closeRaw(fd, l.s.ResetOnRefuse)
-		l.refused(why, peer, peer, err)
+		l.refused(why, peerPort, peer, err)
 		return nil
 	}
 	c, err := rawConn(fd)

@@ -30,15 +30,22 @@ func (g *logGate) pass(now int64) (suppressed uint64, ok bool) {
 	return g.suppressed.Swap(0), true
 }
 
-// logRefusal writes a rate-limited line about a refused connection.
-// The addresses are formatted only for lines that are written.
-func (l *Listener) logRefusal(why reason, peer, client netip.Addr, err error) {
+// logRefusal writes a rate-limited line about a refused connection: peer
+// as host:port. A refusal whose line is held back arms, once per
+// window, a timer that writes the count held back at the window's end (see
+// reportSuppressed), so that the count of the last burst of a flood is
+// reported too, not only when the next refusal comes. The addresses are
+// formatted only for lines that are written.
+func (l *Listener) logRefusal(why reason, peer netip.AddrPort, client netip.Addr, err error) {
 	ctx := context.Background()
 	if !l.s.Logger.Enabled(ctx, l.s.LogLevel) {
 		return
 	}
 	suppressed, ok := l.refusalGate.pass(l.now().UnixNano())
 	if !ok {
+		if l.suppressedArmed.CompareAndSwap(false, true) {
+			time.AfterFunc(logEvery, l.reportSuppressed)
+		}
 		return
 	}
 	attrs := []slog.Attr{
@@ -46,7 +53,7 @@ func (l *Listener) logRefusal(why reason, peer, client netip.Addr, err error) {
 		slog.String("reason", why.String()),
 		slog.String("peer", peer.String()),
 	}
-	if client != peer {
+	if client != peer.Addr() {
 		attrs = append(attrs, slog.String("client", client.String()))
 	}
 	if err != nil {
@@ -54,6 +61,20 @@ func (l *Listener) logRefusal(why reason, peer, client netip.Addr, err error) {
 	}
 	attrs = append(attrs, slog.Uint64("suppressed", suppressed))
 	l.s.Logger.LogAttrs(ctx, l.s.LogLevel, "connlimit: connection refused", attrs...)
+}
+
+// reportSuppressed writes the count of refusal lines held back since the
+// last line, if any: "connlimit: connection refusals suppressed" with the
+// listener and suppressed. Each held-back line is counted in one line
+// only: this one or the next refusal's, whichever takes the count first.
+func (l *Listener) reportSuppressed() {
+	l.suppressedArmed.Store(false)
+	n := l.refusalGate.suppressed.Swap(0)
+	if n == 0 {
+		return
+	}
+	l.s.Logger.LogAttrs(context.Background(), l.s.LogLevel, "connlimit: connection refusals suppressed",
+		slog.String("listener", l.s.Name), slog.Uint64("suppressed", n))
 }
 
 // logAcceptError writes a rate-limited WARN about a temporary accept error.

@@ -37,7 +37,7 @@ func newRawAcceptor(inner net.Listener) *rawAcceptor {
 // try accepts one pending connection without waiting. It returns false
 // when none is pending or anything failed; the caller then accepts through
 // the poller, which waits, and reports any error that persists.
-func (a *rawAcceptor) try() (fd int, peer netip.Addr, ok bool) {
+func (a *rawAcceptor) try() (fd int, peer netip.AddrPort, ok bool) {
 	var sa syscall.Sockaddr
 	err := a.rc.Control(func(lfd uintptr) {
 		var aerr error
@@ -45,20 +45,21 @@ func (a *rawAcceptor) try() (fd int, peer netip.Addr, ok bool) {
 		ok = aerr == nil
 	})
 	if err != nil || !ok {
-		return -1, netip.Addr{}, false
+		return -1, netip.AddrPort{}, false
 	}
-	return fd, sockaddrIP(sa), true
+	return fd, sockaddrIPPort(sa), true
 }
 
-// sockaddrIP returns the unmapped IP address of sa, or the zero Addr.
-func sockaddrIP(sa syscall.Sockaddr) netip.Addr {
+// sockaddrIPPort returns the unmapped IP address and port of sa, or the
+// zero AddrPort.
+func sockaddrIPPort(sa syscall.Sockaddr) netip.AddrPort {
 	switch sa := sa.(type) {
 	case *syscall.SockaddrInet4:
-		return netip.AddrFrom4(sa.Addr)
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
 	case *syscall.SockaddrInet6:
-		return netip.AddrFrom16(sa.Addr).Unmap()
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), uint16(sa.Port))
 	}
-	return netip.Addr{}
+	return netip.AddrPort{}
 }
 
 // closeRaw closes a raw connection, with a reset first when reset is set.

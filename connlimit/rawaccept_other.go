@@ -14,7 +14,7 @@ type rawAcceptor struct{}
 
 func newRawAcceptor(net.Listener) *rawAcceptor { return nil }
 
-func (*rawAcceptor) try() (int, netip.Addr, bool) { return -1, netip.Addr{}, false }
+func (*rawAcceptor) try() (int, netip.AddrPort, bool) { return -1, netip.AddrPort{}, false }
 
 func closeRaw(int, bool) {}
 

@@ -376,7 +376,7 @@ func (e env) serveWith(cfg *config.Config, notes []string, reload func() (*confi
 	}
 	for sig := range sigs {
 		if sig != syscall.SIGHUP {
-			log.Info("signal received: draining", "signal", sig.String(), "timeout", running.ShutdownTimeout)
+			log.Info("signal received: draining", "signal", sig.String(), "timeout_ms", running.ShutdownTimeout.Milliseconds())
 			manager.stopping(fmt.Sprintf("draining for up to %v", running.ShutdownTimeout))
 			ctx, cancel := context.WithTimeout(context.Background(), running.ShutdownTimeout)
 			err := srv.Shutdown(ctx)

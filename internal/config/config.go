@@ -376,6 +376,11 @@ type Listener struct {
 	// not with RoutesFrom (the named listener's rate applies).
 	Rate *Rate `yaml:"rate"`
 
+	// AccessLog chooses optional fields of this listener's access lines, added after the
+	// default ones (which stay as they are). Nil, or no fields, means the default fields only.
+	// http, https and http3 listeners only.
+	AccessLog *ListenerAccessLog `yaml:"access_log"`
+
 	// Upstream is the host:port raw TCP connections are proxied to. Required for tcp
 	// listeners, not accepted otherwise.
 	Upstream string `yaml:"upstream"`
@@ -628,4 +633,39 @@ type Queue struct {
 	// Timeout is the longest a request waits before it is refused. Zero means it waits
 	// until its client goes away. Negative is invalid, and a Timeout needs a Size.
 	Timeout time.Duration `yaml:"timeout"`
+}
+
+// ListenerAccessLog is a listener's choice of optional access-log fields, as nginx's
+// log_format names variables such as $args and $http_user_agent.
+type ListenerAccessLog struct {
+	// Fields are the optional fields to add, each at most once, written in the fixed order
+	// query, user_agent, referer whatever order they are listed in: AccessFieldQuery (the
+	// request target's query string, without the '?'; nginx's $args), AccessFieldUserAgent
+	// (the User-Agent header; $http_user_agent) and AccessFieldReferer (the Referer
+	// header; $http_referer). A field whose value is empty is left out of the line. Empty
+	// means none.
+	Fields []string `yaml:"fields"`
+}
+
+// The optional access-log fields of ListenerAccessLog.Fields.
+const (
+	AccessFieldQuery     = "query"
+	AccessFieldUserAgent = "user_agent"
+	AccessFieldReferer   = "referer"
+)
+
+// AccessFields are the names ListenerAccessLog.Fields takes, in the order lines write them.
+var AccessFields = []string{AccessFieldQuery, AccessFieldUserAgent, AccessFieldReferer}
+
+// Has reports whether a (nil: none) asks for the field name.
+func (a *ListenerAccessLog) Has(name string) bool {
+	if a == nil {
+		return false
+	}
+	for _, f := range a.Fields {
+		if f == name {
+			return true
+		}
+	}
+	return false
 }

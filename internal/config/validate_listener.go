@@ -270,6 +270,25 @@ func (v *validator) httpServer(l *Listener, p string) {
 		v.addf(p+".max_concurrent_streams", "must be 0 to %d (got %d)", math.MaxInt32, l.MaxConcurrentStreams)
 	}
 	v.limit(l.ClientLimit, p+".client_limit", clientLimit)
+	v.listenerAccessLog(l.AccessLog, p+".access_log")
+}
+
+// listenerAccessLog checks a listener's access-log fields: known names,
+// each once.
+func (v *validator) listenerAccessLog(a *ListenerAccessLog, p string) {
+	if a == nil {
+		return
+	}
+	for i, f := range a.Fields {
+		fp := indexPath(p+".fields", i)
+		if !slices.Contains(AccessFields, f) {
+			v.addf(fp, "must be one of %s (got %q)", strings.Join(AccessFields, ", "), f)
+			continue
+		}
+		if j := slices.Index(a.Fields, f); j < i {
+			v.addf(fp, "duplicate field %q (also fields[%d])", f, j)
+		}
+	}
 }
 
 func (v *validator) tcpProxy(l *Listener, p string) {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/config"
 )
 
 // Access log lines are written in batches, as nginx's "access_log ...
@@ -207,6 +209,37 @@ type accessFields struct {
 	admission                 outcome
 	queued                    time.Duration // optional
 	limit, reason             string        // optional
+	// rateDry is what a dry-run rate would have done: "delayed" or
+	// "rejected"; optional.
+	rateDry string
+	// query, userAgent and referer are the optional fields a listener
+	// asks for (see accessExtra); "" is left out.
+	query, userAgent, referer string
+}
+
+// accessExtra is the set of optional fields a listener's access lines
+// carry (config.ListenerAccessLog.Fields).
+type accessExtra uint8
+
+const (
+	accessQuery accessExtra = 1 << iota
+	accessUserAgent
+	accessReferer
+)
+
+// accessExtraOf returns the optional fields a asks for.
+func accessExtraOf(a *config.ListenerAccessLog) accessExtra {
+	var e accessExtra
+	if a.Has(config.AccessFieldQuery) {
+		e |= accessQuery
+	}
+	if a.Has(config.AccessFieldUserAgent) {
+		e |= accessUserAgent
+	}
+	if a.Has(config.AccessFieldReferer) {
+		e |= accessReferer
+	}
+	return e
 }
 
 // logAccess writes the access line of one exchange that began at start
@@ -222,6 +255,18 @@ func logAccess(o *exchangeOpts, r *http.Request, st *exchangeState, status int, 
 		method: r.Method, host: r.Host, path: r.URL.Path, proto: r.Proto,
 		status: status, bytes: st.bytes.Load(), duration: now.Sub(start), upstream: st.upstream,
 		admission: st.outcome, queued: st.waited, limit: st.by, reason: st.reason,
+		rateDry: rateDryNames[st.rateDry],
+	}
+	if o.extra != 0 {
+		if o.extra&accessQuery != 0 {
+			f.query = r.URL.RawQuery
+		}
+		if o.extra&accessUserAgent != 0 {
+			f.userAgent = r.Header.Get("User-Agent")
+		}
+		if o.extra&accessReferer != 0 {
+			f.referer = r.Header.Get("Referer")
+		}
 	}
 	o.log.write(now, &f)
 }
@@ -283,6 +328,18 @@ func (a *accessLogger) writeSlog(now time.Time, f *accessFields) {
 	}
 	if f.reason != "" {
 		rec.AddAttrs(slog.String("reason", f.reason))
+	}
+	if f.rateDry != "" {
+		rec.AddAttrs(slog.String("rate_dry_run", f.rateDry))
+	}
+	if f.query != "" {
+		rec.AddAttrs(slog.String("query", f.query))
+	}
+	if f.userAgent != "" {
+		rec.AddAttrs(slog.String("user_agent", f.userAgent))
+	}
+	if f.referer != "" {
+		rec.AddAttrs(slog.String("referer", f.referer))
 	}
 	_ = h.Handle(ctx, rec)
 }
@@ -375,6 +432,11 @@ func appendAccessLine(b []byte, json bool, t time.Time, f *accessFields) ([]byte
 	if (f.route != "" && !plainValue(f.route)) || f.client.Zone() != "" {
 		return b, false
 	}
+	for _, v := range [...]string{f.query, f.userAgent, f.referer} {
+		if v != "" && !plainValue(v) {
+			return b, false
+		}
+	}
 	w := lineWriter{b: b, json: json}
 	t = t.Round(0)
 	if json {
@@ -437,6 +499,18 @@ func appendAccessLine(b []byte, json bool, t time.Time, f *accessFields) ([]byte
 	}
 	if f.reason != "" {
 		w.str("reason", f.reason)
+	}
+	if f.rateDry != "" {
+		w.str("rate_dry_run", f.rateDry)
+	}
+	if f.query != "" {
+		w.str("query", f.query)
+	}
+	if f.userAgent != "" {
+		w.str("user_agent", f.userAgent)
+	}
+	if f.referer != "" {
+		w.str("referer", f.referer)
 	}
 	if json {
 		return append(w.b, "}\n"...), true

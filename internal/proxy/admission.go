@@ -48,9 +48,14 @@ type admission struct {
 	// client is the access line's client when the path that served the
 	// exchange knew it already (a loop's connection whose peer is the
 	// client of all its requests); invalid: found from the request.
-	client   netip.Addr
-	keys     [maxKeys]string // the distinct keys the limits counted, in order
-	nkeys    uint8
+	client netip.Addr
+	keys   [maxKeys]string // the distinct keys the limits counted, in order
+	nkeys  uint8
+	// rateDry is what a rate in dry-run mode would have done to the
+	// request, enforcing: rateDryDelayed or rateDryRejected (nginx's
+	// DELAYED_DRY_RUN and REJECTED_DRY_RUN); zero when no dry-run rate
+	// was over.
+	rateDry  uint8
 	gatePend bool // a gate (a rate, authentication) is deciding; see gated
 	// left: the client went away while its request waited (in a rate's
 	// delay, a limit's queue, or on the upstream), before any answer was
@@ -132,14 +137,36 @@ func refusalReason(err error) string {
 // rateAdmitted is a request rate's OnAdmit: a request the rate delayed
 // (nginx's limit_req delay) is queued for as long, one let through over the
 // rate in shadow mode (dry_run) is shadow_over.
+//
+// A shadow_over request also records whether the rate would have delayed
+// or refused it (the access log's rate_dry_run); the harsher of the two
+// when more than one rate is in dry-run mode.
 func rateAdmitted(w http.ResponseWriter, _ *http.Request, key string, d rate.Decision) {
 	if st := stateOf(w); st != nil {
 		st.admit(string(kindRate), key, d.Delay, d.Shadowed())
+		switch d.Verdict {
+		case rate.ShadowDelayed:
+			st.rateDry = max(st.rateDry, rateDryDelayed)
+		case rate.ShadowRefused:
+			st.rateDry = rateDryRejected
+		}
 	}
 }
 
+// The values of admission.rateDry, and the rate_dry_run field's words.
+const (
+	rateDryDelayed  uint8 = 1
+	rateDryRejected uint8 = 2
+)
+
+var rateDryNames = [...]string{"", "delayed", "rejected"}
+
 // reasonRate is the refusal reason of a request rate.
 const reasonRate = "rate"
+
+// reasonQueueTimeout is the refusal reason of a request that waited a
+// limit queue's timeout.
+var reasonQueueTimeout = limit.QueueTimeout.String()
 
 // reasonAbandoned is the refusal reason of a request whose client went
 // away while it waited, as limit.RefusalKind names it.
@@ -202,9 +229,12 @@ func authRefusal(st *exchangeState, _ *http.Request) (string, string) {
 }
 
 // admissionHooks returns the httplimit OnAdmit and Reject functions of a
-// limit in slot kind: each records the decision in the exchange's state,
-// then reject (never nil) writes the refusal.
-func admissionHooks(kind limitKind, reject func(http.ResponseWriter, *http.Request, string, error)) (
+// limit in slot kind whose queue times out after queueTimeout: each
+// records the decision in the exchange's state, then reject (never nil)
+// writes the refusal. A request refused for queue_timeout waited the
+// queue's timeout, which the limiter's timer measured: it is added to the
+// time the request was queued, so that its access line says how long.
+func admissionHooks(kind limitKind, queueTimeout time.Duration, reject func(http.ResponseWriter, *http.Request, string, error)) (
 	func(http.ResponseWriter, *http.Request, string, time.Duration, bool),
 	func(http.ResponseWriter, *http.Request, string, error),
 ) {
@@ -219,6 +249,9 @@ func admissionHooks(kind limitKind, reject func(http.ResponseWriter, *http.Reque
 			reason := refusalReason(err)
 			st.refuse(by, key, reason)
 			st.left = reason == reasonAbandoned && clientLeft(r)
+			if reason == reasonQueueTimeout {
+				st.waited += queueTimeout
+			}
 		}
 		reject(w, r, key, err)
 	}

@@ -152,7 +152,9 @@ listeners:
 	if st, _, _ := get(t, second, "http://"+addr+"/"); st != http.StatusTooManyRequests {
 		t.Fatalf("second request: %d, want 429", st)
 	}
-	if !refusedAtOnce(t, dialFrom(t, "127.0.0.2", addr)) {
+	third := dialFrom(t, "127.0.0.2", addr)
+	thirdAddr := third.LocalAddr().String()
+	if !refusedAtOnce(t, third) {
 		t.Fatal("a third connection of 127.0.0.2 was not refused at accept")
 	}
 	if r := await(t, slow); r.status != http.StatusOK {
@@ -166,7 +168,7 @@ listeners:
 
 	want := map[string]map[string]any{
 		"portcullis started":            {"admin": adminAddr},
-		"connlimit: connection refused": {"listener": "web", "reason": "client_cap", "peer": "127.0.0.2", "suppressed": json.Number("0")},
+		"connlimit: connection refused": {"listener": "web", "reason": "client_cap", "peer": thirdAddr, "suppressed": json.Number("0")},
 		"request refused":               {"limiter": "web/r/limit", "reason": "refused", "key": "127.0.0.2", "suppressed": json.Number("0")},
 	}
 	seen := make(map[string]bool)

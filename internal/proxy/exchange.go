@@ -32,6 +32,9 @@ type exchangeOpts struct {
 	// request whose context ends then was cut off by the daemon (or may
 	// have been), no client hang-up. Nil: never.
 	stopping *atomic.Bool
+	// extra are the optional access-log fields the listener asks for
+	// (accessQuery, ...); zero: the default fields only.
+	extra accessExtra
 }
 
 // exchanges returns the outermost handler of an HTTP listener's chain: it

@@ -168,7 +168,7 @@ func newLimiter(cfg *config.Limit, id identity, ln, route string, kind limitKind
 		hc.Key, hc.ReleaseTunnels = forward.ExceptConnect(key), true
 	}
 	hc.OnReject = deps.onReject
-	hc.OnAdmit, hc.Reject = admissionHooks(kind, refusalResponse(cfg))
+	hc.OnAdmit, hc.Reject = admissionHooks(kind, cfg.Queue.Timeout, refusalResponse(cfg))
 	var closer io.Closer
 	var redisMetrics prometheus.Collector
 	if cs != nil { // a nil *clusterStore must not become a non-nil Store

@@ -154,6 +154,7 @@ func (b *tableBuilder) exchangeOpts() exchangeOpts {
 	if b.accessLog {
 		o.log = b.access
 		o.clients = newAccessClients(b.id.resolver)
+		o.extra = accessExtraOf(b.lc.AccessLog)
 	}
 	return o
 }
