@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/clientkey"
+	"github.com/seed-a07d1050/portcullis/internal/accesslog"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 )
 
@@ -46,7 +47,7 @@ func checkAccessClients(t *testing.T, res *clientkey.Resolver, readsHeader bool)
 		return accessCase{remoteAddr, xff, peer}
 	}
 	for round := range 3 {
-		for i := range 3 * accessClientSlots {
+		for i := range 3 * accesslog.ClientSlots {
 			v4 := fmt.Sprintf("192.0.%d.%d", i/250, i%250)
 			v6 := fmt.Sprintf("2001:db8::%x", i)
 			xff := fmt.Sprintf("198.51.%d.%d", i/250, i%250)
@@ -68,11 +69,11 @@ func checkAccessClients(t *testing.T, res *clientkey.Resolver, readsHeader bool)
 		}
 		cases = append(cases, accessCase{"192.0.2.77", "", "192.0.2.77"}, accessCase{"@", "", "-"})
 	}
-	var out recordingWriter
+	var out lineRecorder
 	level := new(slog.LevelVar)
-	lb := newLineBuffer(&out)
-	a := &accessLogger{log: NewLogger(config.Log{Format: config.LogText}, lb, level), out: lb, level: level}
-	o := exchangeOpts{listener: "web", log: a, clients: newAccessClients(res)}
+	lb := accesslog.NewLineBuffer(&out)
+	a := &accesslog.Logger{Log: accesslog.NewLogger(config.Log{Format: config.LogText}, lb, level), Out: lb, Level: level}
+	o := exchangeOpts{listener: "web", log: a, clients: accesslog.NewClients(res)}
 	start := time.Now()
 	for _, c := range cases {
 		r := httptest.NewRequest("GET", "http://h/", nil)

@@ -5,24 +5,10 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/seed-a07d1050/portcullis/internal/accesslog"
 	"github.com/seed-a07d1050/portcullis/limit"
 	"github.com/seed-a07d1050/portcullis/rate"
 )
-
-// outcome is what the limits decided about an exchange, as the access log
-// writes it (field admission).
-type outcome uint8
-
-const (
-	admitted   outcome = iota // let through at once, or no limit applies
-	queued                    // let through after waiting in a limit's queue
-	shadowOver                // over a limit, let through by shadow mode
-	refused                   // refused by a limit or a rate
-)
-
-var outcomeNames = [...]string{admitted: "admitted", queued: "queued", shadowOver: "shadow_over", refused: "refused"}
-
-func (o outcome) String() string { return outcomeNames[o] }
 
 // maxKeys is how many distinct limit keys an access line names: a client
 // limit, a shadow limit and a route limit.
@@ -38,7 +24,7 @@ const maxKeys = 3
 type admission struct {
 	metrics *routeMetrics // the route's; the listener's when no route took the request
 	route   string        // the route that took the request; "" when none
-	outcome outcome
+	outcome accesslog.Outcome
 	by      string        // the limit that refused the request or that it went over
 	reason  string        // why it was refused (see refusalReason); "" otherwise
 	waited  time.Duration // in limit queues, summed
@@ -81,12 +67,12 @@ func (a *admission) admit(by, key string, waited time.Duration, shadowed bool) {
 	a.addKey(key)
 	if waited > 0 {
 		a.waited += waited
-		if a.outcome < queued {
-			a.outcome = queued
+		if a.outcome < accesslog.Queued {
+			a.outcome = accesslog.Queued
 		}
 	}
-	if shadowed && a.outcome < shadowOver {
-		a.outcome, a.by = shadowOver, by
+	if shadowed && a.outcome < accesslog.ShadowOver {
+		a.outcome, a.by = accesslog.ShadowOver, by
 	}
 }
 
@@ -95,7 +81,7 @@ func (a *admission) refuse(by, key, reason string) {
 	if key != "" {
 		a.addKey(key)
 	}
-	a.outcome, a.by, a.reason = refused, by, reason
+	a.outcome, a.by, a.reason = accesslog.Refused, by, reason
 }
 
 // stateOf returns the state of the exchange w belongs to, or nil when w is

@@ -8,19 +8,20 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seed-a07d1050/portcullis/internal/accesslog"
 	"github.com/seed-a07d1050/portcullis/internal/httpfield"
 )
 
 // exchangeOpts are the per-exchange settings of an HTTP listener.
 type exchangeOpts struct {
 	listener string
-	log      *accessLogger // nil: no access log
+	log      *accesslog.Logger // nil: no access log
 	// metrics are the series of the listener's requests that no route
 	// takes; nil: no metrics (tests).
 	metrics *routeMetrics
 	// clients finds the client the limits count, for the access line;
 	// nil: the peer.
-	clients *accessClients
+	clients *accesslog.Clients
 	// send is the write-progress bound: an exchange whose client accepts no
 	// byte of the response for this long ends (nginx's send_timeout).
 	// Zero means none.
@@ -34,7 +35,7 @@ type exchangeOpts struct {
 	stopping *atomic.Bool
 	// extra are the optional access-log fields the listener asks for
 	// (accessQuery, ...); zero: the default fields only.
-	extra accessExtra
+	extra accesslog.Extra
 }
 
 // exchanges returns the outermost handler of an HTTP listener's chain: it
@@ -318,4 +319,33 @@ func (w *hijackableWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		}
 	}
 	return c, brw, err
+}
+
+// logAccess writes the access line of one exchange that began at start
+// and ended now with status.
+func logAccess(o *exchangeOpts, r *http.Request, st *exchangeState, status int, start, now time.Time) {
+	client := st.client
+	if !client.IsValid() {
+		client = o.clients.Client(r)
+	}
+	f := accesslog.Fields{
+		Listener: o.listener, Client: client, Peer: r.RemoteAddr,
+		Keys: st.keys[:st.nkeys], Route: st.route,
+		Method: r.Method, Host: r.Host, Path: r.URL.Path, Proto: r.Proto,
+		Status: status, Bytes: st.bytes.Load(), Duration: now.Sub(start), Upstream: st.upstream,
+		Admission: st.outcome, Queued: st.waited, Limit: st.by, Reason: st.reason,
+		RateDry: rateDryNames[st.rateDry],
+	}
+	if o.extra != 0 {
+		if o.extra&accesslog.FieldQuery != 0 {
+			f.Query = r.URL.RawQuery
+		}
+		if o.extra&accesslog.FieldUserAgent != 0 {
+			f.UserAgent = r.Header.Get("User-Agent")
+		}
+		if o.extra&accesslog.FieldReferer != 0 {
+			f.Referer = r.Header.Get("Referer")
+		}
+	}
+	o.log.Write(now, &f)
 }

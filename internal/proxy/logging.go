@@ -1,27 +1,12 @@
 package proxy
 
 import (
-	"io"
 	stdlog "log"
 	"log/slog"
 	"net"
 	"sync/atomic"
 	"time"
-
-	"github.com/seed-a07d1050/portcullis/internal/config"
 )
-
-// NewLogger returns the logger a configuration asks for, writing to out:
-// slog's text or JSON handler at a level read from level, which the caller
-// may change later (the daemon does on reload).
-func NewLogger(lc config.Log, out io.Writer, level *slog.LevelVar) *slog.Logger {
-	level.Set(lc.Level.Slog())
-	opts := &slog.HandlerOptions{Level: level}
-	if lc.Format == config.LogJSON {
-		return slog.New(slog.NewJSONHandler(out, opts))
-	}
-	return slog.New(slog.NewTextHandler(out, opts))
-}
 
 // newServerErrorLog returns the log.Logger an http.Server writes its own
 // errors to (TLS handshake failures, malformed requests). They are logged at

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/seed-a07d1050/portcullis/internal/accesslog"
 	"github.com/seed-a07d1050/portcullis/internal/evloop"
 	"github.com/seed-a07d1050/portcullis/internal/http1"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
@@ -83,17 +84,17 @@ type loopConn struct {
 	// client is the access lines' client of every request, when the peer
 	// is (invalid otherwise), as found under clientsOf.
 	client    netip.Addr
-	clientsOf *accessClients
+	clientsOf *accesslog.Clients
 	clientSet bool
 }
 
 // accessClient returns the client the access line of each of the
 // connection's requests names, when the peer is the client of them all
 // under clients; invalid when each request's own header may name it.
-func (lc *loopConn) accessClient(clients *accessClients) netip.Addr {
+func (lc *loopConn) accessClient(clients *accesslog.Clients) netip.Addr {
 	if !lc.clientSet || lc.clientsOf != clients {
 		lc.client, lc.clientsOf, lc.clientSet = netip.Addr{}, clients, true
-		if clients.peerIsClient(lc.peer) {
+		if clients.PeerIsClient(lc.peer) {
 			lc.client = lc.peer
 		}
 	}

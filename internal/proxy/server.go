@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seed-a07d1050/portcullis/internal/accesslog"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/evloop"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
@@ -51,8 +52,8 @@ type Server struct {
 	// access writes the access lines: through log, or, when the server
 	// built log itself, in the same format and at the same level into
 	// accessOut.
-	access    *accessLogger
-	accessOut *lineBuffer // nil when Options.Logger was given
+	access    *accesslog.Logger
+	accessOut *accesslog.LineBuffer // nil when Options.Logger was given
 	transport *uptransport.Transport
 	// loopCounts are what the event loops of every eventloop listener did
 	// with their upstream connections, exported beside the transport's.
@@ -107,16 +108,16 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 			out = os.Stderr
 		}
 		s.level = new(slog.LevelVar)
-		s.log = NewLogger(eff.Log, out, s.level)
-		s.accessOut = newLineBuffer(out)
-		s.access = &accessLogger{
-			log:   NewLogger(eff.Log, s.accessOut, s.level),
-			out:   s.accessOut,
-			level: s.level,
-			json:  eff.Log.Format == config.LogJSON,
+		s.log = accesslog.NewLogger(eff.Log, out, s.level)
+		s.accessOut = accesslog.NewLineBuffer(out)
+		s.access = &accesslog.Logger{
+			Log:   accesslog.NewLogger(eff.Log, s.accessOut, s.level),
+			Out:   s.accessOut,
+			Level: s.level,
+			JSON:  eff.Log.Format == config.LogJSON,
 		}
 	} else {
-		s.access = &accessLogger{log: s.log}
+		s.access = &accesslog.Logger{Log: s.log}
 	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	auth, err := loadAdminAuth(eff.Admin)

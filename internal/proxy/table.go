@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seed-a07d1050/portcullis/internal/accesslog"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
@@ -75,11 +76,11 @@ type tableBuilder struct {
 	transport *uptransport.Transport
 	bufs      httputil.BufferPool
 	accessLog bool
-	access    *accessLogger // where access lines go
-	metrics   *httpMetrics  // nil: no request metrics (tests)
-	drain     time.Duration // the configuration's shutdown_timeout
-	stopping  *atomic.Bool  // the Server's draining flag; nil: none (tests)
-	series    []string      // the route labels routeMetrics handed out
+	access    *accesslog.Logger // where access lines go
+	metrics   *httpMetrics      // nil: no request metrics (tests)
+	drain     time.Duration     // the configuration's shutdown_timeout
+	stopping  *atomic.Bool      // the Server's draining flag; nil: none (tests)
+	series    []string          // the route labels routeMetrics handed out
 }
 
 // build builds the table. A request passes, in order: authentication, the
@@ -153,8 +154,8 @@ func (b *tableBuilder) exchangeOpts() exchangeOpts {
 	}
 	if b.accessLog {
 		o.log = b.access
-		o.clients = newAccessClients(b.id.resolver)
-		o.extra = accessExtraOf(b.lc.AccessLog)
+		o.clients = accesslog.NewClients(b.id.resolver)
+		o.extra = accesslog.ExtraOf(b.lc.AccessLog)
 	}
 	return o
 }

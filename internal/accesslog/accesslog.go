@@ -1,10 +1,9 @@
-package proxy
+package accesslog
 
 import (
 	"context"
 	"io"
 	"log/slog"
-	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -35,8 +34,8 @@ const (
 // line meanwhile (an event loop, whose every connection waits for it)
 // should not wait for it. Batches still go out in the order they were
 // taken: wmu is taken before mu is let go.
-type lineBuffer struct {
-	out io.Writer
+type LineBuffer struct {
+	Out io.Writer
 	wmu sync.Mutex // held while a batch is written
 
 	mu    sync.Mutex
@@ -48,16 +47,16 @@ type lineBuffer struct {
 
 // newLineBuffer returns a lineBuffer writing to out, directly when out is
 // a file that can be (see directWriter).
-func newLineBuffer(out io.Writer) *lineBuffer {
+func NewLineBuffer(out io.Writer) *LineBuffer {
 	if d := newDirectWriter(out); d != nil {
 		out = d
 	}
-	return &lineBuffer{out: out, buf: make([]byte, 0, accessBufferSize)}
+	return &LineBuffer{Out: out, buf: make([]byte, 0, accessBufferSize)}
 }
 
 // Write adds p, which slog's handlers make one whole line, to the batch.
 // It returns the error of the last batch written, if any.
-func (b *lineBuffer) Write(p []byte) (int, error) {
+func (b *LineBuffer) Write(p []byte) (int, error) {
 	var full [2][]byte // at most the lines before p, then p alone
 	n := 0
 	b.mu.Lock()
@@ -84,7 +83,7 @@ func (b *lineBuffer) Write(p []byte) (int, error) {
 // appendAccessLine). Formatting in place spares a buffer of its own and a
 // copy per line; a line takes about a microsecond to format, well under
 // what its system calls would hold the lock for were it written alone.
-func (b *lineBuffer) addAccessLine(json bool, t time.Time, f *accessFields) bool {
+func (b *LineBuffer) addAccessLine(json bool, t time.Time, f *Fields) bool {
 	b.mu.Lock()
 	// A panic while formatting must not leave every later line waiting
 	// for the lock: the loops recover from their handlers' panics.
@@ -123,7 +122,7 @@ func (b *lineBuffer) addAccessLine(json bool, t time.Time, f *accessFields) bool
 const accessLineRoom = 1 << 10
 
 // Flush writes the lines waiting, at once.
-func (b *lineBuffer) Flush() {
+func (b *LineBuffer) Flush() {
 	b.mu.Lock()
 	var full [1][]byte
 	n := 0
@@ -138,7 +137,7 @@ func (b *lineBuffer) Flush() {
 }
 
 // takeLocked returns the lines waiting as a batch and starts another.
-func (b *lineBuffer) takeLocked() []byte {
+func (b *LineBuffer) takeLocked() []byte {
 	if b.timer != nil {
 		b.timer.Stop()
 		b.timer = nil
@@ -153,7 +152,7 @@ func (b *lineBuffer) takeLocked() []byte {
 
 // writeUnlock writes batches, in order after any batch taken before them,
 // and lets go of mu, which the caller holds, before it writes.
-func (b *lineBuffer) writeUnlock(batches [][]byte) {
+func (b *LineBuffer) writeUnlock(batches [][]byte) {
 	if len(batches) == 0 {
 		b.mu.Unlock()
 		return
@@ -162,7 +161,7 @@ func (b *lineBuffer) writeUnlock(batches [][]byte) {
 	b.mu.Unlock()
 	var werr error
 	for _, batch := range batches {
-		if _, err := b.out.Write(batch); err != nil {
+		if _, err := b.Out.Write(batch); err != nil {
 			werr = err
 		}
 	}
@@ -183,100 +182,86 @@ func (b *lineBuffer) writeUnlock(batches [][]byte) {
 // exactly the bytes log's handler would write (TestAccessLineMatchesSlog),
 // straight into out. slog's handlers spend most of the access log's cost:
 // a record, an attribute walk and a quoting check per value.
-type accessLogger struct {
-	log   *slog.Logger
-	out   *lineBuffer    // nil: every line through log
-	level *slog.LevelVar // the level log's handler follows
-	json  bool           // the JSON format, else slog's text format
+type Logger struct {
+	Log   *slog.Logger
+	Out   *LineBuffer    // nil: every line through log
+	Level *slog.LevelVar // the level log's handler follows
+	JSON  bool           // the JSON format, else slog's text format
 }
 
 // accessFields are the fields of one access line, in their order. The
 // optional ones (a zero value) are left out of the line.
-type accessFields struct {
-	listener string
+type Fields struct {
+	Listener string
 	// client is the address the limits count: the peer, or who a
 	// trusted proxy's forwarding header names (the PROXY protocol's
 	// source is the peer already). Invalid: "-".
-	client                    netip.Addr
-	peer                      string   // the connection's remote address (r.RemoteAddr)
-	keys                      []string // the distinct keys the limits counted; optional
-	route                     string   // optional
-	method, host, path, proto string
-	status                    int
-	bytes                     int64
-	duration                  time.Duration
-	upstream                  time.Duration // to the upstream's response head; optional
-	admission                 outcome
-	queued                    time.Duration // optional
-	limit, reason             string        // optional
+	Client                    netip.Addr
+	Peer                      string   // the connection's remote address (r.RemoteAddr)
+	Keys                      []string // the distinct keys the limits counted; optional
+	Route                     string   // optional
+	Method, Host, Path, Proto string
+	Status                    int
+	Bytes                     int64
+	Duration                  time.Duration
+	Upstream                  time.Duration // to the upstream's response head; optional
+	Admission                 Outcome
+	Queued                    time.Duration // optional
+	Limit, Reason             string        // optional
 	// rateDry is what a dry-run rate would have done: "delayed" or
 	// "rejected"; optional.
-	rateDry string
+	RateDry string
 	// query, userAgent and referer are the optional fields a listener
 	// asks for (see accessExtra); "" is left out.
-	query, userAgent, referer string
+	Query, UserAgent, Referer string
 }
+
+// outcome is what the limits decided about an exchange, as the access log
+// writes it (field admission).
+type Outcome uint8
+
+const (
+	Admitted   Outcome = iota // let through at once, or no limit applies
+	Queued                    // let through after waiting in a limit's queue
+	ShadowOver                // over a limit, let through by shadow mode
+	Refused                   // refused by a limit or a rate
+)
+
+var outcomeNames = [...]string{Admitted: "admitted", Queued: "queued", ShadowOver: "shadow_over", Refused: "refused"}
+
+func (o Outcome) String() string { return outcomeNames[o] }
 
 // accessExtra is the set of optional fields a listener's access lines
 // carry (config.ListenerAccessLog.Fields).
-type accessExtra uint8
+type Extra uint8
 
 const (
-	accessQuery accessExtra = 1 << iota
-	accessUserAgent
-	accessReferer
+	FieldQuery Extra = 1 << iota
+	FieldUserAgent
+	FieldReferer
 )
 
 // accessExtraOf returns the optional fields a asks for.
-func accessExtraOf(a *config.ListenerAccessLog) accessExtra {
-	var e accessExtra
+func ExtraOf(a *config.ListenerAccessLog) Extra {
+	var e Extra
 	if a.Has(config.AccessFieldQuery) {
-		e |= accessQuery
+		e |= FieldQuery
 	}
 	if a.Has(config.AccessFieldUserAgent) {
-		e |= accessUserAgent
+		e |= FieldUserAgent
 	}
 	if a.Has(config.AccessFieldReferer) {
-		e |= accessReferer
+		e |= FieldReferer
 	}
 	return e
 }
 
-// logAccess writes the access line of one exchange that began at start
-// and ended now with status.
-func logAccess(o *exchangeOpts, r *http.Request, st *exchangeState, status int, start, now time.Time) {
-	client := st.client
-	if !client.IsValid() {
-		client = o.clients.client(r)
-	}
-	f := accessFields{
-		listener: o.listener, client: client, peer: r.RemoteAddr,
-		keys: st.keys[:st.nkeys], route: st.route,
-		method: r.Method, host: r.Host, path: r.URL.Path, proto: r.Proto,
-		status: status, bytes: st.bytes.Load(), duration: now.Sub(start), upstream: st.upstream,
-		admission: st.outcome, queued: st.waited, limit: st.by, reason: st.reason,
-		rateDry: rateDryNames[st.rateDry],
-	}
-	if o.extra != 0 {
-		if o.extra&accessQuery != 0 {
-			f.query = r.URL.RawQuery
-		}
-		if o.extra&accessUserAgent != 0 {
-			f.userAgent = r.Header.Get("User-Agent")
-		}
-		if o.extra&accessReferer != 0 {
-			f.referer = r.Header.Get("Referer")
-		}
-	}
-	o.log.write(now, &f)
-}
-
-func (a *accessLogger) write(now time.Time, f *accessFields) {
-	if a.out != nil {
-		if a.level.Level() > slog.LevelInfo {
+func (a *Logger) Write(now time.Time, f *Fields) {
+	if a.Out != nil {
+		if a.Level.Level() > slog.LevelInfo {
 			return
 		}
-		if a.out.addAccessLine(a.json, now, f) {
+		if a.Out.addAccessLine(a.JSON, now, f) {
 			return
 		}
 	}
@@ -284,11 +269,11 @@ func (a *accessLogger) write(now time.Time, f *accessFields) {
 }
 
 // clientString is the client field's value.
-func (f *accessFields) clientString() string {
-	if !f.client.IsValid() {
+func (f *Fields) clientString() string {
+	if !f.Client.IsValid() {
 		return "-"
 	}
-	return f.client.String()
+	return f.Client.String()
 }
 
 // millis is d in milliseconds, to the microsecond.
@@ -297,49 +282,49 @@ func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // writeSlog hands the line to the handler itself: slog.Logger would look
 // up its caller's program counter for every line, which an access line
 // never shows.
-func (a *accessLogger) writeSlog(now time.Time, f *accessFields) {
+func (a *Logger) writeSlog(now time.Time, f *Fields) {
 	ctx := context.Background()
-	h := a.log.Handler()
+	h := a.Log.Handler()
 	if !h.Enabled(ctx, slog.LevelInfo) {
 		return
 	}
 	rec := slog.NewRecord(now, slog.LevelInfo, "access", 0)
-	rec.AddAttrs(slog.String("listener", f.listener), slog.String("client", f.clientString()),
-		slog.String("peer", f.peer))
-	if len(f.keys) > 0 {
-		rec.AddAttrs(slog.String("key", strings.Join(f.keys, ",")))
+	rec.AddAttrs(slog.String("listener", f.Listener), slog.String("client", f.clientString()),
+		slog.String("peer", f.Peer))
+	if len(f.Keys) > 0 {
+		rec.AddAttrs(slog.String("key", strings.Join(f.Keys, ",")))
 	}
-	if f.route != "" {
-		rec.AddAttrs(slog.String("route", f.route))
+	if f.Route != "" {
+		rec.AddAttrs(slog.String("route", f.Route))
 	}
 	rec.AddAttrs(
-		slog.String("method", f.method), slog.String("host", f.host), slog.String("path", f.path),
-		slog.String("proto", f.proto), slog.Int("status", f.status), slog.Int64("bytes", f.bytes),
-		slog.Float64("duration_ms", millis(f.duration)))
-	if f.upstream > 0 {
-		rec.AddAttrs(slog.Float64("upstream_ms", millis(f.upstream)))
+		slog.String("method", f.Method), slog.String("host", f.Host), slog.String("path", f.Path),
+		slog.String("proto", f.Proto), slog.Int("status", f.Status), slog.Int64("bytes", f.Bytes),
+		slog.Float64("duration_ms", millis(f.Duration)))
+	if f.Upstream > 0 {
+		rec.AddAttrs(slog.Float64("upstream_ms", millis(f.Upstream)))
 	}
-	rec.AddAttrs(slog.String("admission", f.admission.String()))
-	if f.queued > 0 {
-		rec.AddAttrs(slog.Float64("queued_ms", millis(f.queued)))
+	rec.AddAttrs(slog.String("admission", f.Admission.String()))
+	if f.Queued > 0 {
+		rec.AddAttrs(slog.Float64("queued_ms", millis(f.Queued)))
 	}
-	if f.limit != "" {
-		rec.AddAttrs(slog.String("limit", f.limit))
+	if f.Limit != "" {
+		rec.AddAttrs(slog.String("limit", f.Limit))
 	}
-	if f.reason != "" {
-		rec.AddAttrs(slog.String("reason", f.reason))
+	if f.Reason != "" {
+		rec.AddAttrs(slog.String("reason", f.Reason))
 	}
-	if f.rateDry != "" {
-		rec.AddAttrs(slog.String("rate_dry_run", f.rateDry))
+	if f.RateDry != "" {
+		rec.AddAttrs(slog.String("rate_dry_run", f.RateDry))
 	}
-	if f.query != "" {
-		rec.AddAttrs(slog.String("query", f.query))
+	if f.Query != "" {
+		rec.AddAttrs(slog.String("query", f.Query))
 	}
-	if f.userAgent != "" {
-		rec.AddAttrs(slog.String("user_agent", f.userAgent))
+	if f.UserAgent != "" {
+		rec.AddAttrs(slog.String("user_agent", f.UserAgent))
 	}
-	if f.referer != "" {
-		rec.AddAttrs(slog.String("referer", f.referer))
+	if f.Referer != "" {
+		rec.AddAttrs(slog.String("referer", f.Referer))
 	}
 	_ = h.Handle(ctx, rec)
 }
@@ -348,11 +333,11 @@ func (a *accessLogger) writeSlog(now time.Time, f *accessFields) {
 // form.
 type lineWriter struct {
 	b    []byte
-	json bool
+	JSON bool
 }
 
 func (w *lineWriter) key(k string) {
-	if w.json {
+	if w.JSON {
 		w.b = append(w.b, `,"`...)
 		w.b = append(w.b, k...)
 		w.b = append(w.b, `":`...)
@@ -366,7 +351,7 @@ func (w *lineWriter) key(k string) {
 // str appends a plain string value.
 func (w *lineWriter) str(k, v string) {
 	w.key(k)
-	if w.json {
+	if w.JSON {
 		w.b = append(w.b, '"')
 		w.b = append(w.b, v...)
 		w.b = append(w.b, '"')
@@ -392,9 +377,9 @@ func (w *lineWriter) int(k string, v int64) {
 func (w *lineWriter) ms(k string, d time.Duration) {
 	w.key(k)
 	us := d.Microseconds()
-	if us < 0 || (!w.json && us >= 1e9) || us >= 1e15 {
+	if us < 0 || (!w.JSON && us >= 1e9) || us >= 1e15 {
 		fmt := byte('g')
-		if w.json {
+		if w.JSON {
 			fmt = 'f'
 		}
 		w.b = strconv.AppendFloat(w.b, millis(d), fmt, -1, 64)
@@ -418,26 +403,26 @@ func (w *lineWriter) ms(k string, d time.Duration) {
 // text or JSON handler writes it, and reports true; or reports false,
 // with b's contents undefined, when a value is not plain (see plainValue)
 // and the line is left to slog, which knows how to quote it.
-func appendAccessLine(b []byte, json bool, t time.Time, f *accessFields) ([]byte, bool) {
-	for _, v := range [...]string{f.listener, f.peer, f.method, f.host, f.path, f.proto} {
+func appendAccessLine(b []byte, json bool, t time.Time, f *Fields) ([]byte, bool) {
+	for _, v := range [...]string{f.Listener, f.Peer, f.Method, f.Host, f.Path, f.Proto} {
 		if !plainValue(v) {
 			return b, false
 		}
 	}
-	for _, v := range f.keys {
+	for _, v := range f.Keys {
 		if !plainValue(v) {
 			return b, false
 		}
 	}
-	if (f.route != "" && !plainValue(f.route)) || f.client.Zone() != "" {
+	if (f.Route != "" && !plainValue(f.Route)) || f.Client.Zone() != "" {
 		return b, false
 	}
-	for _, v := range [...]string{f.query, f.userAgent, f.referer} {
+	for _, v := range [...]string{f.Query, f.UserAgent, f.Referer} {
 		if v != "" && !plainValue(v) {
 			return b, false
 		}
 	}
-	w := lineWriter{b: b, json: json}
+	w := lineWriter{b: b, JSON: json}
 	t = t.Round(0)
 	if json {
 		w.b = append(w.b, `{"time":"`...)
@@ -448,26 +433,26 @@ func appendAccessLine(b []byte, json bool, t time.Time, f *accessFields) ([]byte
 		w.b = textStamps.append(w.b, t)
 		w.b = append(w.b, " level=INFO msg=access"...)
 	}
-	w.str("listener", f.listener)
+	w.str("listener", f.Listener)
 	w.key("client")
 	if json {
 		w.b = append(w.b, '"')
 	}
-	if f.client.IsValid() {
-		w.b = f.client.AppendTo(w.b)
+	if f.Client.IsValid() {
+		w.b = f.Client.AppendTo(w.b)
 	} else {
 		w.b = append(w.b, '-')
 	}
 	if json {
 		w.b = append(w.b, '"')
 	}
-	w.str("peer", f.peer)
-	if len(f.keys) > 0 {
+	w.str("peer", f.Peer)
+	if len(f.Keys) > 0 {
 		w.key("key")
 		if json {
 			w.b = append(w.b, '"')
 		}
-		for i, k := range f.keys {
+		for i, k := range f.Keys {
 			if i > 0 {
 				w.b = append(w.b, ',')
 			}
@@ -477,40 +462,40 @@ func appendAccessLine(b []byte, json bool, t time.Time, f *accessFields) ([]byte
 			w.b = append(w.b, '"')
 		}
 	}
-	if f.route != "" {
-		w.str("route", f.route)
+	if f.Route != "" {
+		w.str("route", f.Route)
 	}
-	w.str("method", f.method)
-	w.str("host", f.host)
-	w.str("path", f.path)
-	w.str("proto", f.proto)
-	w.int("status", int64(f.status))
-	w.int("bytes", f.bytes)
-	w.ms("duration_ms", f.duration)
-	if f.upstream > 0 {
-		w.ms("upstream_ms", f.upstream)
+	w.str("method", f.Method)
+	w.str("host", f.Host)
+	w.str("path", f.Path)
+	w.str("proto", f.Proto)
+	w.int("status", int64(f.Status))
+	w.int("bytes", f.Bytes)
+	w.ms("duration_ms", f.Duration)
+	if f.Upstream > 0 {
+		w.ms("upstream_ms", f.Upstream)
 	}
-	w.str("admission", f.admission.String())
-	if f.queued > 0 {
-		w.ms("queued_ms", f.queued)
+	w.str("admission", f.Admission.String())
+	if f.Queued > 0 {
+		w.ms("queued_ms", f.Queued)
 	}
-	if f.limit != "" {
-		w.str("limit", f.limit)
+	if f.Limit != "" {
+		w.str("limit", f.Limit)
 	}
-	if f.reason != "" {
-		w.str("reason", f.reason)
+	if f.Reason != "" {
+		w.str("reason", f.Reason)
 	}
-	if f.rateDry != "" {
-		w.str("rate_dry_run", f.rateDry)
+	if f.RateDry != "" {
+		w.str("rate_dry_run", f.RateDry)
 	}
-	if f.query != "" {
-		w.str("query", f.query)
+	if f.Query != "" {
+		w.str("query", f.Query)
 	}
-	if f.userAgent != "" {
-		w.str("user_agent", f.userAgent)
+	if f.UserAgent != "" {
+		w.str("user_agent", f.UserAgent)
 	}
-	if f.referer != "" {
-		w.str("referer", f.referer)
+	if f.Referer != "" {
+		w.str("referer", f.Referer)
 	}
 	if json {
 		return append(w.b, "}\n"...), true
@@ -545,3 +530,15 @@ var plainBytes = func() (plain [256]bool) {
 	}
 	return plain
 }()
+
+// NewLogger returns the logger a configuration asks for, writing to out:
+// slog's text or JSON handler at a level read from level, which the caller
+// may change later (the daemon does on reload).
+func NewLogger(lc config.Log, out io.Writer, level *slog.LevelVar) *slog.Logger {
+	level.Set(lc.Level.Slog())
+	opts := &slog.HandlerOptions{Level: level}
+	if lc.Format == config.LogJSON {
+		return slog.New(slog.NewJSONHandler(out, opts))
+	}
+	return slog.New(slog.NewTextHandler(out, opts))
+}

@@ -1,4 +1,4 @@
-package proxy
+package accesslog
 
 import (
 	"math/rand/v2"

@@ -1,4 +1,4 @@
-package proxy
+package accesslog
 
 import (
 	"bufio"
@@ -80,9 +80,9 @@ func TestDirectWriterOnlyForLocalFiles(t *testing.T) {
 // whole, each goroutine's in its order.
 func TestDirectWriterKeepsLinesWhole(t *testing.T) {
 	file, path := createLog(t, t.TempDir())
-	b := newLineBuffer(file)
-	if _, ok := b.out.(*directWriter); !ok {
-		t.Fatalf("the buffer writes through %T, not directly", b.out)
+	b := NewLineBuffer(file)
+	if _, ok := b.Out.(*directWriter); !ok {
+		t.Fatalf("the buffer writes through %T, not directly", b.Out)
 	}
 	const writers, lines = 8, 3000
 	var wg sync.WaitGroup

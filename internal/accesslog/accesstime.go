@@ -1,4 +1,4 @@
-package proxy
+package accesslog
 
 import (
 	"sync/atomic"

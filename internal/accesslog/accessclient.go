@@ -1,4 +1,4 @@
-package proxy
+package accesslog
 
 import (
 	"hash/maphash"
@@ -17,29 +17,29 @@ import (
 // RemoteAddr per line. The client behind a trusted proxy is never kept:
 // it comes from the request's forwarding header, and one proxy's
 // connection carries many clients.
-type accessClients struct {
+type Clients struct {
 	res   *clientkey.Resolver // nil: the peer is the client
 	seed  maphash.Seed
-	slots [accessClientSlots]atomic.Pointer[peerClient]
+	slots [ClientSlots]atomic.Pointer[peerClient]
 }
 
-const accessClientSlots = 1024 // a power of two; httplimit.ByClientIP keeps as many RemoteAddrs
+const ClientSlots = 1024 // a power of two; httplimit.ByClientIP keeps as many RemoteAddrs
 
 type peerClient struct {
 	remoteAddr string
 	addr       netip.Addr
 }
 
-func newAccessClients(res *clientkey.Resolver) *accessClients {
-	return &accessClients{res: res, seed: maphash.MakeSeed()}
+func NewClients(res *clientkey.Resolver) *Clients {
+	return &Clients{res: res, seed: maphash.MakeSeed()}
 }
 
 // client returns res.ClientAddr(r). A nil c reads the peer alone.
-func (c *accessClients) client(r *http.Request) netip.Addr {
+func (c *Clients) Client(r *http.Request) netip.Addr {
 	if c == nil {
 		return (*clientkey.Resolver)(nil).ClientAddr(r)
 	}
-	slot := &c.slots[maphash.String(c.seed, r.RemoteAddr)&(accessClientSlots-1)]
+	slot := &c.slots[maphash.String(c.seed, r.RemoteAddr)&(ClientSlots-1)]
 	if e := slot.Load(); e != nil && e.remoteAddr == r.RemoteAddr {
 		return e.addr
 	}
@@ -58,7 +58,7 @@ func (c *accessClients) client(r *http.Request) netip.Addr {
 // peerIsClient reports whether the client of every request on a
 // connection from peer is peer itself, as client finds it: true unless
 // peer is a proxy whose forwarding header is believed (or invalid).
-func (c *accessClients) peerIsClient(peer netip.Addr) bool {
+func (c *Clients) PeerIsClient(peer netip.Addr) bool {
 	if !peer.IsValid() {
 		return false
 	}

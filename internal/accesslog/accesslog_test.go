@@ -1,19 +1,16 @@
-package proxy
+package accesslog
 
 import (
 	"bytes"
 	"errors"
-	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/seed-a07d1050/portcullis/clientkey"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 )
 
@@ -40,7 +37,7 @@ func (w *recordingWriter) got() []string {
 func TestLineBufferBatchesLines(t *testing.T) {
 	t.Run("a line waits at most accessFlushAfter", func(t *testing.T) {
 		var out recordingWriter
-		b := newLineBuffer(&out)
+		b := NewLineBuffer(&out)
 		start := time.Now()
 		_, _ = b.Write([]byte("one\n"))
 		_, _ = b.Write([]byte("two\n"))
@@ -62,7 +59,7 @@ func TestLineBufferBatchesLines(t *testing.T) {
 	})
 	t.Run("a full buffer is written at once, lines whole", func(t *testing.T) {
 		var out recordingWriter
-		b := newLineBuffer(&out)
+		b := NewLineBuffer(&out)
 		line := strings.Repeat("x", 1000) + "\n"
 		for range 100 {
 			_, _ = b.Write([]byte(line))
@@ -84,14 +81,14 @@ func TestLineBufferBatchesLines(t *testing.T) {
 	})
 	t.Run("access lines formatted in place, lines whole", func(t *testing.T) {
 		var out recordingWriter
-		b := newLineBuffer(&out)
+		b := NewLineBuffer(&out)
 		at := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
 		var want bytes.Buffer
 		longest := 0
 		for i := range 400 {
 			f := af("web", "127.0.0.2:1", "GET", "h", "/"+strings.Repeat("p", i*7%1500), "HTTP/1.1", 200, int64(i), time.Millisecond)
 			if i%9 == 0 {
-				f.path += " with spaces" // slog's to quote: declined, nothing added
+				f.Path += " with spaces" // slog's to quote: declined, nothing added
 			}
 			line, ok := appendAccessLine(nil, i%2 == 0, at, &f)
 			if got := b.addAccessLine(i%2 == 0, at, &f); got != ok {
@@ -119,7 +116,7 @@ func TestLineBufferBatchesLines(t *testing.T) {
 	})
 	t.Run("a panic while formatting leaves the buffer usable", func(t *testing.T) {
 		var out recordingWriter
-		b := newLineBuffer(&out)
+		b := NewLineBuffer(&out)
 		func() {
 			defer func() { _ = recover() }()
 			b.addAccessLine(false, time.Now(), nil) // formatting nil fields panics
@@ -142,7 +139,7 @@ func TestLineBufferBatchesLines(t *testing.T) {
 	})
 	t.Run("a line longer than the buffer", func(t *testing.T) {
 		var out recordingWriter
-		b := newLineBuffer(&out)
+		b := NewLineBuffer(&out)
 		_, _ = b.Write([]byte("short\n"))
 		long := strings.Repeat("y", 2*accessBufferSize) + "\n"
 		_, _ = b.Write([]byte(long))
@@ -152,7 +149,7 @@ func TestLineBufferBatchesLines(t *testing.T) {
 	})
 	t.Run("a failed write is reported by the next line", func(t *testing.T) {
 		out := recordingWriter{err: errors.New("disk full")}
-		b := newLineBuffer(&out)
+		b := NewLineBuffer(&out)
 		_, _ = b.Write([]byte("one\n"))
 		b.Flush()
 		if _, err := b.Write([]byte("two\n")); err == nil || err.Error() != "disk full" {
@@ -164,7 +161,7 @@ func TestLineBufferBatchesLines(t *testing.T) {
 		// The first batch's write blocks until released: a line added
 		// meanwhile does not wait for it, and goes out after it.
 		out := &blockingWriter{release: make(chan struct{}), started: make(chan struct{})}
-		b := newLineBuffer(out)
+		b := NewLineBuffer(out)
 		full := strings.Repeat("z", accessBufferSize-1) + "\n"
 		go func() { _, _ = b.Write([]byte(full)) }()
 		select {
@@ -210,11 +207,11 @@ func (w *blockingWriter) Write(p []byte) (int, error) {
 // af returns the fields of an access line from a peer, without the
 // optional ones; the client is the peer's address, or invalid when the
 // peer is not an address.
-func af(listener, peer, method, host, path, proto string, status int, bytes int64, d time.Duration) accessFields {
+func af(listener, peer, method, host, path, proto string, status int, bytes int64, d time.Duration) Fields {
 	ap, _ := netip.ParseAddrPort(peer)
-	return accessFields{
-		listener: listener, client: ap.Addr(), peer: peer, method: method, host: host, path: path,
-		proto: proto, status: status, bytes: bytes, duration: d,
+	return Fields{
+		Listener: listener, Client: ap.Addr(), Peer: peer, Method: method, Host: host, Path: path,
+		Proto: proto, Status: status, Bytes: bytes, Duration: d,
 	}
 }
 
@@ -227,12 +224,12 @@ func af(listener, peer, method, host, path, proto string, status int, bytes int6
 func TestAccessLineMatchesSlog(t *testing.T) {
 	zones := []*time.Location{time.UTC, time.FixedZone("", 5*3600+1800), time.FixedZone("", -8*3600), time.FixedZone("X", 45*60)}
 	base := time.Date(2026, 12, 2, 9, 46, 19, 0, time.UTC)
-	full := func(f accessFields) accessFields {
-		f.keys, f.route, f.upstream = []string{"192.0.2.7", "acme"}, "api", 812345*time.Nanosecond
-		f.admission, f.queued, f.limit, f.reason = refused, 25*time.Millisecond+7*time.Microsecond, "route_limit", "queue_timeout"
+	full := func(f Fields) Fields {
+		f.Keys, f.Route, f.Upstream = []string{"192.0.2.7", "acme"}, "api", 812345*time.Nanosecond
+		f.Admission, f.Queued, f.Limit, f.Reason = Refused, 25*time.Millisecond+7*time.Microsecond, "route_limit", "queue_timeout"
 		return f
 	}
-	fields := []accessFields{
+	fields := []Fields{
 		af("web", "127.0.0.2:41234", "GET", "app.test", "/", "HTTP/1.1", 200, 13, 1234567*time.Nanosecond),
 		af("web", "[::1]:80", "POST", "app.test:8080", "/api/v1/items", "HTTP/2.0", 502, 0, 850*time.Microsecond),
 		af("w-1", "192.0.2.1:1", "DELETE", "x", "/a/b/", "HTTP/1.0", 404, 1<<40, 3*time.Hour+2*time.Second),
@@ -249,16 +246,16 @@ func TestAccessLineMatchesSlog(t *testing.T) {
 		af("web", "1.2.3.4:5", "GET", "h", "/\x00\x7f", "HTTP/1.1", 200, 5, 1),
 		// Every optional field, and a client a trusted proxy named.
 		full(af("web", "10.0.0.1:443", "GET", "h", "/api/x", "HTTP/2.0", 429, 18, 25*time.Millisecond)),
-		func() accessFields {
+		func() Fields {
 			f := full(af("web", "[fe80::1%eth0]:8", "GET", "h", "/", "HTTP/1.1", 200, 1, time.Second))
-			f.client = netip.MustParseAddr("fe80::1%eth0") // a zone slog would quote
+			f.Client = netip.MustParseAddr("fe80::1%eth0") // a zone slog would quote
 			return f
 		}(),
 	}
 	// Durations at the edges of the integer form of the _ms fields.
 	for _, us := range []int64{0, 1, 10, 100, 999, 1000, 1001, 1010, 1100, 123456, 999999999, 1e9, 1e9 + 1, 1e12 + 7, 1e15 - 1, 1e15, 1e15 + 1} {
 		f := af("web", "1.2.3.4:5", "GET", "h", "/ms", "HTTP/1.1", 200, 5, time.Duration(us)*time.Microsecond+999)
-		f.upstream, f.queued = time.Duration(us)*time.Microsecond, time.Duration(us)*time.Microsecond
+		f.Upstream, f.Queued = time.Duration(us)*time.Microsecond, time.Duration(us)*time.Microsecond
 		fields = append(fields, f)
 	}
 	rng := rand.New(rand.NewPCG(19, 19))
@@ -282,23 +279,23 @@ func TestAccessLineMatchesSlog(t *testing.T) {
 		}
 		f := af(word(), word(), word(), word(), "/"+word(), word(),
 			rng.IntN(600), rng.Int64N(1<<50), time.Duration(rng.Int64N(int64(10*time.Hour))))
-		f.client = netip.AddrFrom4([4]byte{byte(rng.IntN(256)), 0, 2, byte(rng.IntN(256))})
+		f.Client = netip.AddrFrom4([4]byte{byte(rng.IntN(256)), 0, 2, byte(rng.IntN(256))})
 		if rng.IntN(2) == 0 {
-			f.keys = []string{word()}
+			f.Keys = []string{word()}
 			if rng.IntN(3) == 0 {
-				f.keys = append(f.keys, word())
+				f.Keys = append(f.Keys, word())
 			}
 		}
 		if rng.IntN(2) == 0 {
-			f.route = word()
+			f.Route = word()
 		}
 		if rng.IntN(2) == 0 {
-			f.upstream = time.Duration(rng.Int64N(int64(10 * time.Hour)))
+			f.Upstream = time.Duration(rng.Int64N(int64(10 * time.Hour)))
 		}
-		f.admission = outcome(rng.IntN(len(outcomeNames)))
-		if f.admission != admitted && rng.IntN(2) == 0 {
-			f.queued = time.Duration(rng.Int64N(int64(time.Minute)))
-			f.limit, f.reason = "client_limit", "queue_full"
+		f.Admission = Outcome(rng.IntN(len(outcomeNames)))
+		if f.Admission != Admitted && rng.IntN(2) == 0 {
+			f.Queued = time.Duration(rng.Int64N(int64(time.Minute)))
+			f.Limit, f.Reason = "client_limit", "queue_full"
 		}
 		fields = append(fields, f)
 	}
@@ -308,7 +305,7 @@ func TestAccessLineMatchesSlog(t *testing.T) {
 			at := base.Add(time.Duration(rng.Int64N(int64(time.Second)))).In(zones[i%len(zones)])
 			var want bytes.Buffer
 			level := new(slog.LevelVar)
-			a := &accessLogger{log: NewLogger(config.Log{Format: format, Level: config.LevelInfo}, &want, level)}
+			a := &Logger{Log: NewLogger(config.Log{Format: format, Level: config.LevelInfo}, &want, level)}
 			a.writeSlog(at, &f)
 			got, ok := appendAccessLine(nil, format == config.LogJSON, at, &f)
 			if !ok {
@@ -335,16 +332,16 @@ func TestAccessLineMatchesSlog(t *testing.T) {
 func TestAccessLogLevelAndOutput(t *testing.T) {
 	var out recordingWriter
 	level := new(slog.LevelVar)
-	lb := newLineBuffer(&out)
-	a := &accessLogger{log: NewLogger(config.Log{Format: config.LogText}, lb, level), out: lb, level: level}
+	lb := NewLineBuffer(&out)
+	a := &Logger{Log: NewLogger(config.Log{Format: config.LogText}, lb, level), Out: lb, Level: level}
 	f := af("web", "127.0.0.2:1", "GET", "h", "/", "HTTP/1.1", 200, 1, time.Millisecond)
-	a.write(time.Now(), &f)
-	f.path = "/with space"
-	a.write(time.Now(), &f) // through slog
+	a.Write(time.Now(), &f)
+	f.Path = "/with space"
+	a.Write(time.Now(), &f) // through slog
 	level.Set(slog.LevelWarn)
-	a.write(time.Now(), &f)
-	f.path = "/"
-	a.write(time.Now(), &f)
+	a.Write(time.Now(), &f)
+	f.Path = "/"
+	a.Write(time.Now(), &f)
 	lb.Flush()
 	lines := strings.Split(strings.TrimSuffix(strings.Join(out.got(), ""), "\n"), "\n")
 	if len(lines) != 2 || !strings.Contains(lines[0], " path=/ ") || !strings.Contains(lines[1], ` path="/with space" `) {
@@ -364,16 +361,16 @@ func FuzzAccessLine(f *testing.F) {
 	at := time.Date(2026, 12, 2, 9, 46, 19, 123456789, time.FixedZone("", 5*3600+1800))
 	f.Fuzz(func(t *testing.T, method, host, path, listener, route, key string, d, up int64) {
 		fields := af(listener, "192.0.2.1:4321", method, host, path, "HTTP/1.1", 200, 13, time.Duration(d))
-		fields.route = route
+		fields.Route = route
 		if key != "" {
-			fields.keys = []string{key}
+			fields.Keys = []string{key}
 		}
 		if up > 0 {
-			fields.upstream = time.Duration(up)
+			fields.Upstream = time.Duration(up)
 		}
 		for _, format := range []config.LogFormat{config.LogText, config.LogJSON} {
 			var want bytes.Buffer
-			a := &accessLogger{log: NewLogger(config.Log{Format: format, Level: config.LevelInfo}, &want, new(slog.LevelVar))}
+			a := &Logger{Log: NewLogger(config.Log{Format: format, Level: config.LevelInfo}, &want, new(slog.LevelVar))}
 			a.writeSlog(at, &fields)
 			got, ok := appendAccessLine(nil, format == config.LogJSON, at, &fields)
 			if ok && string(got) != want.String() {
@@ -384,37 +381,6 @@ func FuzzAccessLine(f *testing.F) {
 			}
 		}
 	})
-}
-
-// BenchmarkAccessLog is the cost of one access line as the daemon writes
-// it, from the exchange's fields to the batch, in each format; the batch
-// goes to io.Discard, so the write system call is not in it.
-func BenchmarkAccessLog(b *testing.B) {
-	for _, format := range []config.LogFormat{config.LogText, config.LogJSON} {
-		b.Run(string(format), func(b *testing.B) {
-			level := new(slog.LevelVar)
-			lb := newLineBuffer(io.Discard)
-			a := &accessLogger{log: NewLogger(config.Log{Format: format}, lb, level), out: lb, level: level, json: format == config.LogJSON}
-			o := benchExchangeOpts(a)
-			r := httptest.NewRequest("GET", "http://app.test/api/items", nil)
-			r.RemoteAddr = "127.0.0.10:41234"
-			st := &exchangeState{}
-			st.bytes.Store(13)
-			st.route = "r"
-			st.addKey("127.0.0.10")
-			start := time.Now()
-			for b.Loop() {
-				logAccess(&o, r, st, 200, start, time.Now())
-			}
-			lb.Flush()
-		})
-	}
-}
-
-// benchExchangeOpts are the options of a listener that logs to a and
-// trusts no proxy, as the daemon builds them.
-func benchExchangeOpts(a *accessLogger) exchangeOpts {
-	return exchangeOpts{listener: "web", log: a, clients: newAccessClients(&clientkey.Resolver{Header: clientkey.HeaderXForwardedFor})}
 }
 
 // TestPlainValueEveryByte checks plainValue's table byte by byte, at the
