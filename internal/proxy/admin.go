@@ -41,7 +41,7 @@ func startAdmin(addr string, s *Server) (*adminServer, error) {
 	live := livepage.NewSampler(liveSource{s}, 0)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metricsOf{s}, upstreamCollector{s.transport, s.loopCounts})
-	s.metrics.registerOn(reg)
+	s.metrics.RegisterOn(reg)
 	// Everything but the health checks is behind the admin token, when
 	// there is one; an unknown path gets its 404 only once authorized.
 	private := http.NewServeMux()

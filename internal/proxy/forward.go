@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	"github.com/seed-a07d1050/portcullis/internal/forward"
 	"github.com/seed-a07d1050/portcullis/internal/proxyauth"
 )
@@ -83,10 +84,10 @@ func (b *tableBuilder) buildForward() (*routeTable, error) {
 			ClientAddr: b.id.resolver.ClientAddr,
 			Listener:   b.lc.Name,
 			Logger:     b.deps.log.With("listener", b.lc.Name),
-			OnRefuse:   forwardRefused,
+			OnRefuse:   exchange.ForwardRefused,
 		})
 	}
-	t.handler = exchanges(h, b.exchangeOpts())
+	t.handler = exchange.Handler(h, b.exchangeOpts())
 	return t, nil
 }
 
@@ -162,8 +163,8 @@ func (b *tableBuilder) forwardProxy(t *routeTable) error {
 		IdleConnTimeout:       cfg.IdleConnTimeout,
 		Via:                   cfg.Via,
 		Logger:                b.deps.log.With("listener", b.lc.Name),
-		OnRefuse:              forwardRefused,
-		OnTargetError:         countTargetError(b.routeMetrics("")),
+		OnRefuse:              exchange.ForwardRefused,
+		OnTargetError:         exchange.CountTargetError(b.routeMetrics("")),
 	})
 	if err != nil {
 		return fmt.Errorf("proxy: listener %s: %w", b.lc.Name, err)
@@ -193,7 +194,7 @@ func (b *tableBuilder) authenticate(t *routeTable, h *http.Handler) error {
 			return fmt.Errorf("proxy: listener %s: auth: %w", b.lc.Name, err)
 		}
 		t.auth = &authState{cfg: old.auth.cfg, id: old.auth.id, a: old.auth.a, commit: commit, stats: old.auth.stats}
-		*h = gated("auth", authRefusal, t.auth.a.Wrap, *h)
+		*h = exchange.Gated("auth", exchange.AuthRefusal, t.auth.a.Wrap, *h)
 		return nil
 	}
 	failures, err := proxyauth.NewFailureLimiter(proxyauth.FailureConfig{Burst: ac.Failures.Burst, Interval: ac.Failures.Interval})
@@ -215,7 +216,7 @@ func (b *tableBuilder) authenticate(t *routeTable, h *http.Handler) error {
 		return fmt.Errorf("proxy: listener %s: auth: %w", b.lc.Name, err)
 	}
 	t.auth = &authState{cfg: *ac, id: b.id, a: a, stats: newAuthCollector(a, b.lc.Name)}
-	*h = gated("auth", authRefusal, a.Wrap, *h)
+	*h = exchange.Gated("auth", exchange.AuthRefusal, a.Wrap, *h)
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	"github.com/seed-a07d1050/portcullis/internal/forward"
 	"github.com/seed-a07d1050/portcullis/internal/intercept"
 )
@@ -136,7 +137,7 @@ func (b *tableBuilder) intercept(t *routeTable, limits func(http.Handler) http.H
 	if err := b.interceptUpstream(st, ic, t.forward.proxy, old); err != nil {
 		return fmt.Errorf("proxy: listener %s: intercept: %w", b.lc.Name, err)
 	}
-	st.next = exchanges(limits(st.up), b.exchangeOpts())
+	st.next = exchange.Handler(limits(st.up), b.exchangeOpts())
 	if err := b.interceptor(st, ic, t.forward.proxy, old); err != nil {
 		if old == nil || st.up != old.up {
 			_ = st.up.Close()

@@ -17,6 +17,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/clientkey"
 	"github.com/seed-a07d1050/portcullis/httplimit"
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	"github.com/seed-a07d1050/portcullis/internal/http1"
 	"github.com/seed-a07d1050/portcullis/internal/httpfield"
 	"github.com/seed-a07d1050/portcullis/internal/httppath"
@@ -55,9 +56,9 @@ import (
 // listener rate, a forward proxy).
 type leanTable struct {
 	routes []*route
-	opts   exchangeOpts // the chain's exchanges' options
-	counts *leanCounts  // nil: no metrics
-	onLoop bool         // some route's leanRoute is onLoop
+	opts   exchange.Opts        // the chain's exchanges' options
+	counts *exchange.LeanCounts // nil: no metrics
+	onLoop bool                 // some route's leanRoute is onLoop
 	// slashes is the listener's escaped_slashes, as the chain's
 	// reverseRequests cleans with it: a path it would refuse, decode or
 	// redirect is declined, and the chain answers it.
@@ -127,8 +128,8 @@ type leanExchanges struct{ f *front }
 
 // leanExchange is the state of one exchange on the lean path, pooled.
 type leanExchange struct {
-	st      exchangeState
-	permits [maxKeys]limit.Permit[string]
+	st      exchange.State
+	permits [exchange.MaxKeys]limit.Permit[string]
 	np      int
 	fields  []httpfield.Field // the answer's head, from the upstream reader
 	buf     []byte            // the upstream head, then the client's answer
@@ -165,7 +166,7 @@ func (lx *leanExchange) writeInformational(code int, h http.Header) error {
 // the exchange as http1.Exchange.Abort does, having recorded why.
 func (lx *leanExchange) cut() {
 	if x := lx.cutX.Load(); x != nil {
-		lx.st.cut.Store(true)
+		lx.st.Cut.Store(true)
 		x.Abort()
 	}
 }
@@ -178,12 +179,12 @@ func (lx *leanExchange) put() {
 }
 
 func (lx *leanExchange) reset() {
-	lx.st.status.Store(0)
-	lx.st.bytes.Store(0)
-	lx.st.extended.Store(0)
-	lx.st.cut.Store(false)
+	lx.st.Status.Store(0)
+	lx.st.Bytes.Store(0)
+	lx.st.Extended.Store(0)
+	lx.st.Cut.Store(false)
 	lx.cutX.Store(nil)
-	lx.st.admission = admission{}
+	lx.st.Admission = exchange.Admission{}
 	lx.np = 0
 	clear(lx.fields)
 	lx.fields = lx.fields[:0]
@@ -211,7 +212,7 @@ func (le leanExchanges) ServeExchange(x *http1.Exchange) bool {
 	}
 	rt, ok := lt.take(f, x.Head())
 	if !ok {
-		lt.counts.add(leanDeclined)
+		lt.counts.Add(exchange.LeanDeclined)
 		return false
 	}
 	start := time.Now()
@@ -220,15 +221,15 @@ func (le leanExchanges) ServeExchange(x *http1.Exchange) bool {
 	defer lx.release() // also when what follows panics
 	lx.cutX.Store(x)
 	if !lx.admit(lx.cutFn, x.Head(), rt, nil) {
-		lt.counts.add(leanDeclined)
+		lt.counts.Add(exchange.LeanDeclined)
 		return false
 	}
 	f.active.Add(1)
 	defer f.active.Add(-1)
 	// Counted also when the relay's code panics (http.ErrAbortHandler): an
 	// exchange handed over, then cut short or abandoned without an answer.
-	outcome := leanHandedOver
-	defer func() { lt.counts.add(outcome) }()
+	outcome := exchange.LeanHandedOver
+	defer func() { lt.counts.Add(outcome) }()
 	outcome = lx.relay(x, x.Head(), rt, &lt.opts, start)
 	return true
 }
@@ -284,7 +285,7 @@ func leanRequest(r *http.Request, slashes httppath.Slashes) bool {
 // given back what it took and recorded nothing, when one would not grant
 // one at once.
 func (lx *leanExchange) admit(abort func(), r *http.Request, rt *route, ck *peerKeys) bool {
-	var keys [maxKeys]string
+	var keys [exchange.MaxKeys]string
 	for i, l := range rt.lean.limits {
 		key, p, ok := ck.tryAdmit(l, r, abort)
 		if !ok {
@@ -298,13 +299,13 @@ func (lx *leanExchange) admit(abort func(), r *http.Request, rt *route, ck *peer
 		}
 	}
 	st := &lx.st
-	st.route = rt.name
+	st.Route = rt.name
 	if rt.metrics != nil {
-		st.metrics = rt.metrics // otherwise the listener's, set by relay
+		st.Metrics = rt.metrics // otherwise the listener's, set by relay
 	}
 	for i, l := range rt.lean.limits {
 		if keys[i] != "" {
-			st.admit(l.by, keys[i], 0, false)
+			st.Admit(l.by, keys[i], 0, false)
 		}
 	}
 	return true
@@ -314,7 +315,7 @@ func (lx *leanExchange) admit(abort func(), r *http.Request, rt *route, ck *peer
 // have under limits that key them by client address alone: the same for
 // every request of the connection (httplimit.ClientIPConnKey).
 type peerKeys struct {
-	ks   [maxKeys]peerKey
+	ks   [exchange.MaxKeys]peerKey
 	next int // the slot the next key takes once all are used
 }
 
@@ -358,17 +359,17 @@ func (ck *peerKeys) remember(lim *httplimit.Limiter, key string) {
 
 // relay sends r upstream and answers it, on the lean path when it can,
 // and says how.
-func (lx *leanExchange) relay(x *http1.Exchange, r *http.Request, rt *route, o *exchangeOpts, start time.Time) leanOutcome {
+func (lx *leanExchange) relay(x *http1.Exchange, r *http.Request, rt *route, o *exchange.Opts, start time.Time) exchange.LeanOutcome {
 	st := &lx.st
-	if st.metrics == nil {
-		st.metrics = o.metrics
+	if st.Metrics == nil {
+		st.Metrics = o.Metrics
 	}
 	rl := rt.lean.relay
 	u := rl.pool.pickExcept(nil)
 	head, ok := lx.upstreamHead(r, rl, u)
 	if !ok {
 		lx.handOver(x, o, start, rl.ServeHTTP)
-		return leanHandedOver
+		return exchange.LeanHandedOver
 	}
 	sent := time.Now()
 	lx.x = x
@@ -376,35 +377,35 @@ func (lx *leanExchange) relay(x *http1.Exchange, r *http.Request, rt *route, o *
 	resp, err := rl.sendHead(x.Context(), head, u, opts)
 	if err != nil {
 		if x.Context().Err() == nil {
-			rl.countError(classifyUpstreamErr(err))
+			rl.countError(exchange.ClassifyUpstreamErr(err))
 		}
 		lx.handOver(x, o, start, func(w http.ResponseWriter, r *http.Request) { rl.fail(w, r, err) })
-		return leanHandedOver
+		return exchange.LeanHandedOver
 	}
 	now := time.Now()
 	d := now.Sub(sent)
-	st.upstream = max(d, 1)
+	st.Upstream = max(d, 1)
 	if rl.metrics != nil {
-		rl.metrics.upstream.Observe(d.Seconds())
+		rl.metrics.Upstream.Observe(d.Seconds())
 	}
 	if lx.answer(x, r, resp, rl, o, start, now) {
-		return leanRelayed
+		return exchange.LeanRelayed
 	}
 	lx.handOver(x, o, start, func(w http.ResponseWriter, r *http.Request) { rl.answer(w, r, resp, lx.fields, now) })
-	return leanHandedOver
+	return exchange.LeanHandedOver
 }
 
 // handOver has the connection build the request's http.Request and
 // ResponseWriter and serves them with serve, as the chain would have from
 // the relay on, with the admission recorded so far; then it ends the
 // exchange as the chain does.
-func (lx *leanExchange) handOver(x *http1.Exchange, o *exchangeOpts, start time.Time, serve http.HandlerFunc) {
+func (lx *leanExchange) handOver(x *http1.Exchange, o *exchange.Opts, start time.Time, serve http.HandlerFunc) {
 	x.Serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ew := newExchangeWriter(w, *o, start)
-		st := ew.state()
-		st.admission = lx.st.admission
-		st.cut.Store(lx.st.cut.Load())
-		defer exchangeEnded(o, r, st, start)
+		ew := exchange.NewWriter(w, *o, start)
+		st := ew.Exchange()
+		st.Admission = lx.st.Admission
+		st.Cut.Store(lx.st.Cut.Load())
+		defer exchange.Ended(o, r, st, start)
 		defer lx.release()
 		serve(ew, r)
 	}))
@@ -500,7 +501,7 @@ func appendField(b []byte, name, value string) []byte {
 // writes itself, the way the server would have written it for the relay,
 // and reports whether it did. It reports false having read and written
 // nothing otherwise.
-func (lx *leanExchange) answer(x *http1.Exchange, r *http.Request, resp *http.Response, rl *relay, o *exchangeOpts, start, now time.Time) bool {
+func (lx *leanExchange) answer(x *http1.Exchange, r *http.Request, resp *http.Response, rl *relay, o *exchange.Opts, start, now time.Time) bool {
 	head := r.Method == http.MethodHead
 	if !leanAnswer(resp, lx.fields, head) {
 		return false
@@ -514,13 +515,13 @@ func (lx *leanExchange) answer(x *http1.Exchange, r *http.Request, resp *http.Re
 	got, rerr := io.ReadFull(resp.Body, b[headLen:])
 	resp.Body.Close()
 	lx.buf = b
-	lx.st.status.Store(int32(resp.StatusCode))
-	if o.send > 0 {
+	lx.st.Status.Store(int32(resp.StatusCode))
+	if o.Send > 0 {
 		var limit time.Time
-		if o.whole > 0 {
-			limit = start.Add(o.whole)
+		if o.Whole > 0 {
+			limit = start.Add(o.Whole)
 		}
-		d, slack := sendDeadline(now, o.send, limit)
+		d, slack := exchange.SendDeadline(now, o.Send, limit)
 		_ = x.SetWriteDeadlineWithin(d, slack)
 	}
 	if rerr != nil {
@@ -532,9 +533,9 @@ func (lx *leanExchange) answer(x *http1.Exchange, r *http.Request, resp *http.Re
 		x.CloseAfter()
 	}
 	wrote, _ := x.Write(b)
-	lx.st.bytes.Store(int64(max(wrote-headLen, 0)))
+	lx.st.Bytes.Store(int64(max(wrote-headLen, 0)))
 	lx.release()
-	exchangeEnded(o, r, &lx.st, start)
+	exchange.Ended(o, r, &lx.st, start)
 	return true
 }
 
@@ -614,7 +615,7 @@ func appendSortedFields(b []byte, fields []httpfield.Field) []byte {
 // route's other upstreams in turn, as send does.
 func (rl *relay) sendHead(ctx context.Context, head uptransport.Head, u *upstream, opts uptransport.SendOptions) (*http.Response, error) {
 	resp, err := rl.t.SendHead(ctx, head, opts)
-	for tries := 1; err != nil && isRefused(err) && tries < len(rl.pool.ups); tries++ {
+	for tries := 1; err != nil && exchange.IsRefused(err) && tries < len(rl.pool.ups); tries++ {
 		rl.pool.markDown(u)
 		next := rl.pool.pickExcept(u)
 		if next == nil {
@@ -625,7 +626,7 @@ func (rl *relay) sendHead(ctx context.Context, head uptransport.Head, u *upstrea
 		opts.Now = time.Time{} // the clock has moved on since
 		resp, err = rl.t.SendHead(ctx, head, opts)
 	}
-	if err != nil && isRefused(err) {
+	if err != nil && exchange.IsRefused(err) {
 		rl.pool.markDown(u)
 	}
 	return resp, err
@@ -643,8 +644,8 @@ func (rl *relay) answer(w http.ResponseWriter, r *http.Request, resp *http.Respo
 	o.pooled = true
 	if resp.Header == nil {
 		o.fields = append(o.fields[:0], fields...)
-		o.ew = exchangeWriterOf(w)
-		o.fw = o.ew.fieldsTarget()
+		o.ew = exchange.WriterOf(w)
+		o.fw = o.ew.FieldsTarget()
 	}
 	rl.respond(w, r, resp, o, now)
 	o.release()

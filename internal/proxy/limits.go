@@ -13,6 +13,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/clientkey"
 	"github.com/seed-a07d1050/portcullis/httplimit"
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	"github.com/seed-a07d1050/portcullis/internal/forward"
 	"github.com/seed-a07d1050/portcullis/internal/proxyauth"
 	"github.com/seed-a07d1050/portcullis/promlimit"
@@ -168,7 +169,7 @@ func newLimiter(cfg *config.Limit, id identity, ln, route string, kind limitKind
 		hc.Key, hc.ReleaseTunnels = forward.ExceptConnect(key), true
 	}
 	hc.OnReject = deps.onReject
-	hc.OnAdmit, hc.Reject = admissionHooks(kind, cfg.Queue.Timeout, refusalResponse(cfg))
+	hc.OnAdmit, hc.Reject = exchange.AdmissionHooks(kind.label(), cfg.Queue.Timeout, refusalResponse(cfg))
 	var closer io.Closer
 	var redisMetrics prometheus.Collector
 	if cs != nil { // a nil *clusterStore must not become a non-nil Store

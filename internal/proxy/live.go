@@ -32,7 +32,7 @@ var _ livepage.Source = liveSource{}
 // Redis.
 func (l liveSource) LiveState(ctx context.Context) livepage.State {
 	st := livepage.State{Time: time.Now(), Listeners: []livepage.Listener{}, Keys: []livepage.Key{}, QUIC: []livepage.QUIC{}, Shadow: []livepage.Shadow{}}
-	counts := l.s.metrics.liveCounts()
+	counts := liveCountsOf(l.s.metrics)
 	st.Upstream = counts.upstream
 	for _, f := range l.s.frontList() {
 		ll, keys := liveListener(f)

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	"github.com/seed-a07d1050/portcullis/internal/livepage"
 )
 
@@ -22,21 +23,21 @@ type liveCounts struct {
 	upstream []livepage.UpstreamErrors
 }
 
-// liveCounts reads the request and upstream error counters of m; a nil m
+// liveCountsOf reads the request and upstream error counters of m; a nil m
 // has none.
-func (m *httpMetrics) liveCounts() liveCounts {
+func liveCountsOf(m *exchange.Metrics) liveCounts {
 	lc := liveCounts{requests: map[string]map[string]uint64{}, upstream: []livepage.UpstreamErrors{}}
 	if m == nil {
 		return lc
 	}
-	eachCounter(m.requests, func(labels map[string]string, v uint64) {
+	eachCounter(m.Requests, func(labels map[string]string, v uint64) {
 		ln := labels["listener"]
 		if lc.requests[ln] == nil {
 			lc.requests[ln] = map[string]uint64{}
 		}
 		lc.requests[ln][labels["code"]] += v
 	})
-	eachCounter(m.upErrors, func(labels map[string]string, v uint64) {
+	eachCounter(m.UpErrors, func(labels map[string]string, v uint64) {
 		if v == 0 {
 			return
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/seed-a07d1050/portcullis/internal/accesslog"
 	"github.com/seed-a07d1050/portcullis/internal/evloop"
+	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	"github.com/seed-a07d1050/portcullis/internal/http1"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
@@ -175,11 +176,11 @@ func (le *loopExchanges) Begin(c *evloop.Conn, head []byte) evloop.Exchange {
 		testHookLoopPanic("begin", r)
 	}
 	st := &lx.st
-	if st.metrics == nil {
-		st.metrics = lt.opts.metrics
+	if st.Metrics == nil {
+		st.Metrics = lt.opts.Metrics
 	}
-	if lt.opts.log != nil {
-		st.client = lc.accessClient(lt.opts.clients)
+	if lt.opts.Log != nil {
+		st.Client = lc.accessClient(lt.opts.Clients)
 	}
 	f.active.Add(1)
 	// Admission on a loop never waits, and the head was built above: the
@@ -208,8 +209,8 @@ type loopExchange struct {
 	c       *evloop.Conn
 	r       *http.Request // the connection's parser's: valid until the loop's next Begin on c
 	rt      *route
-	opts    *exchangeOpts
-	counts  *leanCounts
+	opts    *exchange.Opts
+	counts  *exchange.LeanCounts
 	u       *upstream
 	head    uptransport.Head
 	tries   int
@@ -340,24 +341,24 @@ func (lx *loopExchange) Reply(answer []byte) evloop.Reply {
 		lx.got = now
 	}
 	d := lx.got.Sub(lx.sent)
-	st.upstream = max(d, 1)
+	st.Upstream = max(d, 1)
 	if rl.metrics != nil {
-		rl.metrics.upstream.Observe(d.Seconds())
+		rl.metrics.Upstream.Observe(d.Seconds())
 	}
 	closing := lx.r.Close || lx.c.ShuttingDown()
 	b := lx.appendAnswerHead(lx.buf[:0], lx.resp.StatusCode, closing, now)
 	b = append(b, answer[lx.bodyAt:lx.whole]...)
 	lx.buf = b
-	st.status.Store(int32(lx.resp.StatusCode))
-	st.bytes.Store(int64(lx.whole - lx.bodyAt))
+	st.Status.Store(int32(lx.resp.StatusCode))
+	st.Bytes.Store(int64(lx.whole - lx.bodyAt))
 	lx.replied = true
 	var by time.Time
-	if o.send > 0 {
+	if o.Send > 0 {
 		var limit time.Time
-		if o.whole > 0 {
-			limit = lx.start.Add(o.whole)
+		if o.Whole > 0 {
+			limit = lx.start.Add(o.Whole)
 		}
-		by, _ = sendDeadline(now, o.send, limit)
+		by, _ = exchange.SendDeadline(now, o.Send, limit)
 	}
 	if d := lx.le.srv.WriteTimeout; d > 0 {
 		if t := lx.start.Add(d); by.IsZero() || t.Before(by) {
@@ -373,11 +374,11 @@ func (lx *loopExchange) Done(err error) {
 		// Cut before its answer (the server closed): the chain records
 		// what the relay's failure handler writes for a request whose
 		// client is gone.
-		lx.st.status.Store(http.StatusBadGateway)
+		lx.st.Status.Store(http.StatusBadGateway)
 	}
 	lx.release()
-	exchangeEndedAt(lx.opts, lx.r, &lx.st, lx.start, lx.c.Now())
-	lx.counts.add(leanRelayed)
+	exchange.EndedAt(lx.opts, lx.r, &lx.st, lx.start, lx.c.Now())
+	lx.counts.Add(exchange.LeanRelayed)
 	lx.le.f.active.Add(-1)
 	lx.put()
 }
@@ -391,7 +392,7 @@ func (lx *loopExchange) Resume(client, up net.Conn, cause error) {
 	lx.c = nil // the loop's no more: a late abort finds nothing
 	lx.abortMu.Unlock()
 	if aborted {
-		lx.st.cut.Store(true) // not the client's leaving: see exchangeState.cut
+		lx.st.Cut.Store(true) // not the client's leaving: see exchangeState.cut
 		// The reclaim cut the exchange: the connection ends. The server
 		// still reads the request from what the loop read, and records
 		// the abandoned exchange as the chain does.
@@ -407,7 +408,7 @@ func (lx *loopExchange) Resume(client, up net.Conn, cause error) {
 		if up != nil {
 			_ = up.Close()
 		}
-		lx.st.status.Store(http.StatusBadGateway)
+		lx.st.Status.Store(http.StatusBadGateway)
 		lx.finishResumed(lx.r)
 	}
 }
@@ -415,15 +416,15 @@ func (lx *loopExchange) Resume(client, up net.Conn, cause error) {
 // serveResumed is the relay's end of an exchange the loop began.
 func (lx *loopExchange) serveResumed(w http.ResponseWriter, r *http.Request, up net.Conn, cause error) {
 	o := lx.opts
-	ew := newExchangeWriter(w, *o, lx.start)
-	st := ew.state()
-	st.admission = lx.st.admission
-	st.cut.Store(lx.st.cut.Load())
-	if lx.st.metrics != nil {
-		st.metrics = lx.st.metrics
+	ew := exchange.NewWriter(w, *o, lx.start)
+	st := ew.Exchange()
+	st.Admission = lx.st.Admission
+	st.Cut.Store(lx.st.Cut.Load())
+	if lx.st.Metrics != nil {
+		st.Metrics = lx.st.Metrics
 	}
 	defer lx.finishResumed(nil)
-	defer exchangeEnded(o, r, st, lx.start)
+	defer exchange.Ended(o, r, st, lx.start)
 	defer lx.release()
 	rl := lx.rt.lean.relay
 	if cause == evloop.ErrClientGone {
@@ -435,7 +436,7 @@ func (lx *loopExchange) serveResumed(w http.ResponseWriter, r *http.Request, up 
 	}
 	if up == nil {
 		if r.Context().Err() == nil {
-			rl.countError(classifyUpstreamErr(cause))
+			rl.countError(exchange.ClassifyUpstreamErr(cause))
 		}
 		rl.fail(ew, r, cause)
 		return
@@ -451,16 +452,16 @@ func (lx *loopExchange) serveResumed(w http.ResponseWriter, r *http.Request, up 
 	outbounds.Put(ob)
 	if err != nil {
 		if r.Context().Err() == nil {
-			rl.countError(classifyUpstreamErr(err))
+			rl.countError(exchange.ClassifyUpstreamErr(err))
 		}
 		rl.fail(ew, r, err)
 		return
 	}
 	now := time.Now()
 	d := now.Sub(lx.sent)
-	st.upstream = max(d, 1)
+	st.Upstream = max(d, 1)
 	if rl.metrics != nil {
-		rl.metrics.upstream.Observe(d.Seconds())
+		rl.metrics.Upstream.Observe(d.Seconds())
 	}
 	rl.answer(ew, r, resp, lx.fields, now)
 }
@@ -470,9 +471,9 @@ func (lx *loopExchange) serveResumed(w http.ResponseWriter, r *http.Request, up 
 func (lx *loopExchange) finishResumed(r *http.Request) {
 	lx.release()
 	if r != nil {
-		exchangeEnded(lx.opts, r, &lx.st, lx.start)
+		exchange.Ended(lx.opts, r, &lx.st, lx.start)
 	}
-	lx.counts.add(leanHandedOver)
+	lx.counts.Add(exchange.LeanHandedOver)
 	lx.le.f.active.Add(-1)
 	lx.put()
 }

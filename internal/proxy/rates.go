@@ -16,6 +16,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/clientkey"
 	"github.com/seed-a07d1050/portcullis/httplimit"
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	"github.com/seed-a07d1050/portcullis/internal/forward"
 	"github.com/seed-a07d1050/portcullis/promlimit"
 	"github.com/seed-a07d1050/portcullis/rate"
@@ -121,16 +122,16 @@ func (r *rateLimiter) sameAs(cfg *config.Rate, id identity) bool {
 // It also tells the exchange's access line when the rate refused the
 // request (see gated).
 func (r *rateLimiter) wrap(next http.Handler) http.Handler {
-	refusal := func(st *exchangeState, req *http.Request) (string, string) {
+	refusal := func(st *exchange.State, req *http.Request) (string, string) {
 		if req.Context().Err() != nil {
 			// The delay ended with the request's context: the client left
 			// (or the daemon is stopping), as a limit's queue says.
-			st.left = clientLeft(req)
-			return r.key(req), reasonAbandoned
+			st.Left = exchange.ClientLeft(req)
+			return r.key(req), exchange.ReasonAbandoned
 		}
-		return r.key(req), reasonRate
+		return r.key(req), exchange.ReasonRate
 	}
-	inner := gated(string(kindRate), refusal, r.lim.Wrap, next)
+	inner := exchange.Gated(string(kindRate), refusal, r.lim.Wrap, next)
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.active.Add(1)
 		defer r.leave()
@@ -323,4 +324,23 @@ func targetLookup(overrides map[string]rate.Limit) (func(string) (rate.Limit, bo
 		}
 		return rate.Limit{}, false
 	}, nil
+}
+
+// rateAdmitted is a request rate's OnAdmit: a request the rate delayed
+// (nginx's limit_req delay) is queued for as long, one let through over the
+// rate in shadow mode (dry_run) is shadow_over.
+//
+// A shadow_over request also records whether the rate would have delayed
+// or refused it (the access log's rate_dry_run); the harsher of the two
+// when more than one rate is in dry-run mode.
+func rateAdmitted(w http.ResponseWriter, _ *http.Request, key string, d rate.Decision) {
+	if st := exchange.StateOf(w); st != nil {
+		st.Admit(string(kindRate), key, d.Delay, d.Shadowed())
+		switch d.Verdict {
+		case rate.ShadowDelayed:
+			st.RateDry = max(st.RateDry, exchange.RateDryDelayed)
+		case rate.ShadowRefused:
+			st.RateDry = exchange.RateDryRejected
+		}
+	}
 }

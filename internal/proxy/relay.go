@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	"github.com/seed-a07d1050/portcullis/internal/httpfield"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
@@ -57,7 +58,7 @@ type relay struct {
 	bufs    httputil.BufferPool
 	fail    func(http.ResponseWriter, *http.Request, error)
 	log     *slog.Logger
-	metrics *routeMetrics // the route's; nil: none
+	metrics *exchange.RouteMetrics // the route's; nil: none
 }
 
 // newRelay returns the handler of a route whose upstreams p picks. The
@@ -102,8 +103,8 @@ type outbound struct {
 	// When the client's writer takes a response's head as fields: the
 	// exchange's writer, the writer under it, and the fields the upstream
 	// reader fills (see uptransport.SendOptions.Fields).
-	ew     *exchangeWriter
-	fw     headerFieldsWriter
+	ew     *exchange.Writer
+	fw     exchange.HeaderFieldsWriter
 	fields []httpfield.Field
 
 	w    http.ResponseWriter
@@ -153,7 +154,7 @@ func (rl *relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if r.Context().Err() == nil { // not when the client left
-			rl.countError(classifyUpstreamErr(err))
+			rl.countError(exchange.ClassifyUpstreamErr(err))
 		}
 		rl.fail(w, r, err)
 		return
@@ -171,18 +172,18 @@ func (rl *relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // answered records that the upstream's response head came d after the
 // request was sent, for the access line and the route's histogram.
 func (rl *relay) answered(w http.ResponseWriter, d time.Duration) {
-	if st := stateOf(w); st != nil {
-		st.upstream = max(d, 1) // zero means no upstream answered
+	if st := exchange.StateOf(w); st != nil {
+		st.Upstream = max(d, 1) // zero means no upstream answered
 	}
 	if rl.metrics != nil {
-		rl.metrics.upstream.Observe(d.Seconds())
+		rl.metrics.Upstream.Observe(d.Seconds())
 	}
 }
 
 // countError counts an upstream failure of kind k.
-func (rl *relay) countError(k upstreamErrKind) {
+func (rl *relay) countError(k exchange.UpstreamErrKind) {
 	if rl.metrics != nil {
-		rl.metrics.errors[k].Inc()
+		rl.metrics.Errors[k].Inc()
 	}
 }
 
@@ -230,8 +231,8 @@ func (rl *relay) outbound(w http.ResponseWriter, r *http.Request, u *upstream, u
 	if o.pooled {
 		// The answer's head is passed on as fields when the client's
 		// writer takes them: no header map built, copied and iterated.
-		if ew := exchangeWriterOf(w); ew != nil {
-			if fw := ew.fieldsTarget(); fw != nil {
+		if ew := exchange.WriterOf(w); ew != nil {
+			if fw := ew.FieldsTarget(); fw != nil {
 				o.ew, o.fw = ew, fw
 			}
 		}
@@ -267,7 +268,7 @@ func (rl *relay) send(ctx context.Context, o *outbound, u *upstream, now time.Ti
 	}
 	req := &o.req
 	resp, err := rl.t.Send(ctx, req, opts)
-	for tries := 1; err != nil && isRefused(err) && tries < len(rl.pool.ups); tries++ {
+	for tries := 1; err != nil && exchange.IsRefused(err) && tries < len(rl.pool.ups); tries++ {
 		rl.pool.markDown(u)
 		if req.Body != nil {
 			return nil, err
@@ -286,7 +287,7 @@ func (rl *relay) send(ctx context.Context, o *outbound, u *upstream, now time.Ti
 		opts.Now = time.Time{} // the clock has moved on since
 		resp, err = rl.t.Send(ctx, req, opts)
 	}
-	if err != nil && isRefused(err) {
+	if err != nil && exchange.IsRefused(err) {
 		rl.pool.markDown(u)
 	}
 	return resp, err
@@ -333,7 +334,7 @@ func (rl *relay) respond(w http.ResponseWriter, r *http.Request, resp *http.Resp
 			noSniff(dst)
 		}
 		flush = resp.ContentLength == -1 || isEventStreamType(ct)
-		o.ew.writeHeaderFields(resp.StatusCode, kept, o.fw, now)
+		o.ew.WriteHeaderFields(resp.StatusCode, kept, o.fw, now)
 	} else {
 		removeHopHeaders(resp.Header)
 		if _, ok := resp.Header["Content-Type"]; !ok {
@@ -495,12 +496,12 @@ func (rl *relay) switchProtocols(w http.ResponseWriter, r *http.Request, resp *h
 	switch {
 	case !isPrintable(resUpType):
 		resp.Body.Close()
-		rl.countError(upErrBadResponse)
+		rl.countError(exchange.UpErrBadResponse)
 		rl.fail(w, r, fmt.Errorf("backend tried to switch to invalid protocol %q", resUpType))
 		return
 	case !strings.EqualFold(reqUpType, resUpType):
 		resp.Body.Close()
-		rl.countError(upErrBadResponse)
+		rl.countError(exchange.UpErrBadResponse)
 		rl.fail(w, r, fmt.Errorf("backend tried to switch protocol %q when %q was requested", resUpType, reqUpType))
 		return
 	case !ok:

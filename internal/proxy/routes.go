@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	"net"
 	"net/http"
 	"strings"
@@ -38,8 +39,8 @@ type route struct {
 	hosts   []hostPattern // nil: any host
 	prefix  string        // clean absolute path; "/" matches every path
 	handler http.Handler
-	metrics *routeMetrics // nil: none
-	lean    *leanRoute    // nil: the lean path declines the route's requests
+	metrics *exchange.RouteMetrics // nil: none
+	lean    *leanRoute             // nil: the lean path declines the route's requests
 }
 
 // matchHost returns how specifically r's hosts match host (lower-cased, no
@@ -145,10 +146,10 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeShort(w, http.StatusNotFound, "no route\n")
 		return
 	}
-	if st := stateOf(w); st != nil {
-		st.route = route.name
+	if st := exchange.StateOf(w); st != nil {
+		st.Route = route.name
 		if route.metrics != nil {
-			st.metrics = route.metrics
+			st.Metrics = route.metrics
 		}
 	}
 	route.handler.ServeHTTP(w, r)

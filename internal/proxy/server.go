@@ -15,6 +15,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/accesslog"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/evloop"
+	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
@@ -59,7 +60,7 @@ type Server struct {
 	// with their upstream connections, exported beside the transport's.
 	loopCounts *evloop.Counts
 	bufs       *bufferPool
-	metrics    *httpMetrics // the HTTP listeners' request metrics
+	metrics    *exchange.Metrics // the HTTP listeners' request metrics
 
 	base       context.Context // the context of every request; cancelled to cut off
 	cancelBase context.CancelFunc
@@ -99,7 +100,7 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 		transport:  newUpstreamTransport(),
 		loopCounts: new(evloop.Counts),
 		bufs:       newBufferPool(),
-		metrics:    newHTTPMetrics(),
+		metrics:    exchange.NewMetrics(),
 		tables:     make(map[string]*atomic.Pointer[routeTable]),
 	}
 	if s.log == nil {
@@ -309,13 +310,13 @@ func (s *Server) pruneRequestMetrics() {
 	if s.metrics == nil {
 		return
 	}
-	keep := make(map[seriesKey]bool)
+	keep := make(map[exchange.SeriesKey]bool)
 	for name, p := range s.tables {
 		for _, route := range p.Load().series {
-			keep[seriesKey{name, route}] = true
+			keep[exchange.SeriesKey{Listener: name, Route: route}] = true
 		}
 	}
-	s.metrics.prune(keep)
+	s.metrics.Prune(keep)
 }
 
 // retire closes a limiter a reload replaced once the exchanges that still

@@ -9,6 +9,7 @@ import (
 
 	"github.com/seed-a07d1050/portcullis/internal/accesslog"
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
@@ -77,7 +78,7 @@ type tableBuilder struct {
 	bufs      httputil.BufferPool
 	accessLog bool
 	access    *accesslog.Logger // where access lines go
-	metrics   *httpMetrics      // nil: no request metrics (tests)
+	metrics   *exchange.Metrics // nil: no request metrics (tests)
 	drain     time.Duration     // the configuration's shutdown_timeout
 	stopping  *atomic.Bool      // the Server's draining flag; nil: none (tests)
 	series    []string          // the route labels routeMetrics handed out
@@ -134,40 +135,40 @@ func (b *tableBuilder) build() (*routeTable, error) {
 	pp := pathPolicyOf(b.lc.EscapedSlashes)
 	h = reverseRequests(h, pp)
 	opts := b.exchangeOpts()
-	t.handler = exchanges(h, opts)
+	t.handler = exchange.Handler(h, opts)
 	if b.lc.HTTP1Server.Lean() && t.rate == nil && b.lc.Auth == nil {
 		t.lean = &leanTable{routes: routes, opts: opts, slashes: pp.slashes}
 		for _, r := range routes {
 			t.lean.onLoop = t.lean.onLoop || r.lean != nil && r.lean.onLoop
 		}
 		if b.metrics != nil && !testHookNoRequestMetrics {
-			t.lean.counts = b.metrics.leanCounts(b.lc.Name)
+			t.lean.counts = b.metrics.LeanCounts(b.lc.Name)
 		}
 	}
 	return t, nil
 }
 
-func (b *tableBuilder) exchangeOpts() exchangeOpts {
-	o := exchangeOpts{
-		listener: b.lc.Name, send: b.lc.SendTimeout, whole: b.lc.WriteTimeout,
-		metrics: b.routeMetrics(""), stopping: b.stopping,
+func (b *tableBuilder) exchangeOpts() exchange.Opts {
+	o := exchange.Opts{
+		Listener: b.lc.Name, Send: b.lc.SendTimeout, Whole: b.lc.WriteTimeout,
+		Metrics: b.routeMetrics(""), Stopping: b.stopping,
 	}
 	if b.accessLog {
-		o.log = b.access
-		o.clients = accesslog.NewClients(b.id.resolver)
-		o.extra = accesslog.ExtraOf(b.lc.AccessLog)
+		o.Log = b.access
+		o.Clients = accesslog.NewClients(b.id.resolver)
+		o.Extra = accesslog.ExtraOf(b.lc.AccessLog)
 	}
 	return o
 }
 
 // routeMetrics returns the series of route ("": the listener's requests
 // no route took), or nil without metrics.
-func (b *tableBuilder) routeMetrics(route string) *routeMetrics {
+func (b *tableBuilder) routeMetrics(route string) *exchange.RouteMetrics {
 	if b.metrics == nil || testHookNoRequestMetrics {
 		return nil
 	}
 	b.series = append(b.series, route)
-	return b.metrics.route(b.lc.Name, route)
+	return b.metrics.Route(b.lc.Name, route)
 }
 
 // route builds the chain of one route, client being the listener's client

@@ -14,10 +14,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
@@ -108,7 +108,7 @@ type poolTransport struct {
 
 func (t *poolTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
-	for tries := 1; err != nil && isRefused(err) && tries < len(t.pool.ups); tries++ {
+	for tries := 1; err != nil && exchange.IsRefused(err) && tries < len(t.pool.ups); tries++ {
 		failed := t.pool.find(req.URL.Scheme, req.URL.Host)
 		if failed != nil {
 			t.pool.markDown(failed)
@@ -127,7 +127,7 @@ func (t *poolTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		req = retry
 		resp, err = t.base.RoundTrip(req)
 	}
-	if err != nil && isRefused(err) {
+	if err != nil && exchange.IsRefused(err) {
 		if failed := t.pool.find(req.URL.Scheme, req.URL.Host); failed != nil {
 			t.pool.markDown(failed)
 		}
@@ -154,8 +154,6 @@ func addrPortOf(host string) netip.AddrPort {
 	}
 	return netip.AddrPortFrom(ip, uint16(p))
 }
-
-func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
 
 // newUpstreamTransport returns the transport shared by every route. Plain
 // http requests without a body (most of a proxy's traffic) are sent on the
@@ -252,8 +250,8 @@ func proxyErrorHandler(log *slog.Logger) func(http.ResponseWriter, *http.Request
 		if r.Context().Err() != nil {
 			// The client went away or the server is stopping: nobody reads
 			// this. A client that left is logged and counted as 499.
-			if st := stateOf(w); st != nil {
-				st.left = clientLeft(r)
+			if st := exchange.StateOf(w); st != nil {
+				st.Left = exchange.ClientLeft(r)
 			}
 			log.Debug("upstream exchange abandoned", "path", r.URL.Path, "error", err)
 			w.WriteHeader(http.StatusBadGateway)

@@ -1,4 +1,4 @@
-package proxy
+package exchange
 
 import (
 	"net/http"
@@ -7,12 +7,11 @@ import (
 
 	"github.com/seed-a07d1050/portcullis/internal/accesslog"
 	"github.com/seed-a07d1050/portcullis/limit"
-	"github.com/seed-a07d1050/portcullis/rate"
 )
 
 // maxKeys is how many distinct limit keys an access line names: a client
 // limit, a shadow limit and a route limit.
-const maxKeys = 3
+const MaxKeys = 3
 
 // admission is what the route and the limits decided about one exchange,
 // for its access line and its metrics. It is written and read on the
@@ -21,49 +20,49 @@ const maxKeys = 3
 // written after the handler returned; so it needs no atomics, and nothing
 // in it is allocated per exchange (its strings are the route's name, the
 // limits' keys, and constants).
-type admission struct {
-	metrics *routeMetrics // the route's; the listener's when no route took the request
-	route   string        // the route that took the request; "" when none
+type Admission struct {
+	Metrics *RouteMetrics // the route's; the listener's when no route took the request
+	Route   string        // the route that took the request; "" when none
 	outcome accesslog.Outcome
 	by      string        // the limit that refused the request or that it went over
 	reason  string        // why it was refused (see refusalReason); "" otherwise
 	waited  time.Duration // in limit queues, summed
 	// upstream is the time from sending the request upstream to its
 	// response head; zero when no upstream answered.
-	upstream time.Duration
+	Upstream time.Duration
 	// client is the access line's client when the path that served the
 	// exchange knew it already (a loop's connection whose peer is the
 	// client of all its requests); invalid: found from the request.
-	client netip.Addr
-	keys   [maxKeys]string // the distinct keys the limits counted, in order
+	Client netip.Addr
+	keys   [MaxKeys]string // the distinct keys the limits counted, in order
 	nkeys  uint8
 	// rateDry is what a rate in dry-run mode would have done to the
 	// request, enforcing: rateDryDelayed or rateDryRejected (nginx's
 	// DELAYED_DRY_RUN and REJECTED_DRY_RUN); zero when no dry-run rate
 	// was over.
-	rateDry  uint8
+	RateDry  uint8
 	gatePend bool // a gate (a rate, authentication) is deciding; see gated
 	// left: the client went away while its request waited (in a rate's
 	// delay, a limit's queue, or on the upstream), before any answer was
 	// written; the exchange ends as nginx's 499 (see statusClientClosed).
-	left bool
+	Left bool
 }
 
 // addKey records key, once.
-func (a *admission) addKey(key string) {
+func (a *Admission) addKey(key string) {
 	for i := range a.nkeys {
 		if a.keys[i] == key {
 			return
 		}
 	}
-	if int(a.nkeys) < maxKeys {
+	if int(a.nkeys) < MaxKeys {
 		a.keys[a.nkeys] = key
 		a.nkeys++
 	}
 }
 
 // admit records that the limit by let the request through.
-func (a *admission) admit(by, key string, waited time.Duration, shadowed bool) {
+func (a *Admission) Admit(by, key string, waited time.Duration, shadowed bool) {
 	a.addKey(key)
 	if waited > 0 {
 		a.waited += waited
@@ -77,7 +76,7 @@ func (a *admission) admit(by, key string, waited time.Duration, shadowed bool) {
 }
 
 // refuse records that the limit by refused the request, for reason.
-func (a *admission) refuse(by, key, reason string) {
+func (a *Admission) refuse(by, key, reason string) {
 	if key != "" {
 		a.addKey(key)
 	}
@@ -88,13 +87,13 @@ func (a *admission) refuse(by, key, reason string) {
 // not an exchange's writer (a handler used outside an HTTP listener's
 // chain). It looks through writers that unwrap, as httplimit's tunnel
 // writer does.
-func stateOf(w http.ResponseWriter) *exchangeState {
+func StateOf(w http.ResponseWriter) *State {
 	for range 8 {
 		switch x := w.(type) {
-		case *exchangeWriter:
-			return &x.exchangeState
+		case *Writer:
+			return &x.State
 		case *hijackableWriter:
-			return &x.exchangeState
+			return &x.State
 		case interface{ Unwrap() http.ResponseWriter }:
 			w = x.Unwrap()
 		default:
@@ -120,35 +119,16 @@ func refusalReason(err error) string {
 	}
 }
 
-// rateAdmitted is a request rate's OnAdmit: a request the rate delayed
-// (nginx's limit_req delay) is queued for as long, one let through over the
-// rate in shadow mode (dry_run) is shadow_over.
-//
-// A shadow_over request also records whether the rate would have delayed
-// or refused it (the access log's rate_dry_run); the harsher of the two
-// when more than one rate is in dry-run mode.
-func rateAdmitted(w http.ResponseWriter, _ *http.Request, key string, d rate.Decision) {
-	if st := stateOf(w); st != nil {
-		st.admit(string(kindRate), key, d.Delay, d.Shadowed())
-		switch d.Verdict {
-		case rate.ShadowDelayed:
-			st.rateDry = max(st.rateDry, rateDryDelayed)
-		case rate.ShadowRefused:
-			st.rateDry = rateDryRejected
-		}
-	}
-}
-
 // The values of admission.rateDry, and the rate_dry_run field's words.
 const (
-	rateDryDelayed  uint8 = 1
-	rateDryRejected uint8 = 2
+	RateDryDelayed  uint8 = 1
+	RateDryRejected uint8 = 2
 )
 
 var rateDryNames = [...]string{"", "delayed", "rejected"}
 
 // reasonRate is the refusal reason of a request rate.
-const reasonRate = "rate"
+const ReasonRate = "rate"
 
 // reasonQueueTimeout is the refusal reason of a request that waited a
 // limit queue's timeout.
@@ -156,19 +136,19 @@ var reasonQueueTimeout = limit.QueueTimeout.String()
 
 // reasonAbandoned is the refusal reason of a request whose client went
 // away while it waited, as limit.RefusalKind names it.
-var reasonAbandoned = limit.Abandoned.String()
+var ReasonAbandoned = limit.Abandoned.String()
 
 // statusClientClosed is the status an exchange is logged and counted with
 // when its client went away while its request waited, before any answer
 // was written: nginx's 499 (Client Closed Request). It is no server error,
 // so it stays out of the 5xx class: the requests metric counts it under
 // code "499", apart from the 4xx class too.
-const statusClientClosed = 499
+const StatusClientClosed = 499
 
 // clientLeft reports whether r's context ended, which, but while the
 // daemon stops or a limit's reclaim cuts the exchange (see exchangeEndedAt),
 // is its client going away: the connection closed, the stream reset.
-func clientLeft(r *http.Request) bool { return r.Context().Err() != nil }
+func ClientLeft(r *http.Request) bool { return r.Context().Err() != nil }
 
 // gated returns wrap(next) for a gate that either lets a request through
 // to next or answers it itself (a rate, authentication), recording in the
@@ -176,16 +156,16 @@ func clientLeft(r *http.Request) bool { return r.Context().Err() != nil }
 // reached: the mark set before the gate decides is cleared by next, and
 // cleared again once recorded, so that nested gates each see their own.
 // refusal returns the key and reason of a refused request.
-func gated(by string, refusal func(st *exchangeState, r *http.Request) (key, reason string),
+func Gated(by string, refusal func(st *State, r *http.Request) (key, reason string),
 	wrap func(http.Handler) http.Handler, next http.Handler) http.Handler {
 	inner := wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if st := stateOf(w); st != nil {
+		if st := StateOf(w); st != nil {
 			st.gatePend = false
 		}
 		next.ServeHTTP(w, r)
 	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		st := stateOf(w)
+		st := StateOf(w)
 		if st == nil {
 			inner.ServeHTTP(w, r)
 			return
@@ -204,8 +184,8 @@ func gated(by string, refusal func(st *exchangeState, r *http.Request) (key, rea
 // unauthorized (401, 407: no or wrong credentials), auth_failures (429:
 // the client's failed attempts are over their budget) or auth_busy (503:
 // too many checks at once, or the check timed out).
-func authRefusal(st *exchangeState, _ *http.Request) (string, string) {
-	switch st.status.Load() {
+func AuthRefusal(st *State, _ *http.Request) (string, string) {
+	switch st.Status.Load() {
 	case http.StatusTooManyRequests:
 		return "", "auth_failures"
 	case http.StatusServiceUnavailable:
@@ -215,26 +195,25 @@ func authRefusal(st *exchangeState, _ *http.Request) (string, string) {
 }
 
 // admissionHooks returns the httplimit OnAdmit and Reject functions of a
-// limit in slot kind whose queue times out after queueTimeout: each
+// limit named by (a limit slot's label) whose queue times out after queueTimeout: each
 // records the decision in the exchange's state, then reject (never nil)
 // writes the refusal. A request refused for queue_timeout waited the
 // queue's timeout, which the limiter's timer measured: it is added to the
 // time the request was queued, so that its access line says how long.
-func admissionHooks(kind limitKind, queueTimeout time.Duration, reject func(http.ResponseWriter, *http.Request, string, error)) (
+func AdmissionHooks(by string, queueTimeout time.Duration, reject func(http.ResponseWriter, *http.Request, string, error)) (
 	func(http.ResponseWriter, *http.Request, string, time.Duration, bool),
 	func(http.ResponseWriter, *http.Request, string, error),
 ) {
-	by := kind.label()
 	onAdmit := func(w http.ResponseWriter, _ *http.Request, key string, waited time.Duration, shadowed bool) {
-		if st := stateOf(w); st != nil {
-			st.admit(by, key, waited, shadowed)
+		if st := StateOf(w); st != nil {
+			st.Admit(by, key, waited, shadowed)
 		}
 	}
 	onRefuse := func(w http.ResponseWriter, r *http.Request, key string, err error) {
-		if st := stateOf(w); st != nil {
+		if st := StateOf(w); st != nil {
 			reason := refusalReason(err)
 			st.refuse(by, key, reason)
-			st.left = reason == reasonAbandoned && clientLeft(r)
+			st.Left = reason == ReasonAbandoned && ClientLeft(r)
 			if reason == reasonQueueTimeout {
 				st.waited += queueTimeout
 			}
@@ -247,8 +226,8 @@ func admissionHooks(kind limitKind, queueTimeout time.Duration, reject func(http
 // forwardRefused is the forward proxy's OnRefuse: a request it refuses
 // itself (a destination its policy denies, a malformed target, a loop) is
 // logged as refused by "forward", with the proxy's reason.
-func forwardRefused(w http.ResponseWriter, _ *http.Request, _ int, reason string) {
-	if st := stateOf(w); st != nil {
+func ForwardRefused(w http.ResponseWriter, _ *http.Request, _ int, reason string) {
+	if st := StateOf(w); st != nil {
 		st.refuse("forward", "", reason)
 	}
 }

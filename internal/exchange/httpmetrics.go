@@ -1,4 +1,4 @@
-package proxy
+package exchange
 
 import (
 	"context"
@@ -27,22 +27,22 @@ var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 
 // route (never by client), and read by every admin listener's registry.
 // A route table takes its routes' series once, when it is built
 // (routeMetrics), so that an exchange counts without a label lookup.
-type httpMetrics struct {
-	requests *prometheus.CounterVec   // listener, route, code (status class)
+type Metrics struct {
+	Requests *prometheus.CounterVec   // listener, route, code (status class)
 	duration *prometheus.HistogramVec // listener, route
-	upstream *prometheus.HistogramVec // listener, route
-	upErrors *prometheus.CounterVec   // listener, route, kind
+	Upstream *prometheus.HistogramVec // listener, route
+	UpErrors *prometheus.CounterVec   // listener, route, kind
 	lean     *prometheus.CounterVec   // listener, outcome
 	build    prometheus.Collector
 
 	mu     sync.Mutex
-	issued map[seriesKey]bool // the listener and route labels route handed out
+	issued map[SeriesKey]bool // the listener and route labels route handed out
 }
 
 // seriesKey is the listener and route labels of one route's series.
-type seriesKey struct{ listener, route string }
+type SeriesKey struct{ Listener, Route string }
 
-func newHTTPMetrics() *httpMetrics {
+func NewMetrics() *Metrics {
 	hist := func(name, help string) *prometheus.HistogramVec {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:                            name,
@@ -62,16 +62,16 @@ func newHTTPMetrics() *httpMetrics {
 		},
 	})
 	build.Set(1)
-	return &httpMetrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+	return &Metrics{
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portcullis_http_requests_total",
 			Help: "HTTP exchanges ended, by listener, route (empty: none matched, or refused before routing) and status class (code: 1xx to 5xx, and 499 apart from 4xx: the client left while its request waited).",
 		}, []string{"listener", "route", "code"}),
 		duration: hist("portcullis_http_request_duration_seconds",
 			"Time from an HTTP request's head read to its exchange's end (response written, tunnel closed), by listener and route."),
-		upstream: hist("portcullis_upstream_response_duration_seconds",
+		Upstream: hist("portcullis_upstream_response_duration_seconds",
 			"Time from sending a request upstream to its response head, by listener and route."),
-		upErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+		UpErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portcullis_upstream_errors_total",
 			Help: "Requests that got no response from their upstream, by listener, route and kind: refused (connection refused), connect (other dial failures), timeout, reset (the connection closed or reset before a response), bad_response, other.",
 		}, []string{"listener", "route", "kind"}),
@@ -80,27 +80,27 @@ func newHTTPMetrics() *httpMetrics {
 			Help: "HTTP/1.1 exchanges offered to the lean path (http1_server: eventloop, the default), by listener and outcome: relayed (served as bytes to the end), handed_over (sent upstream as bytes, then answered through the relay's own code: an upstream failure, or an answer the lean path does not write itself), declined (served by the fast path from the start).",
 		}, []string{"listener", "outcome"}),
 		build:  build,
-		issued: make(map[seriesKey]bool),
+		issued: make(map[SeriesKey]bool),
 	}
 }
 
 // registerOn adds the request metrics, portcullis_build_info and the Go
 // and process collectors to reg.
-func (m *httpMetrics) registerOn(reg *prometheus.Registry) {
-	reg.MustRegister(m.requests, m.duration, m.upstream, m.upErrors, m.lean, m.build,
+func (m *Metrics) RegisterOn(reg *prometheus.Registry) {
+	reg.MustRegister(m.Requests, m.duration, m.Upstream, m.UpErrors, m.lean, m.build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 
 // upstreamErrKind is a kind of upstream failure, as the kind label of
 // portcullis_upstream_errors_total names it.
-type upstreamErrKind uint8
+type UpstreamErrKind uint8
 
 const (
-	upErrRefused upstreamErrKind = iota
+	upErrRefused UpstreamErrKind = iota
 	upErrConnect
 	upErrTimeout
 	upErrReset
-	upErrBadResponse
+	UpErrBadResponse
 	upErrOther
 	numUpErrKinds
 )
@@ -109,12 +109,12 @@ var upErrNames = [numUpErrKinds]string{"refused", "connect", "timeout", "reset",
 
 // classifyUpstreamErr returns the kind of an error of sending a request
 // upstream.
-func classifyUpstreamErr(err error) upstreamErrKind {
+func ClassifyUpstreamErr(err error) UpstreamErrKind {
 	var ne net.Error
 	var op *net.OpError
 	var dnsErr *net.DNSError
 	switch {
-	case isRefused(err):
+	case IsRefused(err):
 		return upErrRefused
 	case errors.As(err, &dnsErr) && !dnsErr.IsTimeout:
 		return upErrConnect
@@ -128,48 +128,48 @@ func classifyUpstreamErr(err error) upstreamErrKind {
 		return upErrReset
 	case errors.Is(err, uptransport.ErrHeadTooLarge), errors.Is(err, uptransport.ErrUnexpectedSwitch),
 		errors.Is(err, uptransport.ErrMalformedResponse):
-		return upErrBadResponse
+		return UpErrBadResponse
 	}
 	return upErrOther
 }
 
 // routeMetrics are the series of one route (or of a listener's requests
 // that no route took), resolved when its table is built.
-type routeMetrics struct {
+type RouteMetrics struct {
 	classes  [6]prometheus.Counter // by status / 100; [0] unused
 	closed   prometheus.Counter    // code "499": the client left while its request waited (statusClientClosed)
 	duration prometheus.Observer
-	upstream prometheus.Observer
-	errors   [numUpErrKinds]prometheus.Counter
+	Upstream prometheus.Observer
+	Errors   [numUpErrKinds]prometheus.Counter
 }
 
 // route returns the series of route on listener.
-func (m *httpMetrics) route(listener, route string) *routeMetrics {
+func (m *Metrics) Route(listener, route string) *RouteMetrics {
 	m.mu.Lock()
-	m.issued[seriesKey{listener, route}] = true
+	m.issued[SeriesKey{listener, route}] = true
 	m.mu.Unlock()
-	rm := &routeMetrics{
+	rm := &RouteMetrics{
 		duration: m.duration.WithLabelValues(listener, route),
-		upstream: m.upstream.WithLabelValues(listener, route),
+		Upstream: m.Upstream.WithLabelValues(listener, route),
 	}
 	for c := 1; c <= 5; c++ {
-		rm.classes[c] = m.requests.WithLabelValues(listener, route, string(rune('0'+c))+"xx")
+		rm.classes[c] = m.Requests.WithLabelValues(listener, route, string(rune('0'+c))+"xx")
 	}
-	rm.closed = m.requests.WithLabelValues(listener, route, "499")
+	rm.closed = m.Requests.WithLabelValues(listener, route, "499")
 	for k, name := range upErrNames {
-		rm.errors[k] = m.upErrors.WithLabelValues(listener, route, name)
+		rm.Errors[k] = m.UpErrors.WithLabelValues(listener, route, name)
 	}
 	return rm
 }
 
 // leanOutcome is what became of an exchange offered to the lean path, as
 // the outcome label of portcullis_http_lean_exchanges_total names it.
-type leanOutcome uint8
+type LeanOutcome uint8
 
 const (
-	leanRelayed leanOutcome = iota
-	leanHandedOver
-	leanDeclined
+	LeanRelayed LeanOutcome = iota
+	LeanHandedOver
+	LeanDeclined
 	numLeanOutcomes
 )
 
@@ -177,17 +177,17 @@ var leanOutcomeNames = [numLeanOutcomes]string{"relayed", "handed_over", "declin
 
 // leanCounts are the series of one listener's lean exchanges; a nil
 // *leanCounts counts nothing.
-type leanCounts [numLeanOutcomes]prometheus.Counter
+type LeanCounts [numLeanOutcomes]prometheus.Counter
 
-func (lc *leanCounts) add(o leanOutcome) {
+func (lc *LeanCounts) Add(o LeanOutcome) {
 	if lc != nil {
 		lc[o].Inc()
 	}
 }
 
 // leanCounts returns the lean path's series of listener.
-func (m *httpMetrics) leanCounts(listener string) *leanCounts {
-	var lc leanCounts
+func (m *Metrics) LeanCounts(listener string) *LeanCounts {
+	var lc LeanCounts
 	for o, name := range leanOutcomeNames {
 		lc[o] = m.lean.WithLabelValues(listener, name)
 	}
@@ -196,40 +196,43 @@ func (m *httpMetrics) leanCounts(listener string) *leanCounts {
 
 // countTargetError returns the forward proxy's OnTargetError for a
 // listener whose series are rm: it counts the failure by kind.
-func countTargetError(rm *routeMetrics) func(*http.Request, error) {
+func CountTargetError(rm *RouteMetrics) func(*http.Request, error) {
 	if rm == nil {
 		return nil
 	}
-	return func(_ *http.Request, err error) { rm.errors[classifyUpstreamErr(err)].Inc() }
+	return func(_ *http.Request, err error) { rm.Errors[ClassifyUpstreamErr(err)].Inc() }
 }
 
 // prune deletes the series of every listener and route it handed out that
 // keep does not hold.
-func (m *httpMetrics) prune(keep map[seriesKey]bool) {
+func (m *Metrics) Prune(keep map[SeriesKey]bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for k := range m.issued {
 		if keep[k] {
 			continue
 		}
-		match := prometheus.Labels{"listener": k.listener, "route": k.route}
-		m.requests.DeletePartialMatch(match)
+		match := prometheus.Labels{"listener": k.Listener, "route": k.Route}
+		m.Requests.DeletePartialMatch(match)
 		m.duration.DeletePartialMatch(match)
-		m.upstream.DeletePartialMatch(match)
-		m.upErrors.DeletePartialMatch(match)
-		if k.route == "" { // the listener's own: it is gone
-			m.lean.DeletePartialMatch(prometheus.Labels{"listener": k.listener})
+		m.Upstream.DeletePartialMatch(match)
+		m.UpErrors.DeletePartialMatch(match)
+		if k.Route == "" { // the listener's own: it is gone
+			m.lean.DeletePartialMatch(prometheus.Labels{"listener": k.Listener})
 		}
 		delete(m.issued, k)
 	}
 }
 
 // ended counts an exchange that ended with status after d.
-func (rm *routeMetrics) ended(status int, d time.Duration) {
-	if status == statusClientClosed {
+func (rm *RouteMetrics) ended(status int, d time.Duration) {
+	if status == StatusClientClosed {
 		rm.closed.Inc()
 	} else if c := status / 100; c >= 1 && c <= 5 {
 		rm.classes[c].Inc()
 	}
 	rm.duration.Observe(d.Seconds())
 }
+
+// isRefused reports whether err is an upstream refusing the connection.
+func IsRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }

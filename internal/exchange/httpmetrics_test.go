@@ -1,4 +1,4 @@
-package proxy
+package exchange
 
 import (
 	"context"
@@ -18,12 +18,12 @@ import (
 // The duration histograms are native histograms, with classic buckets
 // beside them for scrapers that ask for the text format.
 func TestDurationHistogramsAreNative(t *testing.T) {
-	m := newHTTPMetrics()
+	m := NewMetrics()
 	reg := prometheus.NewRegistry()
-	m.registerOn(reg)
-	rm := m.route("web", "r")
+	m.RegisterOn(reg)
+	rm := m.Route("web", "r")
 	rm.ended(200, 3*time.Millisecond)
-	rm.upstream.Observe(0.002)
+	rm.Upstream.Observe(0.002)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +53,7 @@ func TestClassifyUpstreamErr(t *testing.T) {
 	dial := func(err error) error { return &net.OpError{Op: "dial", Net: "tcp", Err: err} }
 	for _, tt := range []struct {
 		err  error
-		want upstreamErrKind
+		want UpstreamErrKind
 	}{
 		{dial(syscall.ECONNREFUSED), upErrRefused},
 		{dial(syscall.EHOSTUNREACH), upErrConnect},
@@ -61,10 +61,10 @@ func TestClassifyUpstreamErr(t *testing.T) {
 		{uptransport.ErrHeadTimeout, upErrTimeout},
 		{&net.OpError{Op: "read", Err: syscall.ECONNRESET}, upErrReset},
 		{io.ErrUnexpectedEOF, upErrReset},
-		{uptransport.ErrHeadTooLarge, upErrBadResponse},
+		{uptransport.ErrHeadTooLarge, UpErrBadResponse},
 		{errors.New("something else"), upErrOther},
 	} {
-		if got := classifyUpstreamErr(tt.err); got != tt.want {
+		if got := ClassifyUpstreamErr(tt.err); got != tt.want {
 			t.Errorf("%v: %s, want %s", tt.err, upErrNames[got], upErrNames[tt.want])
 		}
 	}

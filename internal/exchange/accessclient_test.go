@@ -1,4 +1,4 @@
-package proxy
+package exchange
 
 import (
 	"fmt"
@@ -36,7 +36,7 @@ func TestAccessLineClientOfEachPeer(t *testing.T) {
 
 // accessCase is one request's RemoteAddr and X-Forwarded-For, and the
 // client its line must name.
-type accessCase struct{ remoteAddr, xff, client string }
+type accessCase struct{ remoteAddr, xff, Client string }
 
 func checkAccessClients(t *testing.T, res *clientkey.Resolver, readsHeader bool) {
 	var cases []accessCase
@@ -73,7 +73,7 @@ func checkAccessClients(t *testing.T, res *clientkey.Resolver, readsHeader bool)
 	level := new(slog.LevelVar)
 	lb := accesslog.NewLineBuffer(&out)
 	a := &accesslog.Logger{Log: accesslog.NewLogger(config.Log{Format: config.LogText}, lb, level), Out: lb, Level: level}
-	o := exchangeOpts{listener: "web", log: a, clients: accesslog.NewClients(res)}
+	o := Opts{Listener: "web", Log: a, Clients: accesslog.NewClients(res)}
 	start := time.Now()
 	for _, c := range cases {
 		r := httptest.NewRequest("GET", "http://h/", nil)
@@ -81,7 +81,7 @@ func checkAccessClients(t *testing.T, res *clientkey.Resolver, readsHeader bool)
 		if c.xff != "" {
 			r.Header.Set("X-Forwarded-For", c.xff)
 		}
-		logAccess(&o, r, &exchangeState{}, 200, start, start)
+		logAccess(&o, r, &State{}, 200, start, start)
 	}
 	lb.Flush()
 	lines := strings.Split(strings.TrimSuffix(strings.Join(out.got(), ""), "\n"), "\n")
@@ -89,7 +89,7 @@ func checkAccessClients(t *testing.T, res *clientkey.Resolver, readsHeader bool)
 		t.Fatalf("%d lines for %d requests", len(lines), len(cases))
 	}
 	for i, c := range cases {
-		want := " client=" + c.client + " peer=" + c.remoteAddr + " "
+		want := " client=" + c.Client + " peer=" + c.remoteAddr + " "
 		if !strings.Contains(lines[i], want) {
 			t.Fatalf("line %d, RemoteAddr %s, X-Forwarded-For %q:\n%s\nwant %q", i, c.remoteAddr, c.xff, lines[i], want)
 		}

@@ -1,4 +1,4 @@
-package proxy
+package exchange
 
 import (
 	"bufio"
@@ -13,29 +13,29 @@ import (
 )
 
 // exchangeOpts are the per-exchange settings of an HTTP listener.
-type exchangeOpts struct {
-	listener string
-	log      *accesslog.Logger // nil: no access log
+type Opts struct {
+	Listener string
+	Log      *accesslog.Logger // nil: no access log
 	// metrics are the series of the listener's requests that no route
 	// takes; nil: no metrics (tests).
-	metrics *routeMetrics
+	Metrics *RouteMetrics
 	// clients finds the client the limits count, for the access line;
 	// nil: the peer.
-	clients *accesslog.Clients
+	Clients *accesslog.Clients
 	// send is the write-progress bound: an exchange whose client accepts no
 	// byte of the response for this long ends (nginx's send_timeout).
 	// Zero means none.
-	send time.Duration
+	Send time.Duration
 	// whole is the listener's write_timeout, a bound on writing the whole
 	// response that send must never extend. Zero means none.
-	whole time.Duration
+	Whole time.Duration
 	// stopping is set once the daemon is shutting down or closing: a
 	// request whose context ends then was cut off by the daemon (or may
 	// have been), no client hang-up. Nil: never.
-	stopping *atomic.Bool
+	Stopping *atomic.Bool
 	// extra are the optional access-log fields the listener asks for
 	// (accessQuery, ...); zero: the default fields only.
-	extra accesslog.Extra
+	Extra accesslog.Extra
 }
 
 // exchanges returns the outermost handler of an HTTP listener's chain: it
@@ -43,42 +43,42 @@ type exchangeOpts struct {
 // it in its route's metrics and logs it if the access log is on (also when
 // a handler panicked, as http.ErrAbortHandler does for a response cut
 // short).
-func exchanges(next http.Handler, o exchangeOpts) http.Handler {
+func Handler(next http.Handler, o Opts) http.Handler {
 	tunnel := o
-	tunnel.send = 0 // a CONNECT tunnel has its own bounds: see internal/forward
+	tunnel.Send = 0 // a CONNECT tunnel has its own bounds: see internal/forward
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		eo := &o
 		if r.Method == http.MethodConnect {
 			eo = &tunnel
 		}
-		ew := newExchangeWriter(w, *eo, start)
-		st := ew.state()
-		st.metrics = o.metrics
-		defer exchangeEnded(&o, r, st, start)
+		ew := NewWriter(w, *eo, start)
+		st := ew.Exchange()
+		st.Metrics = o.Metrics
+		defer Ended(&o, r, st, start)
 		next.ServeHTTP(ew, r)
 	})
 }
 
 // exchangeEnded counts and logs an exchange that began at start.
-func exchangeEnded(o *exchangeOpts, r *http.Request, st *exchangeState, start time.Time) {
-	exchangeEndedAt(o, r, st, start, time.Now())
+func Ended(o *Opts, r *http.Request, st *State, start time.Time) {
+	EndedAt(o, r, st, start, time.Now())
 }
 
 // exchangeEndedAt counts and logs an exchange that began at start and
 // ended at now.
-func exchangeEndedAt(o *exchangeOpts, r *http.Request, st *exchangeState, start, now time.Time) {
-	status := int(st.status.Load())
+func EndedAt(o *Opts, r *http.Request, st *State, start, now time.Time) {
+	status := int(st.Status.Load())
 	if status == 0 {
 		status = http.StatusOK // nothing written: net/http answers 200
 	}
-	if st.left && !st.cut.Load() && (o.stopping == nil || !o.stopping.Load()) {
-		status = statusClientClosed
+	if st.Left && !st.Cut.Load() && (o.Stopping == nil || !o.Stopping.Load()) {
+		status = StatusClientClosed
 	}
-	if st.metrics != nil {
-		st.metrics.ended(status, now.Sub(start))
+	if st.Metrics != nil {
+		st.Metrics.ended(status, now.Sub(start))
 	}
-	if o.log != nil {
+	if o.Log != nil {
 		logAccess(o, r, st, status, start, now)
 	}
 }
@@ -100,14 +100,14 @@ type slackDeadliner interface {
 // exchangeState is what an exchangeWriter records. Flushes may come from
 // another goroutine than writes (ReverseProxy flushes streams from a
 // timer), hence the atomics.
-type exchangeState struct {
-	status   atomic.Int32 // the final status written; 0 until then
-	bytes    atomic.Int64 // body bytes written
-	extended atomic.Int64 // Unix nanoseconds of the last deadline extension
+type State struct {
+	Status   atomic.Int32 // the final status written; 0 until then
+	Bytes    atomic.Int64 // body bytes written
+	Extended atomic.Int64 // Unix nanoseconds of the last deadline extension
 	// cut: the daemon ended the exchange (a limit's reclaim), so a client
 	// that seems to have left did not leave of its own (see admission.left).
-	cut       atomic.Bool
-	admission // the exchange's goroutine only
+	Cut       atomic.Bool
+	Admission // the exchange's goroutine only
 }
 
 // exchangeWriter is the ResponseWriter of one exchange. It records the
@@ -127,19 +127,19 @@ type exchangeState struct {
 // It unwraps for http.ResponseController. Writers over a connection that
 // can be hijacked are wrapped in hijackableWriter, which can be too, so
 // that the tunnel tracking of httplimit sees the hijack.
-type exchangeWriter struct {
+type Writer struct {
 	http.ResponseWriter
-	exchangeState
+	State
 	dl    deadliner      // nil when the writer cannot take deadlines
 	sdl   slackDeadliner // dl, when it can leave a deadline within a slack
-	send  time.Duration
+	Send  time.Duration
 	limit time.Time // the write_timeout deadline; zero without
 }
 
 // sendDeadline returns the write deadline a send timeout of send sets at
 // now, and how much later it may expire, for an exchange whose
 // write_timeout ends at limit (zero: none), which is exact.
-func sendDeadline(now time.Time, send time.Duration, limit time.Time) (time.Time, time.Duration) {
+func SendDeadline(now time.Time, send time.Duration, limit time.Time) (time.Time, time.Duration) {
 	d := now.Add(send)
 	if !limit.IsZero() && limit.Before(d) {
 		return limit, 0
@@ -150,37 +150,37 @@ func sendDeadline(now time.Time, send time.Duration, limit time.Time) (time.Time
 // hijackableWriter is an exchangeWriter over a writer that can be hijacked
 // (HTTP/1.1).
 type hijackableWriter struct {
-	exchangeWriter
+	Writer
 	hj http.Hijacker
 }
 
 var (
-	_ http.Flusher  = (*exchangeWriter)(nil)
+	_ http.Flusher  = (*Writer)(nil)
 	_ http.Hijacker = (*hijackableWriter)(nil)
 )
 
 // writerOf is the interface both writer types offer the exchange handler.
-type writerOf interface {
+type StateWriter interface {
 	http.ResponseWriter
-	state() *exchangeState
+	Exchange() *State
 }
 
-func newExchangeWriter(w http.ResponseWriter, o exchangeOpts, start time.Time) writerOf {
-	var ew *exchangeWriter
-	var out writerOf
+func NewWriter(w http.ResponseWriter, o Opts, start time.Time) StateWriter {
+	var ew *Writer
+	var out StateWriter
 	if hj, ok := w.(http.Hijacker); ok {
 		hw := &hijackableWriter{hj: hj}
-		ew, out = &hw.exchangeWriter, hw
+		ew, out = &hw.Writer, hw
 	} else {
-		ew = new(exchangeWriter)
+		ew = new(Writer)
 		out = ew
 	}
-	ew.ResponseWriter, ew.send = w, o.send
-	if o.send > 0 {
+	ew.ResponseWriter, ew.Send = w, o.Send
+	if o.Send > 0 {
 		ew.dl = findDeadliner(w)
 		ew.sdl, _ = ew.dl.(slackDeadliner)
-		if o.whole > 0 {
-			ew.limit = start.Add(o.whole)
+		if o.Whole > 0 {
+			ew.limit = start.Add(o.Whole)
 		}
 		ew.extend(start)
 	}
@@ -202,11 +202,11 @@ func findDeadliner(w http.ResponseWriter) deadliner {
 	}
 }
 
-func (w *exchangeWriter) state() *exchangeState { return &w.exchangeState }
+func (w *Writer) Exchange() *State { return &w.State }
 
 // progress moves the write deadline if the last move is an eighth of the
 // send timeout old.
-func (w *exchangeWriter) progress() {
+func (w *Writer) progress() {
 	if w.dl == nil {
 		return
 	}
@@ -214,22 +214,22 @@ func (w *exchangeWriter) progress() {
 }
 
 // progressAt is progress for a caller that has just read the clock.
-func (w *exchangeWriter) progressAt(now time.Time) {
+func (w *Writer) progressAt(now time.Time) {
 	if w.dl == nil {
 		return
 	}
-	if now.UnixNano()-w.extended.Load() < int64(w.send/8) {
+	if now.UnixNano()-w.Extended.Load() < int64(w.Send/8) {
 		return
 	}
 	w.extend(now)
 }
 
-func (w *exchangeWriter) extend(now time.Time) {
+func (w *Writer) extend(now time.Time) {
 	if w.dl == nil {
 		return
 	}
-	w.extended.Store(now.UnixNano())
-	d, slack := sendDeadline(now, w.send, w.limit)
+	w.Extended.Store(now.UnixNano())
+	d, slack := SendDeadline(now, w.Send, w.limit)
 	if w.sdl != nil {
 		_ = w.sdl.SetWriteDeadlineWithin(d, slack)
 		return
@@ -237,58 +237,58 @@ func (w *exchangeWriter) extend(now time.Time) {
 	_ = w.dl.SetWriteDeadline(d)
 }
 
-func (w *exchangeWriter) WriteHeader(code int) {
+func (w *Writer) WriteHeader(code int) {
 	if code >= 200 || code == http.StatusSwitchingProtocols {
-		w.status.CompareAndSwap(0, int32(code))
+		w.Status.CompareAndSwap(0, int32(code))
 	}
 	w.progress()
 	w.ResponseWriter.WriteHeader(code)
 }
 
-func (w *exchangeWriter) Write(b []byte) (int, error) {
-	w.status.CompareAndSwap(0, http.StatusOK)
+func (w *Writer) Write(b []byte) (int, error) {
+	w.Status.CompareAndSwap(0, http.StatusOK)
 	w.progress()
 	n, err := w.ResponseWriter.Write(b)
-	w.bytes.Add(int64(n))
+	w.Bytes.Add(int64(n))
 	return n, err
 }
 
 // Flush lets handlers that type-assert http.Flusher flush through.
-func (w *exchangeWriter) Flush() {
+func (w *Writer) Flush() {
 	w.progress()
 	_ = http.NewResponseController(w.ResponseWriter).Flush()
 }
 
 // headerFieldsWriter is a writer that takes a final response's head as a
 // list of fields, without a header map: internal/http1's.
-type headerFieldsWriter interface {
+type HeaderFieldsWriter interface {
 	WriteHeaderFields(code int, fields []httpfield.Field)
 }
 
 // fieldsTarget returns the writer under w when it takes a response's head
 // as fields, or nil.
-func (w *exchangeWriter) fieldsTarget() headerFieldsWriter {
-	fw, _ := w.ResponseWriter.(headerFieldsWriter)
+func (w *Writer) FieldsTarget() HeaderFieldsWriter {
+	fw, _ := w.ResponseWriter.(HeaderFieldsWriter)
 	return fw
 }
 
 // writeHeaderFields is WriteHeader for a head given as fields, passed on
 // to to, the writer fieldsTarget returned, by a caller that read the clock
 // at now, just before.
-func (w *exchangeWriter) writeHeaderFields(code int, fields []httpfield.Field, to headerFieldsWriter, now time.Time) {
+func (w *Writer) WriteHeaderFields(code int, fields []httpfield.Field, to HeaderFieldsWriter, now time.Time) {
 	if code >= 200 || code == http.StatusSwitchingProtocols {
-		w.status.CompareAndSwap(0, int32(code))
+		w.Status.CompareAndSwap(0, int32(code))
 	}
 	w.progressAt(now)
 	to.WriteHeaderFields(code, fields)
 }
 
 // exchangeWriterOf returns the exchangeWriter w is, or nil.
-func exchangeWriterOf(w http.ResponseWriter) *exchangeWriter {
+func WriterOf(w http.ResponseWriter) *Writer {
 	switch x := w.(type) {
 	case *hijackableWriter:
-		return &x.exchangeWriter
-	case *exchangeWriter:
+		return &x.Writer
+	case *Writer:
 		return x
 	}
 	return nil
@@ -298,15 +298,15 @@ func exchangeWriterOf(w http.ResponseWriter) *exchangeWriter {
 // http.ResponseController. A deadline already past is how a limit's
 // reclaim cuts an exchange (httplimit): the exchange records it, so that
 // its end is not taken for its client's leaving.
-func (w *exchangeWriter) SetReadDeadline(t time.Time) error {
+func (w *Writer) SetReadDeadline(t time.Time) error {
 	if !t.IsZero() && !t.After(time.Now()) {
-		w.cut.Store(true)
+		w.Cut.Store(true)
 	}
 	return http.NewResponseController(w.ResponseWriter).SetReadDeadline(t)
 }
 
 // Unwrap returns the wrapped writer, for http.ResponseController.
-func (w *exchangeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *Writer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // Hijack hands the connection over, without a deadline: a tunnel's bounds
 // are its own.
@@ -323,29 +323,29 @@ func (w *hijackableWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 // logAccess writes the access line of one exchange that began at start
 // and ended now with status.
-func logAccess(o *exchangeOpts, r *http.Request, st *exchangeState, status int, start, now time.Time) {
-	client := st.client
+func logAccess(o *Opts, r *http.Request, st *State, status int, start, now time.Time) {
+	client := st.Client
 	if !client.IsValid() {
-		client = o.clients.Client(r)
+		client = o.Clients.Client(r)
 	}
 	f := accesslog.Fields{
-		Listener: o.listener, Client: client, Peer: r.RemoteAddr,
-		Keys: st.keys[:st.nkeys], Route: st.route,
+		Listener: o.Listener, Client: client, Peer: r.RemoteAddr,
+		Keys: st.keys[:st.nkeys], Route: st.Route,
 		Method: r.Method, Host: r.Host, Path: r.URL.Path, Proto: r.Proto,
-		Status: status, Bytes: st.bytes.Load(), Duration: now.Sub(start), Upstream: st.upstream,
+		Status: status, Bytes: st.Bytes.Load(), Duration: now.Sub(start), Upstream: st.Upstream,
 		Admission: st.outcome, Queued: st.waited, Limit: st.by, Reason: st.reason,
-		RateDry: rateDryNames[st.rateDry],
+		RateDry: rateDryNames[st.RateDry],
 	}
-	if o.extra != 0 {
-		if o.extra&accesslog.FieldQuery != 0 {
+	if o.Extra != 0 {
+		if o.Extra&accesslog.FieldQuery != 0 {
 			f.Query = r.URL.RawQuery
 		}
-		if o.extra&accesslog.FieldUserAgent != 0 {
+		if o.Extra&accesslog.FieldUserAgent != 0 {
 			f.UserAgent = r.Header.Get("User-Agent")
 		}
-		if o.extra&accesslog.FieldReferer != 0 {
+		if o.Extra&accesslog.FieldReferer != 0 {
 			f.Referer = r.Header.Get("Referer")
 		}
 	}
-	o.log.Write(now, &f)
+	o.Log.Write(now, &f)
 }

@@ -1,4 +1,4 @@
-package proxy
+package exchange
 
 import (
 	"io"
@@ -25,9 +25,9 @@ func BenchmarkAccessLog(b *testing.B) {
 			o := benchExchangeOpts(a)
 			r := httptest.NewRequest("GET", "http://app.test/api/items", nil)
 			r.RemoteAddr = "127.0.0.10:41234"
-			st := &exchangeState{}
-			st.bytes.Store(13)
-			st.route = "r"
+			st := &State{}
+			st.Bytes.Store(13)
+			st.Route = "r"
 			st.addKey("127.0.0.10")
 			start := time.Now()
 			for b.Loop() {
@@ -40,8 +40,8 @@ func BenchmarkAccessLog(b *testing.B) {
 
 // benchExchangeOpts are the options of a listener that logs to a and
 // trusts no proxy, as the daemon builds them.
-func benchExchangeOpts(a *accesslog.Logger) exchangeOpts {
-	return exchangeOpts{listener: "web", log: a, clients: accesslog.NewClients(&clientkey.Resolver{Header: clientkey.HeaderXForwardedFor})}
+func benchExchangeOpts(a *accesslog.Logger) Opts {
+	return Opts{Listener: "web", Log: a, Clients: accesslog.NewClients(&clientkey.Resolver{Header: clientkey.HeaderXForwardedFor})}
 }
 
 // lineRecorder records every Write it gets.
