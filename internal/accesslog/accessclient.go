@@ -34,7 +34,7 @@ func NewClients(res *clientkey.Resolver) *Clients {
 	return &Clients{res: res, seed: maphash.MakeSeed()}
 }
 
-// client returns res.ClientAddr(r). A nil c reads the peer alone.
+// Client returns res.ClientAddr(r). A nil c reads the peer alone.
 func (c *Clients) Client(r *http.Request) netip.Addr {
 	if c == nil {
 		return (*clientkey.Resolver)(nil).ClientAddr(r)
@@ -55,7 +55,7 @@ func (c *Clients) Client(r *http.Request) netip.Addr {
 	return peer
 }
 
-// peerIsClient reports whether the client of every request on a
+// PeerIsClient reports whether the client of every request on a
 // connection from peer is peer itself, as client finds it: true unless
 // peer is a proxy whose forwarding header is believed (or invalid).
 func (c *Clients) PeerIsClient(peer netip.Addr) bool {

@@ -23,7 +23,7 @@ const (
 	accessBufferSize = 32 << 10
 )
 
-// lineBuffer collects the access log's lines and writes them to out in
+// LineBuffer collects the access log's lines and writes them to out in
 // batches: when accessBufferSize bytes are waiting, or accessFlushAfter
 // after the first line that is waiting, whichever comes first, and on
 // Flush. One timer at most is armed, and only while lines wait; no
@@ -45,7 +45,7 @@ type LineBuffer struct {
 	err   error       // the last write error, reported by the next Write
 }
 
-// newLineBuffer returns a lineBuffer writing to out, directly when out is
+// NewLineBuffer returns a lineBuffer writing to out, directly when out is
 // a file that can be (see directWriter).
 func NewLineBuffer(out io.Writer) *LineBuffer {
 	if d := newDirectWriter(out); d != nil {
@@ -193,7 +193,7 @@ type Logger struct {
 // optional ones (a zero value) are left out of the line.
 type Fields struct {
 	Listener string
-	// client is the address the limits count: the peer, or who a
+	// Client is the address the limits count: the peer, or who a
 	// trusted proxy's forwarding header names (the PROXY protocol's
 	// source is the peer already). Invalid: "-".
 	Client                    netip.Addr
@@ -208,15 +208,15 @@ type Fields struct {
 	Admission                 Outcome
 	Queued                    time.Duration // optional
 	Limit, Reason             string        // optional
-	// rateDry is what a dry-run rate would have done: "delayed" or
+	// RateDry is what a dry-run rate would have done: "delayed" or
 	// "rejected"; optional.
 	RateDry string
-	// query, userAgent and referer are the optional fields a listener
+	// Query, userAgent and referer are the optional fields a listener
 	// asks for (see accessExtra); "" is left out.
 	Query, UserAgent, Referer string
 }
 
-// outcome is what the limits decided about an exchange, as the access log
+// Outcome is what the limits decided about an exchange, as the access log
 // writes it (field admission).
 type Outcome uint8
 

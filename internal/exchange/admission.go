@@ -9,11 +9,11 @@ import (
 	"github.com/seed-a07d1050/portcullis/limit"
 )
 
-// maxKeys is how many distinct limit keys an access line names: a client
+// MaxKeys is how many distinct limit keys an access line names: a client
 // limit, a shadow limit and a route limit.
 const MaxKeys = 3
 
-// admission is what the route and the limits decided about one exchange,
+// Admission is what the route and the limits decided about one exchange,
 // for its access line and its metrics. It is written and read on the
 // exchange's goroutine only: the limits decide before the handler runs,
 // the relay records the upstream on the same goroutine, and the line is
@@ -27,22 +27,22 @@ type Admission struct {
 	by      string        // the limit that refused the request or that it went over
 	reason  string        // why it was refused (see refusalReason); "" otherwise
 	waited  time.Duration // in limit queues, summed
-	// upstream is the time from sending the request upstream to its
+	// Upstream is the time from sending the request upstream to its
 	// response head; zero when no upstream answered.
 	Upstream time.Duration
-	// client is the access line's client when the path that served the
+	// Client is the access line's client when the path that served the
 	// exchange knew it already (a loop's connection whose peer is the
 	// client of all its requests); invalid: found from the request.
 	Client netip.Addr
 	keys   [MaxKeys]string // the distinct keys the limits counted, in order
 	nkeys  uint8
-	// rateDry is what a rate in dry-run mode would have done to the
+	// RateDry is what a rate in dry-run mode would have done to the
 	// request, enforcing: rateDryDelayed or rateDryRejected (nginx's
 	// DELAYED_DRY_RUN and REJECTED_DRY_RUN); zero when no dry-run rate
 	// was over.
 	RateDry  uint8
 	gatePend bool // a gate (a rate, authentication) is deciding; see gated
-	// left: the client went away while its request waited (in a rate's
+	// Left: the client went away while its request waited (in a rate's
 	// delay, a limit's queue, or on the upstream), before any answer was
 	// written; the exchange ends as nginx's 499 (see statusClientClosed).
 	Left bool
@@ -61,7 +61,7 @@ func (a *Admission) addKey(key string) {
 	}
 }
 
-// admit records that the limit by let the request through.
+// Admit records that the limit by let the request through.
 func (a *Admission) Admit(by, key string, waited time.Duration, shadowed bool) {
 	a.addKey(key)
 	if waited > 0 {
@@ -83,7 +83,7 @@ func (a *Admission) refuse(by, key, reason string) {
 	a.outcome, a.by, a.reason = accesslog.Refused, by, reason
 }
 
-// stateOf returns the state of the exchange w belongs to, or nil when w is
+// StateOf returns the state of the exchange w belongs to, or nil when w is
 // not an exchange's writer (a handler used outside an HTTP listener's
 // chain). It looks through writers that unwrap, as httplimit's tunnel
 // writer does.
@@ -127,30 +127,30 @@ const (
 
 var rateDryNames = [...]string{"", "delayed", "rejected"}
 
-// reasonRate is the refusal reason of a request rate.
+// ReasonRate is the refusal reason of a request rate.
 const ReasonRate = "rate"
 
 // reasonQueueTimeout is the refusal reason of a request that waited a
 // limit queue's timeout.
 var reasonQueueTimeout = limit.QueueTimeout.String()
 
-// reasonAbandoned is the refusal reason of a request whose client went
+// ReasonAbandoned is the refusal reason of a request whose client went
 // away while it waited, as limit.RefusalKind names it.
 var ReasonAbandoned = limit.Abandoned.String()
 
-// statusClientClosed is the status an exchange is logged and counted with
+// StatusClientClosed is the status an exchange is logged and counted with
 // when its client went away while its request waited, before any answer
 // was written: nginx's 499 (Client Closed Request). It is no server error,
 // so it stays out of the 5xx class: the requests metric counts it under
 // code "499", apart from the 4xx class too.
 const StatusClientClosed = 499
 
-// clientLeft reports whether r's context ended, which, but while the
+// ClientLeft reports whether r's context ended, which, but while the
 // daemon stops or a limit's reclaim cuts the exchange (see exchangeEndedAt),
 // is its client going away: the connection closed, the stream reset.
 func ClientLeft(r *http.Request) bool { return r.Context().Err() != nil }
 
-// gated returns wrap(next) for a gate that either lets a request through
+// Gated returns wrap(next) for a gate that either lets a request through
 // to next or answers it itself (a rate, authentication), recording in the
 // exchange's state a refusal by the gate named by when next was not
 // reached: the mark set before the gate decides is cleared by next, and
@@ -180,7 +180,7 @@ func Gated(by string, refusal func(st *State, r *http.Request) (key, reason stri
 	})
 }
 
-// authRefusal names why authentication answered a request itself:
+// AuthRefusal names why authentication answered a request itself:
 // unauthorized (401, 407: no or wrong credentials), auth_failures (429:
 // the client's failed attempts are over their budget) or auth_busy (503:
 // too many checks at once, or the check timed out).
@@ -194,7 +194,7 @@ func AuthRefusal(st *State, _ *http.Request) (string, string) {
 	return "", "unauthorized"
 }
 
-// admissionHooks returns the httplimit OnAdmit and Reject functions of a
+// AdmissionHooks returns the httplimit OnAdmit and Reject functions of a
 // limit named by (a limit slot's label) whose queue times out after queueTimeout: each
 // records the decision in the exchange's state, then reject (never nil)
 // writes the refusal. A request refused for queue_timeout waited the
@@ -223,7 +223,7 @@ func AdmissionHooks(by string, queueTimeout time.Duration, reject func(http.Resp
 	return onAdmit, onRefuse
 }
 
-// forwardRefused is the forward proxy's OnRefuse: a request it refuses
+// ForwardRefused is the forward proxy's OnRefuse: a request it refuses
 // itself (a destination its policy denies, a malformed target, a loop) is
 // logged as refused by "forward", with the proxy's reason.
 func ForwardRefused(w http.ResponseWriter, _ *http.Request, _ int, reason string) {

@@ -16,24 +16,24 @@ import (
 type Opts struct {
 	Listener string
 	Log      *accesslog.Logger // nil: no access log
-	// metrics are the series of the listener's requests that no route
+	// Metrics are the series of the listener's requests that no route
 	// takes; nil: no metrics (tests).
 	Metrics *RouteMetrics
-	// clients finds the client the limits count, for the access line;
+	// Clients finds the client the limits count, for the access line;
 	// nil: the peer.
 	Clients *accesslog.Clients
-	// send is the write-progress bound: an exchange whose client accepts no
+	// Send is the write-progress bound: an exchange whose client accepts no
 	// byte of the response for this long ends (nginx's send_timeout).
 	// Zero means none.
 	Send time.Duration
-	// whole is the listener's write_timeout, a bound on writing the whole
+	// Whole is the listener's write_timeout, a bound on writing the whole
 	// response that send must never extend. Zero means none.
 	Whole time.Duration
-	// stopping is set once the daemon is shutting down or closing: a
+	// Stopping is set once the daemon is shutting down or closing: a
 	// request whose context ends then was cut off by the daemon (or may
 	// have been), no client hang-up. Nil: never.
 	Stopping *atomic.Bool
-	// extra are the optional access-log fields the listener asks for
+	// Extra are the optional access-log fields the listener asks for
 	// (accessQuery, ...); zero: the default fields only.
 	Extra accesslog.Extra
 }
@@ -104,7 +104,7 @@ type State struct {
 	Status   atomic.Int32 // the final status written; 0 until then
 	Bytes    atomic.Int64 // body bytes written
 	Extended atomic.Int64 // Unix nanoseconds of the last deadline extension
-	// cut: the daemon ended the exchange (a limit's reclaim), so a client
+	// Cut: the daemon ended the exchange (a limit's reclaim), so a client
 	// that seems to have left did not leave of its own (see admission.left).
 	Cut       atomic.Bool
 	Admission // the exchange's goroutine only
@@ -136,7 +136,7 @@ type Writer struct {
 	limit time.Time // the write_timeout deadline; zero without
 }
 
-// sendDeadline returns the write deadline a send timeout of send sets at
+// SendDeadline returns the write deadline a send timeout of send sets at
 // now, and how much later it may expire, for an exchange whose
 // write_timeout ends at limit (zero: none), which is exact.
 func SendDeadline(now time.Time, send time.Duration, limit time.Time) (time.Time, time.Duration) {
@@ -259,20 +259,20 @@ func (w *Writer) Flush() {
 	_ = http.NewResponseController(w.ResponseWriter).Flush()
 }
 
-// headerFieldsWriter is a writer that takes a final response's head as a
+// HeaderFieldsWriter is a writer that takes a final response's head as a
 // list of fields, without a header map: internal/http1's.
 type HeaderFieldsWriter interface {
 	WriteHeaderFields(code int, fields []httpfield.Field)
 }
 
-// fieldsTarget returns the writer under w when it takes a response's head
+// FieldsTarget returns the writer under w when it takes a response's head
 // as fields, or nil.
 func (w *Writer) FieldsTarget() HeaderFieldsWriter {
 	fw, _ := w.ResponseWriter.(HeaderFieldsWriter)
 	return fw
 }
 
-// writeHeaderFields is WriteHeader for a head given as fields, passed on
+// WriteHeaderFields is WriteHeader for a head given as fields, passed on
 // to to, the writer fieldsTarget returned, by a caller that read the clock
 // at now, just before.
 func (w *Writer) WriteHeaderFields(code int, fields []httpfield.Field, to HeaderFieldsWriter, now time.Time) {
@@ -348,4 +348,14 @@ func logAccess(o *Opts, r *http.Request, st *State, status int, start, now time.
 		}
 	}
 	o.Log.Write(now, &f)
+}
+
+// WriteShort writes a short plain-text answer that proxies and browsers show
+// as is.
+func WriteShort(w http.ResponseWriter, status int, body string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(body))
 }

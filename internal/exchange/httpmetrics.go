@@ -39,7 +39,7 @@ type Metrics struct {
 	issued map[SeriesKey]bool // the listener and route labels route handed out
 }
 
-// seriesKey is the listener and route labels of one route's series.
+// SeriesKey is the listener and route labels of one route's series.
 type SeriesKey struct{ Listener, Route string }
 
 func NewMetrics() *Metrics {
@@ -84,14 +84,14 @@ func NewMetrics() *Metrics {
 	}
 }
 
-// registerOn adds the request metrics, portcullis_build_info and the Go
+// RegisterOn adds the request metrics, portcullis_build_info and the Go
 // and process collectors to reg.
 func (m *Metrics) RegisterOn(reg *prometheus.Registry) {
 	reg.MustRegister(m.Requests, m.duration, m.Upstream, m.UpErrors, m.lean, m.build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 
-// upstreamErrKind is a kind of upstream failure, as the kind label of
+// UpstreamErrKind is a kind of upstream failure, as the kind label of
 // portcullis_upstream_errors_total names it.
 type UpstreamErrKind uint8
 
@@ -107,7 +107,7 @@ const (
 
 var upErrNames = [numUpErrKinds]string{"refused", "connect", "timeout", "reset", "bad_response", "other"}
 
-// classifyUpstreamErr returns the kind of an error of sending a request
+// ClassifyUpstreamErr returns the kind of an error of sending a request
 // upstream.
 func ClassifyUpstreamErr(err error) UpstreamErrKind {
 	var ne net.Error
@@ -133,7 +133,7 @@ func ClassifyUpstreamErr(err error) UpstreamErrKind {
 	return upErrOther
 }
 
-// routeMetrics are the series of one route (or of a listener's requests
+// RouteMetrics are the series of one route (or of a listener's requests
 // that no route took), resolved when its table is built.
 type RouteMetrics struct {
 	classes  [6]prometheus.Counter // by status / 100; [0] unused
@@ -143,7 +143,7 @@ type RouteMetrics struct {
 	Errors   [numUpErrKinds]prometheus.Counter
 }
 
-// route returns the series of route on listener.
+// Route returns the series of route on listener.
 func (m *Metrics) Route(listener, route string) *RouteMetrics {
 	m.mu.Lock()
 	m.issued[SeriesKey{listener, route}] = true
@@ -162,7 +162,7 @@ func (m *Metrics) Route(listener, route string) *RouteMetrics {
 	return rm
 }
 
-// leanOutcome is what became of an exchange offered to the lean path, as
+// LeanOutcome is what became of an exchange offered to the lean path, as
 // the outcome label of portcullis_http_lean_exchanges_total names it.
 type LeanOutcome uint8
 
@@ -175,7 +175,7 @@ const (
 
 var leanOutcomeNames = [numLeanOutcomes]string{"relayed", "handed_over", "declined"}
 
-// leanCounts are the series of one listener's lean exchanges; a nil
+// LeanCounts are the series of one listener's lean exchanges; a nil
 // *leanCounts counts nothing.
 type LeanCounts [numLeanOutcomes]prometheus.Counter
 
@@ -185,7 +185,7 @@ func (lc *LeanCounts) Add(o LeanOutcome) {
 	}
 }
 
-// leanCounts returns the lean path's series of listener.
+// LeanCounts returns the lean path's series of listener.
 func (m *Metrics) LeanCounts(listener string) *LeanCounts {
 	var lc LeanCounts
 	for o, name := range leanOutcomeNames {
@@ -194,7 +194,7 @@ func (m *Metrics) LeanCounts(listener string) *LeanCounts {
 	return &lc
 }
 
-// countTargetError returns the forward proxy's OnTargetError for a
+// CountTargetError returns the forward proxy's OnTargetError for a
 // listener whose series are rm: it counts the failure by kind.
 func CountTargetError(rm *RouteMetrics) func(*http.Request, error) {
 	if rm == nil {
@@ -203,7 +203,7 @@ func CountTargetError(rm *RouteMetrics) func(*http.Request, error) {
 	return func(_ *http.Request, err error) { rm.Errors[ClassifyUpstreamErr(err)].Inc() }
 }
 
-// prune deletes the series of every listener and route it handed out that
+// Prune deletes the series of every listener and route it handed out that
 // keep does not hold.
 func (m *Metrics) Prune(keep map[SeriesKey]bool) {
 	m.mu.Lock()
@@ -234,5 +234,5 @@ func (rm *RouteMetrics) ended(status int, d time.Duration) {
 	rm.duration.Observe(d.Seconds())
 }
 
-// isRefused reports whether err is an upstream refusing the connection.
+// IsRefused reports whether err is an upstream refusing the connection.
 func IsRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }

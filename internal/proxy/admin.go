@@ -17,7 +17,9 @@ import (
 
 	"github.com/seed-a07d1050/portcullis/connlimit"
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	"github.com/seed-a07d1050/portcullis/internal/livepage"
+	"github.com/seed-a07d1050/portcullis/internal/relay"
 	"github.com/seed-a07d1050/portcullis/limit"
 )
 
@@ -40,7 +42,7 @@ func startAdmin(addr string, s *Server) (*adminServer, error) {
 	}
 	live := livepage.NewSampler(liveSource{s}, 0)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metricsOf{s}, upstreamCollector{s.transport, s.loopCounts})
+	reg.MustRegister(metricsOf{s}, relay.NewCollector(s.transport, s.loopCounts))
 	s.metrics.RegisterOn(reg)
 	// Everything but the health checks is behind the admin token, when
 	// there is one; an unknown path gets its 404 only once authorized.
@@ -62,21 +64,21 @@ func startAdmin(addr string, s *Server) (*adminServer, error) {
 	mux.HandleFunc("POST "+livepage.LoginPath, s.adminLogin)
 	mux.Handle("GET "+livepage.AssetsPath, livepage.Assets())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeShort(w, http.StatusOK, "ok\n")
+		exchange.WriteShort(w, http.StatusOK, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if ok, why := s.Ready(); !ok {
-			writeShort(w, http.StatusServiceUnavailable, why+"\n")
+			exchange.WriteShort(w, http.StatusServiceUnavailable, why+"\n")
 			return
 		}
 		// A degraded cluster stays ready: Redis away degrades every
 		// node at once, and 503 from all of them would take the whole
 		// fleet out of its load balancer (docs/cluster.md).
 		if d := s.cluster.degraded(); len(d) > 0 {
-			writeShort(w, http.StatusOK, "ready; cluster degraded ("+strings.Join(d, ",")+"): limits decide by on_error\n")
+			exchange.WriteShort(w, http.StatusOK, "ready; cluster degraded ("+strings.Join(d, ",")+"): limits decide by on_error\n")
 			return
 		}
-		writeShort(w, http.StatusOK, "ready\n")
+		exchange.WriteShort(w, http.StatusOK, "ready\n")
 	})
 	a := &adminServer{
 		ln: ln,
@@ -155,7 +157,7 @@ func (s *Server) requireAdminToken(next http.Handler) http.Handler {
 				livepage.WriteLogin(w, http.StatusUnauthorized, false, s.log)
 				return
 			}
-			writeShort(w, http.StatusUnauthorized, "unauthorized: this endpoint needs the admin token (Authorization: Bearer)\n")
+			exchange.WriteShort(w, http.StatusUnauthorized, "unauthorized: this endpoint needs the admin token (Authorization: Bearer)\n")
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/seed-a07d1050/portcullis/internal/relay"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
@@ -22,17 +23,17 @@ func TestAddrTextsAnswerOnlyTheirAddress(t *testing.T) {
 		v4 := netip.AddrFrom4([4]byte{b[0], b[1], b[2], b[3]})
 		addrs = append(addrs, v6, v4, netip.AddrFrom16(v4.As16())) // and v4's mapped form
 	}
-	tab := newAddrTexts()
+	tab := relay.NewAddrTexts()
 	for round := range 3 {
 		for _, i := range rng.Perm(len(addrs)) {
 			a := addrs[i]
-			if got, want := tab.text(a), a.String(); got != want {
+			if got, want := tab.Text(a), a.String(); got != want {
 				t.Fatalf("round %d: text(%v) = %q, want %q", round, a, got, want)
 			}
 		}
 	}
-	var none *addrTexts
-	if got := none.text(addrs[0]); got != addrs[0].String() {
+	var none *relay.AddrTexts
+	if got := none.Text(addrs[0]); got != addrs[0].String() {
 		t.Fatalf("nil table: %q", got)
 	}
 }
@@ -40,18 +41,18 @@ func TestAddrTextsAnswerOnlyTheirAddress(t *testing.T) {
 // TestPerExchangeHelpersAllocateNothing checks that a known client's
 // address text and a copy buffer taken and given back cost no allocation.
 func TestPerExchangeHelpersAllocateNothing(t *testing.T) {
-	tab := newAddrTexts()
+	tab := relay.NewAddrTexts()
 	a := netip.MustParseAddr("192.0.2.7")
-	tab.text(a)
-	if n := testing.AllocsPerRun(100, func() { _ = tab.text(a) }); n != 0 {
+	tab.Text(a)
+	if n := testing.AllocsPerRun(100, func() { _ = tab.Text(a) }); n != 0 {
 		t.Errorf("text of a known address: %v allocations", n)
 	}
-	bufs := newBufferPool()
+	bufs := relay.NewBufferPool()
 	if n := testing.AllocsPerRun(100, func() { bufs.Put(bufs.Get()) }); n != 0 && !raceEnabled {
 		t.Errorf("copy buffer Get and Put: %v allocations", n)
 	}
-	if b := bufs.Get(); len(b) != copyBufferSize {
-		t.Errorf("copy buffer of %d bytes, want %d", len(b), copyBufferSize)
+	if b := bufs.Get(); len(b) != relay.CopyBufferSize {
+		t.Errorf("copy buffer of %d bytes, want %d", len(b), relay.CopyBufferSize)
 	}
 	bufs.Put(make([]byte, 10)) // not one of ours: ignored
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/seed-a07d1050/portcullis/internal/httppath"
+	"github.com/seed-a07d1050/portcullis/internal/relay"
 )
 
 // BenchmarkLeanRequest measures leanRequest, which every request the lean
@@ -18,7 +19,7 @@ func BenchmarkLeanRequest(b *testing.B) {
 	r.RequestURI = r.URL.RequestURI()
 	b.ReportAllocs()
 	for b.Loop() {
-		if !leanRequest(r, httppath.RejectSlashes) {
+		if !relay.IsLeanRequest(r, httppath.RejectSlashes) {
 			b.Fatal("not lean")
 		}
 	}

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/netip"
@@ -21,6 +20,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/http1"
 	"github.com/seed-a07d1050/portcullis/internal/httpfield"
 	"github.com/seed-a07d1050/portcullis/internal/httppath"
+	"github.com/seed-a07d1050/portcullis/internal/relay"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 	"github.com/seed-a07d1050/portcullis/limit"
 )
@@ -68,7 +68,7 @@ type leanTable struct {
 // leanRoute is a route the lean path may serve: its relay and its limits
 // in the chain's order (client, shadow, route).
 type leanRoute struct {
-	relay  *relay
+	relay  *relay.Relay
 	limits []leanLimit
 	// onLoop: the event loops may serve it too (see loopExchanges): every
 	// upstream is an IP address, to which a loop connects without asking
@@ -93,22 +93,15 @@ const leanMaxBody = 32 << 10
 // the limits given (nil ones skipped), or nil when the route's chain has
 // more than those: a rate, a limit shared through a cluster Store, an
 // https upstream.
-func leanRouteOf(rl *relay, hasRate bool, limits ...*limiter) *leanRoute {
+func leanRouteOf(rl *relay.Relay, hasRate bool, limits ...*limiter) *leanRoute {
 	if rl == nil || hasRate || testHookReverseProxy {
 		return nil
 	}
-	for _, u := range rl.pool.ups {
-		if u.scheme != "http" {
-			return nil
-		}
-	}
-	if !rl.t.CanSendHead() {
+	ok, onLoop := rl.SendsHeads()
+	if !ok {
 		return nil
 	}
-	lr := &leanRoute{relay: rl, onLoop: true}
-	for _, u := range rl.pool.ups {
-		lr.onLoop = lr.onLoop && u.ap.IsValid()
-	}
+	lr := &leanRoute{relay: rl, onLoop: onLoop}
 	for _, l := range limits {
 		if l == nil {
 			continue
@@ -238,7 +231,7 @@ func (le leanExchanges) ServeExchange(x *http1.Exchange) bool {
 // relays (see leanRequest) on a route it serves, on a listener that adds
 // nothing to every answer.
 func (lt *leanTable) take(f *front, r *http.Request) (*route, bool) {
-	if f.altSvc.Load() != nil || !leanRequest(r, lt.slashes) {
+	if f.altSvc.Load() != nil || !relay.IsLeanRequest(r, lt.slashes) {
 		return nil, false
 	}
 	path := r.URL.Path
@@ -247,37 +240,6 @@ func (lt *leanTable) take(f *front, r *http.Request) (*route, bool) {
 	}
 	rt := pick(lt.routes, requestHost(r), path)
 	return rt, rt != nil && rt.lean != nil
-}
-
-// leanRequest reports whether r is a request the lean path takes: a GET
-// or HEAD of HTTP/1.1 in origin form with a clean path (one the chain
-// leaves as it is under slashes), whose header
-// names no field the relay would treat specially. The server offers only
-// requests without a body or Expect. A Connection field is taken (browsers
-// send "Connection: keep-alive"): the fields it names are left out of the
-// upstream head (see upstreamHead), and after "close" (r.Close) the answer
-// says "Connection: close" (Exchange.Closing) and the server ends the
-// connection, as it does after the fast path's answer.
-func leanRequest(r *http.Request, slashes httppath.Slashes) bool {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead || r.ProtoMajor != 1 || r.ProtoMinor != 1 {
-		return false
-	}
-	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 || len(r.RequestURI) == 0 || r.RequestURI[0] != '/' {
-		return false
-	}
-	h := r.Header
-	for _, name := range [...]string{"Upgrade", "Te", "Trailer", "Transfer-Encoding", "Expect", "Content-Length"} {
-		if _, ok := h[name]; ok {
-			return false
-		}
-	}
-	// The chain's reverseRequests cleans the path (httppath.CleanURL), and
-	// answers 400 when it cannot: only a path it leaves as it is comes here.
-	// Under unescape_and_redirect a path it would redirect is one it would
-	// change under UnescapeSlashes too.
-	escaped := r.URL.EscapedPath()
-	cleaned, err := httppath.Clean(escaped, slashes)
-	return err == nil && cleaned == escaped && r.URL.Opaque == ""
 }
 
 // admit takes, quietly, a permit of each of the route's limits, and
@@ -365,7 +327,7 @@ func (lx *leanExchange) relay(x *http1.Exchange, r *http.Request, rt *route, o *
 		st.Metrics = o.Metrics
 	}
 	rl := rt.lean.relay
-	u := rl.pool.pickExcept(nil)
+	u := rl.Upstreams().PickExcept(nil)
 	head, ok := lx.upstreamHead(r, rl, u)
 	if !ok {
 		lx.handOver(x, o, start, rl.ServeHTTP)
@@ -373,25 +335,23 @@ func (lx *leanExchange) relay(x *http1.Exchange, r *http.Request, rt *route, o *
 	}
 	sent := time.Now()
 	lx.x = x
-	opts := uptransport.SendOptions{HeadTimeout: rl.timeout, Fields: &lx.fields, Now: sent, Got1xx: lx.got1xx}
-	resp, err := rl.sendHead(x.Context(), head, u, opts)
+	opts := uptransport.SendOptions{HeadTimeout: rl.HeadTimeout(), Fields: &lx.fields, Now: sent, Got1xx: lx.got1xx}
+	resp, err := rl.SendHead(x.Context(), head, u, opts)
 	if err != nil {
 		if x.Context().Err() == nil {
-			rl.countError(exchange.ClassifyUpstreamErr(err))
+			rl.CountError(exchange.ClassifyUpstreamErr(err))
 		}
-		lx.handOver(x, o, start, func(w http.ResponseWriter, r *http.Request) { rl.fail(w, r, err) })
+		lx.handOver(x, o, start, func(w http.ResponseWriter, r *http.Request) { rl.Fail(w, r, err) })
 		return exchange.LeanHandedOver
 	}
 	now := time.Now()
 	d := now.Sub(sent)
 	st.Upstream = max(d, 1)
-	if rl.metrics != nil {
-		rl.metrics.Upstream.Observe(d.Seconds())
-	}
+	rl.ObserveUpstream(d)
 	if lx.answer(x, r, resp, rl, o, start, now) {
 		return exchange.LeanRelayed
 	}
-	lx.handOver(x, o, start, func(w http.ResponseWriter, r *http.Request) { rl.answer(w, r, resp, lx.fields, now) })
+	lx.handOver(x, o, start, func(w http.ResponseWriter, r *http.Request) { rl.Answer(w, r, resp, lx.fields, now) })
 	return exchange.LeanHandedOver
 }
 
@@ -419,89 +379,20 @@ func (lx *leanExchange) handOver(x *http1.Exchange, o *exchange.Opts, start time
 // look-alikes, then the forwarding fields. It reports false when the
 // request is one to hand over instead (no peer address to vouch for, or a
 // Connection field naming more fields than it keeps track of).
-func (lx *leanExchange) upstreamHead(r *http.Request, rl *relay, u *upstream) (uptransport.Head, bool) {
-	var named [maxNamedHops]string
-	dropped, ok := connectionNamed(r.Header["Connection"], named[:0])
+func (lx *leanExchange) upstreamHead(r *http.Request, rl *relay.Relay, u *relay.Upstream) (uptransport.Head, bool) {
+	b, ok := rl.AppendHead(lx.buf[:0], r, lx.peer, lx.fwd[:])
 	if !ok {
 		return uptransport.Head{}, false
 	}
-	peer := lx.peer
-	if !peer.IsValid() {
-		peer = peerAddr(r)
-	}
-	trusted := rl.fw.trusts(peer)
-	vals, forwarded, ok := rl.fw.values(r, peer, trusted, lx.fwd[:])
-	if !ok {
-		return uptransport.Head{}, false
-	}
-	b := append(lx.buf[:0], r.Method...)
-	b = append(b, ' ')
-	if p := r.URL.EscapedPath(); p != "" {
-		b = append(b, p...)
-	} else {
-		b = append(b, '/')
-	}
-	if q := cleanQuery(r.URL.RawQuery); q != "" || r.URL.ForceQuery {
-		b = append(b, '?')
-		b = append(b, q...)
-	}
-	b = append(b, " HTTP/1.1\r\nHost: "...)
-	b = append(b, r.Host...)
-	b = append(b, "\r\n"...)
-	for name, values := range r.Header {
-		if isHopHeader(name) || isForwardingHeader(name) || name == hdrXRealIP || name == "Host" ||
-			stripped(name, trusted) || slices.Contains(dropped, name) {
-			continue
-		}
-		for _, v := range values {
-			b = appendField(b, name, v)
-		}
-	}
-	b = appendField(b, hdrXFF, vals[0])
-	b = appendField(b, hdrXRealIP, vals[1])
-	b = appendField(b, hdrXFProto, vals[2])
-	b = appendField(b, hdrXFHost, vals[3])
-	if forwarded {
-		b = appendField(b, hdrFwd, vals[4])
-	}
-	b = append(b, "\r\n"...)
 	lx.buf = b
-	return uptransport.Head{Addr: u.host, Method: r.Method, Bytes: b}, true
-}
-
-// maxNamedHops is how many fields a request's Connection field may name
-// for the lean path to relay it: clients name one or two ("keep-alive",
-// "Upgrade"); a request naming more is handed to the relay's own code.
-const maxNamedHops = 4
-
-// connectionNamed appends to dst the header names of the fields the
-// Connection field values conn name (connectionNames), as the relay's
-// outbound deletes them, and reports false when they are more than dst
-// has room for.
-func connectionNamed(conn []string, dst []string) ([]string, bool) {
-	for _, v := range conn {
-		for name := range connectionNames(v) {
-			if len(dst) == cap(dst) {
-				return dst, false
-			}
-			dst = append(dst, name)
-		}
-	}
-	return dst, true
-}
-
-func appendField(b []byte, name, value string) []byte {
-	b = append(b, name...)
-	b = append(b, ": "...)
-	b = append(b, value...)
-	return append(b, "\r\n"...)
+	return uptransport.Head{Addr: u.HostPort(), Method: r.Method, Bytes: b}, true
 }
 
 // answer writes resp to the client when it is an answer the lean path
 // writes itself, the way the server would have written it for the relay,
 // and reports whether it did. It reports false having read and written
 // nothing otherwise.
-func (lx *leanExchange) answer(x *http1.Exchange, r *http.Request, resp *http.Response, rl *relay, o *exchange.Opts, start, now time.Time) bool {
+func (lx *leanExchange) answer(x *http1.Exchange, r *http.Request, resp *http.Response, rl *relay.Relay, o *exchange.Opts, start, now time.Time) bool {
 	head := r.Method == http.MethodHead
 	if !leanAnswer(resp, lx.fields, head) {
 		return false
@@ -528,7 +419,7 @@ func (lx *leanExchange) answer(x *http1.Exchange, r *http.Request, resp *http.Re
 		// The upstream failed before the body was whole: what came is
 		// sent, as the relay sends it, and the connection's end then
 		// tells the client the answer is incomplete.
-		rl.log.Debug("upstream body copy failed", "path", r.URL.Path, "error", rerr)
+		rl.Logger().Debug("upstream body copy failed", "path", r.URL.Path, "error", rerr)
 		b = b[:headLen+got]
 		x.CloseAfter()
 	}
@@ -545,7 +436,7 @@ func (lx *leanExchange) answer(x *http1.Exchange, r *http.Request, resp *http.Re
 // order, its Date (now) unless the upstream sent one, and "Connection:
 // close" when closing.
 func (lx *leanExchange) appendAnswerHead(b []byte, code int, closing bool, now time.Time) []byte {
-	kept := cutHopFields(lx.fields)
+	kept := relay.CutHopFields(lx.fields)
 	b = http1.AppendStatusLine(b, code)
 	b = appendSortedFields(b, kept)
 	// As the server decides: a Date field the upstream sent, even empty,
@@ -606,47 +497,7 @@ func appendSortedFields(b []byte, fields []httpfield.Field) []byte {
 		}
 	}
 	for _, f := range fields {
-		b = appendField(b, f.Name, f.Value)
+		b = relay.AppendField(b, f.Name, f.Value)
 	}
 	return b
-}
-
-// sendHead sends head to u and, when u refuses the connection, to the
-// route's other upstreams in turn, as send does.
-func (rl *relay) sendHead(ctx context.Context, head uptransport.Head, u *upstream, opts uptransport.SendOptions) (*http.Response, error) {
-	resp, err := rl.t.SendHead(ctx, head, opts)
-	for tries := 1; err != nil && exchange.IsRefused(err) && tries < len(rl.pool.ups); tries++ {
-		rl.pool.markDown(u)
-		next := rl.pool.pickExcept(u)
-		if next == nil {
-			return nil, err
-		}
-		u = next
-		head.Addr = u.host
-		opts.Now = time.Time{} // the clock has moved on since
-		resp, err = rl.t.SendHead(ctx, head, opts)
-	}
-	if err != nil && exchange.IsRefused(err) {
-		rl.pool.markDown(u)
-	}
-	return resp, err
-}
-
-// answer is the relay's handling of a final answer resp, which came at
-// now, for a request the lean path sent: fields are the answer's head
-// when resp.Header is nil (see uptransport.SendOptions.Fields).
-func (rl *relay) answer(w http.ResponseWriter, r *http.Request, resp *http.Response, fields []httpfield.Field, now time.Time) {
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		rl.switchProtocols(w, r, resp, "") // unasked for: refused
-		return
-	}
-	o := outbounds.Get().(*outbound)
-	o.pooled = true
-	if resp.Header == nil {
-		o.fields = append(o.fields[:0], fields...)
-		o.ew = exchange.WriterOf(w)
-		o.fw = o.ew.FieldsTarget()
-	}
-	rl.respond(w, r, resp, o, now)
-	o.release()
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/evloop"
 	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	"github.com/seed-a07d1050/portcullis/internal/http1"
+	"github.com/seed-a07d1050/portcullis/internal/relay"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
@@ -78,7 +79,7 @@ type loopConn struct {
 	peer   netip.Addr
 	keys   peerKeys
 
-	lastRelay *relay // nil: no upstream head kept
+	lastRelay *relay.Relay // nil: no upstream head kept
 	lastHead  []byte
 	lastUp    []byte
 
@@ -108,10 +109,10 @@ func (lc *loopConn) accessClient(clients *accesslog.Clients) netip.Addr {
 // it depends on nothing else (the request, parsed from head; the peer;
 // the relay's forwarding settings), and a keep-alive client often sends
 // the same head again and again.
-func (lc *loopConn) upstreamHead(lx *loopExchange, head []byte, r *http.Request, rl *relay, u *upstream) (uptransport.Head, bool) {
+func (lc *loopConn) upstreamHead(lx *loopExchange, head []byte, r *http.Request, rl *relay.Relay, u *relay.Upstream) (uptransport.Head, bool) {
 	if lc.lastRelay == rl && bytes.Equal(head, lc.lastHead) {
 		lx.buf = append(lx.buf[:0], lc.lastUp...)
-		return uptransport.Head{Addr: u.host, Method: r.Method, Bytes: lx.buf}, true
+		return uptransport.Head{Addr: u.HostPort(), Method: r.Method, Bytes: lx.buf}, true
 	}
 	h, ok := lx.upstreamHead(r, rl, u)
 	lc.lastRelay = nil
@@ -165,7 +166,7 @@ func (le *loopExchanges) Begin(c *evloop.Conn, head []byte) evloop.Exchange {
 	lx.le, lx.c, lx.r, lx.rt, lx.opts, lx.counts, lx.start = le, c, r, rt, &lt.opts, lt.counts, start
 	lx.peer = lc.peer
 	rl := rt.lean.relay
-	lx.u = rl.pool.pickExcept(nil)
+	lx.u = rl.Upstreams().PickExcept(nil)
 	h, ok := lc.upstreamHead(lx, head, r, rl, lx.u)
 	if !ok || !lx.admit(lx.abort, r, rt, &lc.keys) {
 		lx.put()
@@ -211,7 +212,7 @@ type loopExchange struct {
 	rt      *route
 	opts    *exchange.Opts
 	counts  *exchange.LeanCounts
-	u       *upstream
+	u       *relay.Upstream
 	head    uptransport.Head
 	tries   int
 	start   time.Time // when the head was whole
@@ -269,25 +270,25 @@ func (lx *loopExchange) put() {
 	loopExchangePool.Put(lx)
 }
 
-func (lx *loopExchange) Upstream() (netip.AddrPort, []byte) { return lx.u.ap, lx.head.Bytes }
+func (lx *loopExchange) Upstream() (netip.AddrPort, []byte) { return lx.u.AddrPort(), lx.head.Bytes }
 
-func (lx *loopExchange) HeadTimeout() time.Duration { return lx.rt.lean.relay.timeout }
+func (lx *loopExchange) HeadTimeout() time.Duration { return lx.rt.lean.relay.HeadTimeout() }
 
 // Refused turns to the route's next upstream, as the relay's sendHead
 // does.
 func (lx *loopExchange) Refused(netip.AddrPort) (netip.AddrPort, bool) {
-	p := lx.rt.lean.relay.pool
-	p.markDown(lx.u)
-	if lx.tries++; lx.tries >= len(p.ups) {
+	p := lx.rt.lean.relay.Upstreams()
+	p.MarkDown(lx.u)
+	if lx.tries++; lx.tries >= p.Len() {
 		return netip.AddrPort{}, false
 	}
-	next := p.pickExcept(lx.u)
+	next := p.PickExcept(lx.u)
 	if next == nil {
 		return netip.AddrPort{}, false
 	}
 	lx.u = next
-	lx.head.Addr = next.host
-	return next.ap, true
+	lx.head.Addr = next.HostPort()
+	return next.AddrPort(), true
 }
 
 // Answer reads the answer's head as the transport would, once it is in,
@@ -342,9 +343,7 @@ func (lx *loopExchange) Reply(answer []byte) evloop.Reply {
 	}
 	d := lx.got.Sub(lx.sent)
 	st.Upstream = max(d, 1)
-	if rl.metrics != nil {
-		rl.metrics.Upstream.Observe(d.Seconds())
-	}
+	rl.ObserveUpstream(d)
 	closing := lx.r.Close || lx.c.ShuttingDown()
 	b := lx.appendAnswerHead(lx.buf[:0], lx.resp.StatusCode, closing, now)
 	b = append(b, answer[lx.bodyAt:lx.whole]...)
@@ -431,39 +430,29 @@ func (lx *loopExchange) serveResumed(w http.ResponseWriter, r *http.Request, up 
 		ctx, cancel := context.WithCancel(r.Context())
 		cancel()
 		r = r.WithContext(ctx)
-		rl.fail(ew, r, context.Canceled)
+		rl.Fail(ew, r, context.Canceled)
 		return
 	}
 	if up == nil {
 		if r.Context().Err() == nil {
-			rl.countError(exchange.ClassifyUpstreamErr(cause))
+			rl.CountError(exchange.ClassifyUpstreamErr(cause))
 		}
-		rl.fail(ew, r, cause)
+		rl.Fail(ew, r, cause)
 		return
 	}
-	ob := outbounds.Get().(*outbound)
-	ob.w, ob.done = ew, false
-	opts := uptransport.SendOptions{HeadTimeout: rl.timeout, Fields: &lx.fields, Now: lx.sent, Got1xx: ob.hook}
-	resp, err := rl.t.Adopt(r.Context(), up, lx.head, opts)
-	ob.mu.Lock()
-	ob.done = true
-	ob.mu.Unlock()
-	ob.w = nil
-	outbounds.Put(ob)
+	resp, err := rl.Adopt(r.Context(), ew, up, lx.head, &lx.fields, lx.sent)
 	if err != nil {
 		if r.Context().Err() == nil {
-			rl.countError(exchange.ClassifyUpstreamErr(err))
+			rl.CountError(exchange.ClassifyUpstreamErr(err))
 		}
-		rl.fail(ew, r, err)
+		rl.Fail(ew, r, err)
 		return
 	}
 	now := time.Now()
 	d := now.Sub(lx.sent)
 	st.Upstream = max(d, 1)
-	if rl.metrics != nil {
-		rl.metrics.Upstream.Observe(d.Seconds())
-	}
-	rl.answer(ew, r, resp, lx.fields, now)
+	rl.ObserveUpstream(d)
+	rl.Answer(ew, r, resp, lx.fields, now)
 }
 
 // finishResumed ends a resumed exchange's part of the loop's books; with

@@ -1,10 +1,11 @@
 package proxy
 
 import (
-	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	"net"
 	"net/http"
 	"strings"
+
+	"github.com/seed-a07d1050/portcullis/internal/exchange"
 )
 
 // hostRank says how specifically a route names a host; a more specific match
@@ -143,7 +144,7 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	route := pick(rt.routes, requestHost(r), path)
 	if route == nil {
-		writeShort(w, http.StatusNotFound, "no route\n")
+		exchange.WriteShort(w, http.StatusNotFound, "no route\n")
 		return
 	}
 	if st := exchange.StateOf(w); st != nil {
@@ -153,14 +154,4 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	route.handler.ServeHTTP(w, r)
-}
-
-// writeShort writes a short plain-text answer that proxies and browsers show
-// as is.
-func writeShort(w http.ResponseWriter, status int, body string) {
-	h := w.Header()
-	h.Set("Content-Type", "text/plain; charset=utf-8")
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = w.Write([]byte(body))
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/evloop"
 	"github.com/seed-a07d1050/portcullis/internal/exchange"
+	"github.com/seed-a07d1050/portcullis/internal/relay"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
@@ -59,7 +60,7 @@ type Server struct {
 	// loopCounts are what the event loops of every eventloop listener did
 	// with their upstream connections, exported beside the transport's.
 	loopCounts *evloop.Counts
-	bufs       *bufferPool
+	bufs       *relay.BufferPool
 	metrics    *exchange.Metrics // the HTTP listeners' request metrics
 
 	base       context.Context // the context of every request; cancelled to cut off
@@ -97,9 +98,9 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 	eff := cfg.Effective()
 	s := &Server{
 		log:        opts.Logger,
-		transport:  newUpstreamTransport(),
+		transport:  relay.NewTransport(),
 		loopCounts: new(evloop.Counts),
-		bufs:       newBufferPool(),
+		bufs:       relay.NewBufferPool(),
 		metrics:    exchange.NewMetrics(),
 		tables:     make(map[string]*atomic.Pointer[routeTable]),
 	}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	"github.com/seed-a07d1050/portcullis/internal/httppath"
 )
 
@@ -44,7 +45,7 @@ func reverseRequests(next http.Handler, pp pathPolicy) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodConnect {
 			w.Header().Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
-			writeShort(w, http.StatusMethodNotAllowed, "method not allowed: CONNECT is not proxied by a reverse-proxy listener\n")
+			exchange.WriteShort(w, http.StatusMethodNotAllowed, "method not allowed: CONNECT is not proxied by a reverse-proxy listener\n")
 			return
 		}
 		if pp.redirect && r.URL.Opaque == "" && httppath.HasEscapedSlash(r.URL.EscapedPath()) {
@@ -52,7 +53,7 @@ func reverseRequests(next http.Handler, pp pathPolicy) http.Handler {
 			return
 		}
 		if err := httppath.CleanURL(r.URL, pp.slashes); err != nil {
-			writeShort(w, http.StatusBadRequest, "bad request: "+err.Error()+"\n")
+			exchange.WriteShort(w, http.StatusBadRequest, "bad request: "+err.Error()+"\n")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -67,12 +68,12 @@ func reverseRequests(next http.Handler, pp pathPolicy) http.Handler {
 func redirectUnescaped(w http.ResponseWriter, r *http.Request) {
 	to, err := httppath.Clean(r.URL.EscapedPath(), httppath.UnescapeSlashes)
 	if err != nil {
-		writeShort(w, http.StatusBadRequest, "bad request: "+err.Error()+"\n")
+		exchange.WriteShort(w, http.StatusBadRequest, "bad request: "+err.Error()+"\n")
 		return
 	}
 	if r.URL.RawQuery != "" || r.URL.ForceQuery {
 		to += "?" + r.URL.RawQuery
 	}
 	w.Header().Set("Location", to)
-	writeShort(w, http.StatusTemporaryRedirect, "temporary redirect: the path's escaped slashes decoded\n")
+	exchange.WriteShort(w, http.StatusTemporaryRedirect, "temporary redirect: the path's escaped slashes decoded\n")
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/accesslog"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/exchange"
+	"github.com/seed-a07d1050/portcullis/internal/relay"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
@@ -174,17 +175,16 @@ func (b *tableBuilder) routeMetrics(route string) *exchange.RouteMetrics {
 // route builds the chain of one route, client being the listener's client
 // limit (nil: none). On error nothing it built is left open.
 func (b *tableBuilder) route(rc *config.Route, client *limiter) (*routeState, http.Handler, error) {
-	p, err := newPool(rc.Upstreams)
+	p, err := relay.NewPool(rc.Upstreams)
 	if err != nil {
 		return nil, nil, fmt.Errorf("proxy: listener %s route %s: %w", b.lc.Name, rc.Name, err)
 	}
 	rs := &routeState{name: rc.Name}
-	fw := forwarding{res: b.id.resolver, texts: newAddrTexts()}
-	rl := newRelay(p, fw, b.transport, rc.UpstreamTimeout, b.bufs, b.deps.log)
-	rl.metrics = b.routeMetrics(rc.Name)
+	fw := relay.NewForwarding(b.id.resolver)
+	rl := relay.New(p, fw, b.transport, rc.UpstreamTimeout, b.bufs, b.deps.log, b.routeMetrics(rc.Name))
 	var h http.Handler = rl
 	if testHookReverseProxy {
-		h = newReverseProxy(p, fw, b.transport, rc.UpstreamTimeout, b.bufs, b.deps.log)
+		h = relay.NewReverseProxy(p, fw, b.transport, rc.UpstreamTimeout, b.bufs, b.deps.log)
 	}
 	if rc.Limit != nil {
 		if rs.limit, err = b.limiter(rc.Limit, rc.Name, kindRoute); err != nil {

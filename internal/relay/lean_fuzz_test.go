@@ -1,8 +1,9 @@
-package proxy
+package relay
 
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/textproto"
 	"net/url"
 	"slices"
@@ -29,7 +30,7 @@ func FuzzLeanHead(f *testing.F) {
 	f.Add("Connection", "keep-alive, X-Hop", "X-Hop", "1", "", false)
 	f.Add("Connection", "x-forwarded-for, cookie", "Cookie", "a", "", true)
 	f.Add("Connection", "a,b,c,d,e", "E", "5", "", false)
-	transport := newUpstreamTransport()
+	transport := NewTransport()
 	f.Fuzz(func(t *testing.T, name1, value1, name2, value2, query string, trusted bool) {
 		r := &http.Request{Method: http.MethodGet, Host: "app.test", Header: http.Header{}, RemoteAddr: "10.0.0.7:5000",
 			URL: &url.URL{Path: "/p", RawQuery: query}, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}
@@ -41,7 +42,7 @@ func FuzzLeanHead(f *testing.F) {
 			}
 			r.Header[name] = append(r.Header[name], value)
 		}
-		if strings.ContainsAny(query, " #\x00\r\n\t") || !leanRequest(withURI(r), httppath.RejectSlashes) {
+		if strings.ContainsAny(query, " #\x00\r\n\t") || !IsLeanRequest(withURI(r), httppath.RejectSlashes) {
 			return // the server refuses such a target, or the lean path does not take it
 		}
 		for _, header := range []clientkey.Header{clientkey.HeaderXForwardedFor, clientkey.HeaderForwarded} {
@@ -50,9 +51,9 @@ func FuzzLeanHead(f *testing.F) {
 				set, _ := clientkey.ParseProxySet([]string{"10.0.0.0/8"})
 				res.Trusted = set
 			}
-			rl := &relay{fw: forwarding{res: res}, t: transport, pool: &pool{ups: []*upstream{{scheme: "http", host: "up:80"}}}}
-			var lx leanExchange
-			head, ok := lx.upstreamHead(r, rl, rl.pool.ups[0])
+			rl := &Relay{fw: Forwarding{res: res}, t: transport, pool: &Pool{ups: []*Upstream{{scheme: "http", host: "up:80"}}}}
+			var fwd [5]string
+			head, ok := rl.AppendHead(nil, r, netip.Addr{}, fwd[:])
 			if !ok {
 				if _, fits := connectionNamed(r.Header["Connection"], make([]string, 0, maxNamedHops)); !fits {
 					return // handed to the relay's own code
@@ -60,7 +61,7 @@ func FuzzLeanHead(f *testing.F) {
 				t.Fatal("no head for a request from a TCP peer")
 			}
 			want := relayHead(r, rl)
-			if got := sortedHead(string(head.Bytes)); got != want {
+			if got := sortedHead(string(head)); got != want {
 				t.Fatalf("header %v, query %q, trusted %v, %v:\nlean path:\n%s\nrelay:\n%s", r.Header, query, trusted, header, got, want)
 			}
 		}
@@ -75,7 +76,7 @@ func withURI(r *http.Request) *http.Request {
 
 // relayHead is the head internal/upstream writes (writeRequest) for the
 // request the relay builds for r (outbound), in sortedHead's form.
-func relayHead(r *http.Request, rl *relay) string {
+func relayHead(r *http.Request, rl *Relay) string {
 	o := rl.outbound(httptest.NewRecorder(), r, rl.pool.ups[0], "")
 	defer o.release()
 	var b strings.Builder

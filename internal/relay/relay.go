@@ -1,4 +1,4 @@
-package proxy
+package relay
 
 import (
 	"context"
@@ -7,8 +7,10 @@ import (
 	"io"
 	"iter"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/textproto"
 	"net/url"
 	"slices"
@@ -21,10 +23,11 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	"github.com/seed-a07d1050/portcullis/internal/httpfield"
+	"github.com/seed-a07d1050/portcullis/internal/httppath"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
-// relay is the handler that sends a reverse route's requests to its
+// Relay is the handler that sends a reverse route's requests to its
 // upstreams, in place of httputil.ReverseProxy and with the same
 // behaviour (see docs/daemon.md for the one deliberate difference), but
 // without its per-request copies: the request going upstream is built
@@ -50,9 +53,9 @@ import (
 // connections to each other until either side ends. A failed exchange is
 // answered 502, or 504 when the upstream did not answer in time; a body
 // that fails halfway aborts the response (http.ErrAbortHandler).
-type relay struct {
-	pool    *pool
-	fw      forwarding
+type Relay struct {
+	pool    *Pool
+	fw      Forwarding
 	t       *uptransport.Transport
 	timeout time.Duration // bound on each upstream's response head
 	bufs    httputil.BufferPool
@@ -64,11 +67,11 @@ type relay struct {
 // newRelay returns the handler of a route whose upstreams p picks. The
 // route's timeout bounds the wait for each upstream's response head, a
 // retry on another upstream after a refused connection getting its own.
-func newRelay(p *pool, fw forwarding, t *uptransport.Transport, timeout time.Duration, bufs httputil.BufferPool, log *slog.Logger) *relay {
+func New(p *Pool, fw Forwarding, t *uptransport.Transport, timeout time.Duration, bufs httputil.BufferPool, log *slog.Logger, metrics *exchange.RouteMetrics) *Relay {
 	if timeout <= 0 {
 		timeout = config.DefaultUpstreamTimeout
 	}
-	return &relay{pool: p, fw: fw, t: t, timeout: timeout, bufs: bufs, fail: answerNoneWhenAbandoned(proxyErrorHandler(log)), log: log}
+	return &Relay{pool: p, fw: fw, t: t, timeout: timeout, bufs: bufs, fail: answerNoneWhenAbandoned(proxyErrorHandler(log)), log: log, metrics: metrics}
 }
 
 // answerNoneWhenAbandoned wraps a failure handler so that an exchange
@@ -133,13 +136,13 @@ func (o *outbound) release() {
 	outbounds.Put(o)
 }
 
-func (rl *relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (rl *Relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	upType := upgradeType(r.Header)
 	if upType != "" && !isPrintable(upType) {
 		rl.fail(w, r, fmt.Errorf("client tried to switch to invalid protocol %q", upType))
 		return
 	}
-	u := rl.pool.pickExcept(nil)
+	u := rl.pool.PickExcept(nil)
 	o := rl.outbound(w, r, u, upType)
 	sent := time.Now()
 	resp, err := rl.send(r.Context(), o, u, sent)
@@ -154,7 +157,7 @@ func (rl *relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if r.Context().Err() == nil { // not when the client left
-			rl.countError(exchange.ClassifyUpstreamErr(err))
+			rl.CountError(exchange.ClassifyUpstreamErr(err))
 		}
 		rl.fail(w, r, err)
 		return
@@ -171,7 +174,7 @@ func (rl *relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // answered records that the upstream's response head came d after the
 // request was sent, for the access line and the route's histogram.
-func (rl *relay) answered(w http.ResponseWriter, d time.Duration) {
+func (rl *Relay) answered(w http.ResponseWriter, d time.Duration) {
 	if st := exchange.StateOf(w); st != nil {
 		st.Upstream = max(d, 1) // zero means no upstream answered
 	}
@@ -180,15 +183,15 @@ func (rl *relay) answered(w http.ResponseWriter, d time.Duration) {
 	}
 }
 
-// countError counts an upstream failure of kind k.
-func (rl *relay) countError(k exchange.UpstreamErrKind) {
+// CountError counts an upstream failure of kind k.
+func (rl *Relay) CountError(k exchange.UpstreamErrKind) {
 	if rl.metrics != nil {
 		rl.metrics.Errors[k].Inc()
 	}
 }
 
 // outbound builds the request to send to u for r.
-func (rl *relay) outbound(w http.ResponseWriter, r *http.Request, u *upstream, upType string) *outbound {
+func (rl *Relay) outbound(w http.ResponseWriter, r *http.Request, u *Upstream, upType string) *outbound {
 	o := outbounds.Get().(*outbound)
 	o.w, o.done = w, false
 	o.url = *r.URL
@@ -259,7 +262,7 @@ func (rl *relay) outbound(w http.ResponseWriter, r *http.Request, u *upstream, u
 // next upstream, once more per upstream of the route. A refused
 // connection means the upstream received nothing, so the retry cannot
 // repeat an effect.
-func (rl *relay) send(ctx context.Context, o *outbound, u *upstream, now time.Time) (*http.Response, error) {
+func (rl *Relay) send(ctx context.Context, o *outbound, u *Upstream, now time.Time) (*http.Response, error) {
 	// The header is the client's, which the server's parser checked, with
 	// the forwarding fields, made of checked values, added.
 	opts := uptransport.SendOptions{HeadTimeout: rl.timeout, Got1xx: o.hook, HeaderValid: true, Now: now}
@@ -269,11 +272,11 @@ func (rl *relay) send(ctx context.Context, o *outbound, u *upstream, now time.Ti
 	req := &o.req
 	resp, err := rl.t.Send(ctx, req, opts)
 	for tries := 1; err != nil && exchange.IsRefused(err) && tries < len(rl.pool.ups); tries++ {
-		rl.pool.markDown(u)
+		rl.pool.MarkDown(u)
 		if req.Body != nil {
 			return nil, err
 		}
-		next := rl.pool.pickExcept(u)
+		next := rl.pool.PickExcept(u)
 		if next == nil {
 			return nil, err
 		}
@@ -288,7 +291,7 @@ func (rl *relay) send(ctx context.Context, o *outbound, u *upstream, now time.Ti
 		resp, err = rl.t.Send(ctx, req, opts)
 	}
 	if err != nil && exchange.IsRefused(err) {
-		rl.pool.markDown(u)
+		rl.pool.MarkDown(u)
 	}
 	return resp, err
 }
@@ -323,12 +326,12 @@ func (o *outbound) got1xx(code int, header http.Header) error {
 // respond writes resp, a final response other than 101, that came at now,
 // to w. A head that came as fields (resp.Header nil, see
 // SendOptions.Fields) goes to the writer o found for them.
-func (rl *relay) respond(w http.ResponseWriter, r *http.Request, resp *http.Response, o *outbound, now time.Time) {
+func (rl *Relay) respond(w http.ResponseWriter, r *http.Request, resp *http.Response, o *outbound, now time.Time) {
 	dst := w.Header()
 	announced := 0
 	var flush bool
 	if resp.Header == nil {
-		kept := cutHopFields(o.fields)
+		kept := CutHopFields(o.fields)
 		ct, hasCT := lookupField(kept, "Content-Type")
 		if !hasCT {
 			noSniff(dst)
@@ -394,7 +397,7 @@ func (rl *relay) respond(w http.ResponseWriter, r *http.Request, resp *http.Resp
 // other than EOF; before returning a read error it sends what the upstream
 // sent, as the event loops do and nginx does, so that the bytes a client
 // receives of a body cut short do not depend on the server's buffer.
-func (rl *relay) copyBody(w http.ResponseWriter, resp *http.Response, flushEach bool) error {
+func (rl *Relay) copyBody(w http.ResponseWriter, resp *http.Response, flushEach bool) error {
 	var flush func() error
 	if flushEach {
 		flush = http.NewResponseController(w).Flush
@@ -464,10 +467,10 @@ func lookupField(fields []httpfield.Field, name string) (string, bool) {
 	return "", false
 }
 
-// cutHopFields removes from fields, in place, the hop-by-hop fields, as
+// CutHopFields removes from fields, in place, the hop-by-hop fields, as
 // removeHopHeaders removes them from a header: those a Connection field
 // names, then the fixed list. It returns what is left.
-func cutHopFields(fields []httpfield.Field) []httpfield.Field {
+func CutHopFields(fields []httpfield.Field) []httpfield.Field {
 	var buf [8]string
 	named := buf[:0]
 	for _, f := range fields {
@@ -490,18 +493,18 @@ func cutHopFields(fields []httpfield.Field) []httpfield.Field {
 // side fails or both have ended, blocking the handler meanwhile, so that
 // the listener counts the tunnel as active. A shutdown (the request's
 // context ending) closes both.
-func (rl *relay) switchProtocols(w http.ResponseWriter, r *http.Request, resp *http.Response, reqUpType string) {
+func (rl *Relay) switchProtocols(w http.ResponseWriter, r *http.Request, resp *http.Response, reqUpType string) {
 	resUpType := upgradeType(resp.Header)
 	backConn, ok := resp.Body.(io.ReadWriteCloser)
 	switch {
 	case !isPrintable(resUpType):
 		resp.Body.Close()
-		rl.countError(exchange.UpErrBadResponse)
+		rl.CountError(exchange.UpErrBadResponse)
 		rl.fail(w, r, fmt.Errorf("backend tried to switch to invalid protocol %q", resUpType))
 		return
 	case !strings.EqualFold(reqUpType, resUpType):
 		resp.Body.Close()
-		rl.countError(exchange.UpErrBadResponse)
+		rl.CountError(exchange.UpErrBadResponse)
 		rl.fail(w, r, fmt.Errorf("backend tried to switch protocol %q when %q was requested", resUpType, reqUpType))
 		return
 	case !ok:
@@ -615,10 +618,10 @@ func badRequestBody(w http.ResponseWriter, r *http.Request, err error, log *slog
 	w.Header().Set("Connection", "close")
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		writeShort(w, http.StatusRequestEntityTooLarge, "request entity too large\n")
+		exchange.WriteShort(w, http.StatusRequestEntityTooLarge, "request entity too large\n")
 		return
 	}
-	writeShort(w, http.StatusBadRequest, "bad request: malformed request body\n")
+	exchange.WriteShort(w, http.StatusBadRequest, "bad request: malformed request body\n")
 }
 
 func (c *closeless) Close() error {
@@ -751,4 +754,222 @@ func reencodeQuery(q string) string {
 
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// maxNamedHops is how many fields a request's Connection field may name
+// for the lean path to relay it: clients name one or two ("keep-alive",
+// "Upgrade"); a request naming more is handed to the relay's own code.
+const maxNamedHops = 4
+
+// connectionNamed appends to dst the header names of the fields the
+// Connection field values conn name (connectionNames), as the relay's
+// outbound deletes them, and reports false when they are more than dst
+// has room for.
+func connectionNamed(conn []string, dst []string) ([]string, bool) {
+	for _, v := range conn {
+		for name := range connectionNames(v) {
+			if len(dst) == cap(dst) {
+				return dst, false
+			}
+			dst = append(dst, name)
+		}
+	}
+	return dst, true
+}
+
+func AppendField(b []byte, name, value string) []byte {
+	b = append(b, name...)
+	b = append(b, ": "...)
+	b = append(b, value...)
+	return append(b, "\r\n"...)
+}
+
+// leanRequest reports whether r is a request the lean path takes: a GET
+// or HEAD of HTTP/1.1 in origin form with a clean path (one the chain
+// leaves as it is under slashes), whose header
+// names no field the relay would treat specially. The server offers only
+// requests without a body or Expect. A Connection field is taken (browsers
+// send "Connection: keep-alive"): the fields it names are left out of the
+// upstream head (see upstreamHead), and after "close" (r.Close) the answer
+// says "Connection: close" (Exchange.Closing) and the server ends the
+// connection, as it does after the fast path's answer.
+func IsLeanRequest(r *http.Request, slashes httppath.Slashes) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead || r.ProtoMajor != 1 || r.ProtoMinor != 1 {
+		return false
+	}
+	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 || len(r.RequestURI) == 0 || r.RequestURI[0] != '/' {
+		return false
+	}
+	h := r.Header
+	for _, name := range [...]string{"Upgrade", "Te", "Trailer", "Transfer-Encoding", "Expect", "Content-Length"} {
+		if _, ok := h[name]; ok {
+			return false
+		}
+	}
+	// The chain's reverseRequests cleans the path (httppath.CleanURL), and
+	// answers 400 when it cannot: only a path it leaves as it is comes here.
+	// Under unescape_and_redirect a path it would redirect is one it would
+	// change under UnescapeSlashes too.
+	escaped := r.URL.EscapedPath()
+	cleaned, err := httppath.Clean(escaped, slashes)
+	return err == nil && cleaned == escaped && r.URL.Opaque == ""
+}
+
+// SendHead sends head to u and, when u refuses the connection, to the
+// route's other upstreams in turn, as send does.
+func (rl *Relay) SendHead(ctx context.Context, head uptransport.Head, u *Upstream, opts uptransport.SendOptions) (*http.Response, error) {
+	resp, err := rl.t.SendHead(ctx, head, opts)
+	for tries := 1; err != nil && exchange.IsRefused(err) && tries < len(rl.pool.ups); tries++ {
+		rl.pool.MarkDown(u)
+		next := rl.pool.PickExcept(u)
+		if next == nil {
+			return nil, err
+		}
+		u = next
+		head.Addr = u.host
+		opts.Now = time.Time{} // the clock has moved on since
+		resp, err = rl.t.SendHead(ctx, head, opts)
+	}
+	if err != nil && exchange.IsRefused(err) {
+		rl.pool.MarkDown(u)
+	}
+	return resp, err
+}
+
+// Answer is the relay's handling of a final answer resp, which came at
+// now, for a request the lean path sent: fields are the answer's head
+// when resp.Header is nil (see uptransport.SendOptions.Fields).
+func (rl *Relay) Answer(w http.ResponseWriter, r *http.Request, resp *http.Response, fields []httpfield.Field, now time.Time) {
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		rl.switchProtocols(w, r, resp, "") // unasked for: refused
+		return
+	}
+	o := outbounds.Get().(*outbound)
+	o.pooled = true
+	if resp.Header == nil {
+		o.fields = append(o.fields[:0], fields...)
+		o.ew = exchange.WriterOf(w)
+		o.fw = o.ew.FieldsTarget()
+	}
+	rl.respond(w, r, resp, o, now)
+	o.release()
+}
+
+// AppendHead appends to b the head of the request the relay would send
+// upstream for r, as its outbound and internal/upstream's writeRequest
+// would write it: the request line with the query the relay forwards, the
+// Host the client asked for, the client's fields but the hop-by-hop ones,
+// those the Connection field names, the forwarding fields and their
+// look-alikes, then the forwarding fields. peer is the client's address
+// when the caller knows it (invalid: read from r.RemoteAddr); fwd is room
+// for the forwarding fields' values (five). It reports false, with b
+// holding a part of a head, when the request is one to send through the
+// relay's own code instead (no peer address to vouch for, or a Connection
+// field naming more fields than maxNamedHops).
+func (rl *Relay) AppendHead(b []byte, r *http.Request, peer netip.Addr, fwd []string) ([]byte, bool) {
+	var named [maxNamedHops]string
+	dropped, ok := connectionNamed(r.Header["Connection"], named[:0])
+	if !ok {
+		return b, false
+	}
+	if !peer.IsValid() {
+		peer = peerAddr(r)
+	}
+	trusted := rl.fw.trusts(peer)
+	vals, forwarded, ok := rl.fw.values(r, peer, trusted, fwd)
+	if !ok {
+		return b, false
+	}
+	b = append(b, r.Method...)
+	b = append(b, ' ')
+	if p := r.URL.EscapedPath(); p != "" {
+		b = append(b, p...)
+	} else {
+		b = append(b, '/')
+	}
+	if q := cleanQuery(r.URL.RawQuery); q != "" || r.URL.ForceQuery {
+		b = append(b, '?')
+		b = append(b, q...)
+	}
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = append(b, r.Host...)
+	b = append(b, "\r\n"...)
+	for name, values := range r.Header {
+		if isHopHeader(name) || isForwardingHeader(name) || name == hdrXRealIP || name == "Host" ||
+			stripped(name, trusted) || slices.Contains(dropped, name) {
+			continue
+		}
+		for _, v := range values {
+			b = AppendField(b, name, v)
+		}
+	}
+	b = AppendField(b, hdrXFF, vals[0])
+	b = AppendField(b, hdrXRealIP, vals[1])
+	b = AppendField(b, hdrXFProto, vals[2])
+	b = AppendField(b, hdrXFHost, vals[3])
+	if forwarded {
+		b = AppendField(b, hdrFwd, vals[4])
+	}
+	b = append(b, "\r\n"...)
+	return b, true
+}
+
+// HeadTimeout is the bound on each upstream's response head.
+func (rl *Relay) HeadTimeout() time.Duration { return rl.timeout }
+
+// Upstreams returns the pool the relay picks its upstreams from.
+func (rl *Relay) Upstreams() *Pool { return rl.pool }
+
+// Logger returns the log the relay writes its failures to.
+func (rl *Relay) Logger() *slog.Logger { return rl.log }
+
+// failWith answers w for r, which failed with err before an answer came,
+// as the relay answers its own failures (a 502 or 504, or nothing when the
+// request's context ended: see answerNoneWhenAbandoned).
+func (rl *Relay) Fail(w http.ResponseWriter, r *http.Request, err error) { rl.fail(w, r, err) }
+
+// ObserveUpstream counts, in the route's metrics, an upstream's response
+// head that came d after its request was sent.
+func (rl *Relay) ObserveUpstream(d time.Duration) {
+	if rl.metrics != nil {
+		rl.metrics.Upstream.Observe(d.Seconds())
+	}
+}
+
+// SendsHeads reports whether the relay can send a request given as a head
+// (uptransport.Transport.SendHead), which a byte path needs: every
+// upstream speaks plain http and the transport can; onLoop, whether every
+// upstream is an IP address and port, which an event loop dials itself.
+func (rl *Relay) SendsHeads() (ok, onLoop bool) {
+	for _, u := range rl.pool.ups {
+		if u.scheme != "http" {
+			return false, false
+		}
+	}
+	if !rl.t.CanSendHead() {
+		return false, false
+	}
+	onLoop = true
+	for _, u := range rl.pool.ups {
+		onLoop = onLoop && u.ap.IsValid()
+	}
+	return true, onLoop
+}
+
+// Adopt sends head on up, a connection to an upstream an event loop
+// dialled, and reads the answer's head into fields (see
+// uptransport.Transport.Adopt); a 1xx answer is written to w as it comes,
+// until the final one. sent is when the head was sent. The connection is
+// the transport's from then on, whatever the outcome.
+func (rl *Relay) Adopt(ctx context.Context, w http.ResponseWriter, up net.Conn, head uptransport.Head, fields *[]httpfield.Field, sent time.Time) (*http.Response, error) {
+	ob := outbounds.Get().(*outbound)
+	ob.w, ob.done = w, false
+	opts := uptransport.SendOptions{HeadTimeout: rl.timeout, Fields: fields, Now: sent, Got1xx: ob.hook}
+	resp, err := rl.t.Adopt(ctx, up, head, opts)
+	ob.mu.Lock()
+	ob.done = true
+	ob.mu.Unlock()
+	ob.w = nil
+	outbounds.Put(ob)
+	return resp, err
 }

@@ -1,4 +1,4 @@
-package proxy
+package relay
 
 import (
 	"hash/maphash"
@@ -6,28 +6,28 @@ import (
 	"sync/atomic"
 )
 
-// addrTexts is a small direct-mapped table from client addresses to their
+// AddrTexts is a small direct-mapped table from client addresses to their
 // text, so that the forwarding fields written for a steady client cost no
 // allocation. A miss formats the address and stores it; a collision
 // replaces the slot, so memory is fixed. Entries are compared by the whole
 // address, so a slot can only ever answer with the text of the address
 // asked for: a client that forces collisions only costs itself misses.
-type addrTexts struct {
+type AddrTexts struct {
 	slots [addrTextSlots]atomic.Pointer[addrText]
 	seed  maphash.Seed
 }
 
-func newAddrTexts() *addrTexts { return &addrTexts{seed: maphash.MakeSeed()} }
+func NewAddrTexts() *AddrTexts { return &AddrTexts{seed: maphash.MakeSeed()} }
 
 const addrTextSlots = 512 // a power of two
 
 type addrText struct {
 	addr netip.Addr
-	text string
+	Text string
 }
 
-// text returns a.String(). A nil table formats every time.
-func (t *addrTexts) text(a netip.Addr) string {
+// Text returns a.String(). A nil table formats every time.
+func (t *AddrTexts) Text(a netip.Addr) string {
 	if t == nil {
 		return a.String()
 	}
@@ -37,9 +37,9 @@ func (t *addrTexts) text(a netip.Addr) string {
 	b := a.As16()
 	slot := &t.slots[maphash.Bytes(t.seed, b[:])&(addrTextSlots-1)]
 	if e := slot.Load(); e != nil && e.addr == a {
-		return e.text
+		return e.Text
 	}
-	e := &addrText{addr: a, text: a.String()}
+	e := &addrText{addr: a, Text: a.String()}
 	slot.Store(e)
-	return e.text
+	return e.Text
 }

@@ -1,4 +1,4 @@
-package proxy
+package relay
 
 import (
 	"net/netip"
@@ -10,7 +10,7 @@ import (
 // alike (an IPv4 address and its IPv4-mapped form, a zone and none) and
 // more addresses than slots, asked twice over.
 func TestAddrTextsAnswerTheAddressAsked(t *testing.T) {
-	tab := newAddrTexts()
+	tab := NewAddrTexts()
 	addrs := []netip.Addr{
 		{},
 		netip.MustParseAddr("192.0.2.1"),
@@ -24,13 +24,13 @@ func TestAddrTextsAnswerTheAddressAsked(t *testing.T) {
 	}
 	for range 2 {
 		for _, a := range addrs {
-			if got, want := tab.text(a), a.String(); got != want {
+			if got, want := tab.Text(a), a.String(); got != want {
 				t.Fatalf("text(%#v) = %q, want %q", a, got, want)
 			}
 		}
 	}
-	var none *addrTexts
-	if got := none.text(addrs[1]); got != "192.0.2.1" {
+	var none *AddrTexts
+	if got := none.Text(addrs[1]); got != "192.0.2.1" {
 		t.Fatalf("nil table: %q", got)
 	}
 }

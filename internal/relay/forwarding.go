@@ -1,4 +1,4 @@
-package proxy
+package relay
 
 import (
 	"net/http"
@@ -8,7 +8,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/clientkey"
 )
 
-// forwarding writes the forwarding headers of the requests a listener sends
+// Forwarding writes the forwarding headers of the requests a listener sends
 // upstream. An upstream believes these headers about who the client is and
 // how it connected, so the daemon writes them from what it believes itself,
 // never from what a client sent:
@@ -28,9 +28,15 @@ import (
 // X-Forwarded-For) and the path overrides X-Original-Url and X-Rewrite-Url,
 // with which a client could make some backends act on a path the routes
 // never saw.
-type forwarding struct {
+type Forwarding struct {
 	res   *clientkey.Resolver // the listener's; never nil
-	texts *addrTexts          // the text of recent clients' addresses; nil: none kept
+	texts *AddrTexts          // the text of recent clients' addresses; nil: none kept
+}
+
+// NewForwarding returns the forwarding rules of a listener whose clients
+// res finds (never nil), keeping the text of recent clients' addresses.
+func NewForwarding(res *clientkey.Resolver) Forwarding {
+	return Forwarding{res: res, texts: NewAddrTexts()}
 }
 
 // Header names the daemon writes itself, in canonical form.
@@ -105,13 +111,13 @@ func lowerASCII(c byte) byte {
 }
 
 // trusts reports whether the forwarding headers of peer are believed.
-func (fw forwarding) trusts(peer netip.Addr) bool {
+func (fw Forwarding) trusts(peer netip.Addr) bool {
 	return fw.res.Header != clientkey.HeaderNone && fw.res.Trusted.Contains(peer)
 }
 
 // write sets the forwarding headers of out, the header of the request
 // going upstream, for the request in.
-func (fw forwarding) write(out http.Header, in *http.Request) {
+func (fw Forwarding) write(out http.Header, in *http.Request) {
 	peer := peerAddr(in)
 	trusted := fw.trusts(peer)
 	strip(out, trusted)
@@ -125,7 +131,7 @@ func (fw forwarding) write(out http.Header, in *http.Request) {
 // The values are kept in vals when it has room for them (5), so that a
 // caller that owns out and vals for the request's lifetime, as the relay's
 // pooled outbound requests do, allocates nothing for them.
-func (fw forwarding) set(out http.Header, in *http.Request, peer netip.Addr, trusted bool, vals []string) {
+func (fw Forwarding) set(out http.Header, in *http.Request, peer netip.Addr, trusted bool, vals []string) {
 	vals, forwarded, ok := fw.values(in, peer, trusted, vals)
 	if !ok {
 		return
@@ -144,7 +150,7 @@ func (fw forwarding) set(out http.Header, in *http.Request, peer netip.Addr, tru
 // X-Real-Ip, X-Forwarded-Proto, X-Forwarded-Host, and Forwarded when
 // forwarded is true. ok is false when there is nothing to vouch for: in
 // has no peer address (a Unix socket).
-func (fw forwarding) values(in *http.Request, peer netip.Addr, trusted bool, vals []string) (_ []string, forwarded, ok bool) {
+func (fw Forwarding) values(in *http.Request, peer netip.Addr, trusted bool, vals []string) (_ []string, forwarded, ok bool) {
 	var buf [4]netip.Addr
 	path := fw.res.PathFrom(buf[:0], peer, in.Header)
 	if len(path) == 0 {
@@ -167,7 +173,7 @@ func (fw forwarding) values(in *http.Request, peer netip.Addr, trusted bool, val
 	if len(vals) < 5 {
 		vals = make([]string, 5)
 	}
-	client := fw.texts.text(plain(path[0]))
+	client := fw.texts.Text(plain(path[0]))
 	vals[0], vals[1], vals[2], vals[3] = client, client, proto, host
 	if len(path) > 1 {
 		vals[0] = joinAddrs(path)

@@ -1,4 +1,4 @@
-package proxy
+package relay
 
 import (
 	"context"
@@ -25,31 +25,38 @@ import (
 // skipped by the round robin, unless every upstream of the route is down.
 const upstreamDownFor = 5 * time.Second
 
-// upstream is one origin of a route.
-type upstream struct {
+// Upstream is one origin of a route.
+type Upstream struct {
 	scheme, host string
 	ap           netip.AddrPort // host when it is an IP address and port (or port 80 implied); zero otherwise
 	downUntil    atomic.Int64   // unix nanoseconds; zero when up
 }
 
-func (u *upstream) isDown(now time.Time) bool { return u.downUntil.Load() > now.UnixNano() }
+func (u *Upstream) isDown(now time.Time) bool { return u.downUntil.Load() > now.UnixNano() }
 
-// pool picks the upstreams of one route in turn, skipping those that refused
+// HostPort is the upstream's host and port as its URL gave them.
+func (u *Upstream) HostPort() string { return u.host }
+
+// AddrPort is the upstream's IP address and port when its host is one
+// (with port 80 implied); zero otherwise.
+func (u *Upstream) AddrPort() netip.AddrPort { return u.ap }
+
+// Pool picks the upstreams of one route in turn, skipping those that refused
 // a connection recently.
-type pool struct {
-	ups  []*upstream
+type Pool struct {
+	ups  []*Upstream
 	next atomic.Uint64
 	now  func() time.Time
 }
 
-func newPool(urls []string) (*pool, error) {
-	p := &pool{now: time.Now}
+func NewPool(urls []string) (*Pool, error) {
+	p := &Pool{now: time.Now}
 	for _, raw := range urls {
 		u, err := url.Parse(raw)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("proxy: upstream %q is not an http or https URL with a host", raw)
 		}
-		p.ups = append(p.ups, &upstream{scheme: u.Scheme, host: u.Host, ap: addrPortOf(u.Host)})
+		p.ups = append(p.ups, &Upstream{scheme: u.Scheme, host: u.Host, ap: addrPortOf(u.Host)})
 	}
 	if len(p.ups) == 0 {
 		return nil, errors.New("proxy: route has no upstream")
@@ -57,14 +64,17 @@ func newPool(urls []string) (*pool, error) {
 	return p, nil
 }
 
-// pickExcept returns the next upstream in turn that is up and is not skip;
+// size is how many upstreams p picks from.
+func (p *Pool) Len() int { return len(p.ups) }
+
+// PickExcept returns the next upstream in turn that is up and is not skip;
 // if every other upstream is down it returns the next one other than skip
 // anyway (a down mark is a guess, and a request must go somewhere), and nil
 // only when skip is the only upstream.
-func (p *pool) pickExcept(skip *upstream) *upstream {
+func (p *Pool) PickExcept(skip *Upstream) *Upstream {
 	n := uint64(len(p.ups))
 	now := p.now()
-	var fallback *upstream
+	var fallback *Upstream
 	// Each look advances the shared counter, so that the upstreams that are
 	// up share the requests evenly instead of the one after a down upstream
 	// getting its turns too.
@@ -83,7 +93,7 @@ func (p *pool) pickExcept(skip *upstream) *upstream {
 	return fallback
 }
 
-func (p *pool) find(scheme, host string) *upstream {
+func (p *Pool) find(scheme, host string) *Upstream {
 	for _, u := range p.ups {
 		if u.host == host && u.scheme == scheme {
 			return u
@@ -92,7 +102,7 @@ func (p *pool) find(scheme, host string) *upstream {
 	return nil
 }
 
-func (p *pool) markDown(u *upstream) {
+func (p *Pool) MarkDown(u *Upstream) {
 	u.downUntil.Store(p.now().Add(upstreamDownFor).UnixNano())
 }
 
@@ -102,7 +112,7 @@ func (p *pool) markDown(u *upstream) {
 // upstream of the route. A refused connection means the upstream received
 // nothing, so the retry cannot repeat an effect.
 type poolTransport struct {
-	pool *pool
+	pool *Pool
 	base http.RoundTripper
 }
 
@@ -111,12 +121,12 @@ func (t *poolTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	for tries := 1; err != nil && exchange.IsRefused(err) && tries < len(t.pool.ups); tries++ {
 		failed := t.pool.find(req.URL.Scheme, req.URL.Host)
 		if failed != nil {
-			t.pool.markDown(failed)
+			t.pool.MarkDown(failed)
 		}
 		if req.Body != nil && req.Body != http.NoBody {
 			return nil, err
 		}
-		next := t.pool.pickExcept(failed)
+		next := t.pool.PickExcept(failed)
 		if next == nil {
 			return nil, err
 		}
@@ -129,7 +139,7 @@ func (t *poolTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if err != nil && exchange.IsRefused(err) {
 		if failed := t.pool.find(req.URL.Scheme, req.URL.Host); failed != nil {
-			t.pool.markDown(failed)
+			t.pool.MarkDown(failed)
 		}
 	}
 	return resp, err
@@ -163,7 +173,7 @@ func addrPortOf(host string) netip.AddrPort {
 // busy proxy open and close upstream connections all the time), bound dial
 // and TLS handshake times so that a dead upstream answers 502/504 instead
 // of hanging, and speak HTTP/1.1 to upstreams so that upgrades work.
-func newUpstreamTransport() *uptransport.Transport {
+func NewTransport() *uptransport.Transport {
 	// The zero Config is what the daemon wants: a 10 s dial bound, 1024 idle
 	// connections per upstream kept 90 s, and as fallback an http.Transport
 	// with the same dialer and caps, no $HTTP_PROXY, no compression (encodings
@@ -175,40 +185,40 @@ func newUpstreamTransport() *uptransport.Transport {
 	return t
 }
 
-// bufferPool lends the 32 KiB copy buffers of httputil.ReverseProxy.
-type bufferPool struct{ p sync.Pool }
+// BufferPool lends the 32 KiB copy buffers of httputil.ReverseProxy.
+type BufferPool struct{ p sync.Pool }
 
-const copyBufferSize = 32 << 10
+const CopyBufferSize = 32 << 10
 
-func newBufferPool() *bufferPool {
-	return &bufferPool{p: sync.Pool{New: func() any { return new([copyBufferSize]byte) }}}
+func NewBufferPool() *BufferPool {
+	return &BufferPool{p: sync.Pool{New: func() any { return new([CopyBufferSize]byte) }}}
 }
 
-func (b *bufferPool) Get() []byte { return b.p.Get().(*[copyBufferSize]byte)[:] }
+func (b *BufferPool) Get() []byte { return b.p.Get().(*[CopyBufferSize]byte)[:] }
 
 // Put takes back a buffer Get gave. It is pooled as a pointer to its
 // array, which costs no allocation, where a pointer to a slice header would
 // cost one for every exchange.
-func (b *bufferPool) Put(p []byte) {
-	if cap(p) < copyBufferSize {
+func (b *BufferPool) Put(p []byte) {
+	if cap(p) < CopyBufferSize {
 		return // not one of ours
 	}
-	b.p.Put((*[copyBufferSize]byte)(p[:copyBufferSize]))
+	b.p.Put((*[CopyBufferSize]byte)(p[:CopyBufferSize]))
 }
 
-var _ httputil.BufferPool = (*bufferPool)(nil)
+var _ httputil.BufferPool = (*BufferPool)(nil)
 
-// newReverseProxy returns the handler that sends a route's requests to its
+// NewReverseProxy returns the handler that sends a route's requests to its
 // upstreams.
 //
 // The route's timeout bounds the wait for each upstream's response head, a
 // retry on another upstream after a refused connection getting its own.
-func newReverseProxy(p *pool, fw forwarding, base *uptransport.Transport, timeout time.Duration, bufs httputil.BufferPool, log *slog.Logger) *httputil.ReverseProxy {
+func NewReverseProxy(p *Pool, fw Forwarding, base *uptransport.Transport, timeout time.Duration, bufs httputil.BufferPool, log *slog.Logger) *httputil.ReverseProxy {
 	if timeout <= 0 {
 		timeout = config.DefaultUpstreamTimeout
 	}
 	return &httputil.ReverseProxy{
-		Rewrite:   func(pr *httputil.ProxyRequest) { rewrite(pr, p.pickExcept(nil), fw) },
+		Rewrite:   func(pr *httputil.ProxyRequest) { rewrite(pr, p.PickExcept(nil), fw) },
 		Transport: &poolTransport{pool: p, base: base.WithHeadTimeout(timeout)},
 		// Zero: a body of known length is written as the server's buffer
 		// fills, so that a small response leaves in one write with its
@@ -225,7 +235,7 @@ func newReverseProxy(p *pool, fw forwarding, base *uptransport.Transport, timeou
 
 // rewrite points the outbound request at u and writes the forwarding
 // headers from what the listener believes (see forwarding.write).
-func rewrite(pr *httputil.ProxyRequest, u *upstream, fw forwarding) {
+func rewrite(pr *httputil.ProxyRequest, u *Upstream, fw Forwarding) {
 	pr.Out.URL.Scheme = u.scheme
 	pr.Out.URL.Host = u.host
 	pr.Out.Host = pr.In.Host // the upstream sees the name the client asked for
@@ -265,6 +275,25 @@ func proxyErrorHandler(log *slog.Logger) func(http.ResponseWriter, *http.Request
 		if ok, held := gate.allow(time.Now()); ok {
 			log.Warn("upstream failed", "path", r.URL.Path, "status", status, "error", err, "suppressed", held)
 		}
-		writeShort(w, status, body)
+		exchange.WriteShort(w, status, body)
 	}
+}
+
+// logGate lets one log line through per interval and counts the others, so
+// that a flood of failures cannot flood the log.
+type logGate struct {
+	interval   time.Duration
+	next       atomic.Int64 // unix nanoseconds before which lines are held back
+	suppressed atomic.Uint64
+}
+
+// allow reports whether a line may be logged now and, if so, how many were
+// held back since the last one.
+func (g *logGate) allow(now time.Time) (bool, uint64) {
+	next := g.next.Load()
+	if now.UnixNano() < next || !g.next.CompareAndSwap(next, now.Add(g.interval).UnixNano()) {
+		g.suppressed.Add(1)
+		return false, 0
+	}
+	return true, g.suppressed.Swap(0)
 }

@@ -1,4 +1,4 @@
-package proxy
+package relay
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +14,13 @@ import (
 type upstreamCollector struct {
 	t     *uptransport.Transport
 	loops *evloop.Counts // the event loops' upstream connections, counted in the same series
+}
+
+// newUpstreamCollector returns the collector of t's connection counts,
+// with those of the event loops' upstream connections (loops; nil: none)
+// added to the same series.
+func NewCollector(t *uptransport.Transport, loops *evloop.Counts) prometheus.Collector {
+	return upstreamCollector{t: t, loops: loops}
 }
 
 var (

@@ -1,4 +1,4 @@
-package proxy
+package relay
 
 import (
 	"math/rand/v2"
@@ -43,7 +43,7 @@ func TestCutHopFieldsMatchesRemoveHopHeaders(t *testing.T) {
 	for i, fs := range cases {
 		want := toMap(fs)
 		removeHopHeaders(want)
-		got := toMap(cutHopFields(append([]httpfield.Field(nil), fs...)))
+		got := toMap(CutHopFields(append([]httpfield.Field(nil), fs...)))
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("case %d, %v:\ncutHopFields     %v\nremoveHopHeaders %v", i, fs, got, want)
 		}
