@@ -45,7 +45,7 @@ type LineBuffer struct {
 	err   error       // the last write error, reported by the next Write
 }
 
-// NewLineBuffer returns a lineBuffer writing to out, directly when out is
+// NewLineBuffer returns a LineBuffer writing to out, directly when out is
 // a file that can be (see directWriter).
 func NewLineBuffer(out io.Writer) *LineBuffer {
 	if d := newDirectWriter(out); d != nil {
@@ -177,7 +177,7 @@ func (b *LineBuffer) writeUnlock(batches [][]byte) {
 	b.mu.Unlock()
 }
 
-// accessLogger writes the access lines of the HTTP listeners: through
+// Logger writes the access lines of the HTTP listeners: through
 // log, or, when the daemon built the logger itself, formatted here, in
 // exactly the bytes log's handler would write (TestAccessLineMatchesSlog),
 // straight into out. slog's handlers spend most of the access log's cost:

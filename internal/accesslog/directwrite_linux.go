@@ -44,7 +44,7 @@ type directWriter struct {
 	f  *os.File
 	rc syscall.RawConn
 
-	// These are read and written by one writer at a time: lineBuffer
+	// These are read and written by one writer at a time: LineBuffer
 	// writes its batches under its wmu.
 	slowWrite   time.Duration // a write that waited longer counts
 	stalled     time.Duration // waiting run up beyond stallRate, as of stalledAt

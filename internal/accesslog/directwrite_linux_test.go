@@ -76,7 +76,7 @@ func TestDirectWriterOnlyForLocalFiles(t *testing.T) {
 }
 
 // TestDirectWriterKeepsLinesWhole writes lines from many goroutines through
-// a lineBuffer over a direct writer and reads the file back: every line
+// a LineBuffer over a direct writer and reads the file back: every line
 // whole, each goroutine's in its order.
 func TestDirectWriterKeepsLinesWhole(t *testing.T) {
 	file, path := createLog(t, t.TempDir())

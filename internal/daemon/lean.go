@@ -35,7 +35,7 @@ import (
 // the outbound header map, the response header's snapshot) and does the
 // rest with the chain's own pieces: the route's pick, httplimit's
 // admission, the relay's field rules and forwarding values, the upstream
-// transport's connection reuse and retries, and exchangeEnded's log line
+// transport's connection reuse and retries, and exchange.Ended's log line
 // and metrics.
 //
 // Every decision that would make it differ from the chain is a point where

@@ -23,7 +23,7 @@ import (
 // thread, with the lean path's own pieces: the server's parser and checks
 // (http1.HeadParser), the route's pick, httplimit's admission, the relay's
 // upstream head, the upstream transport's reading of the answer's head,
-// the lean path's answer and exchangeEnded's log line and metrics.
+// the lean path's answer and exchange.Ended's log line and metrics.
 //
 // What it does not serve itself goes where it would have gone:
 //   - a request it does not take, before anything was counted or sent,

@@ -119,7 +119,7 @@ func refusalReason(err error) string {
 	}
 }
 
-// The values of admission.rateDry, and the rate_dry_run field's words.
+// The values of Admission.RateDry, and the rate_dry_run field's words.
 const (
 	RateDryDelayed  uint8 = 1
 	RateDryRejected uint8 = 2
@@ -146,7 +146,7 @@ var ReasonAbandoned = limit.Abandoned.String()
 const StatusClientClosed = 499
 
 // ClientLeft reports whether r's context ended, which, but while the
-// daemon stops or a limit's reclaim cuts the exchange (see exchangeEndedAt),
+// daemon stops or a limit's reclaim cuts the exchange (see EndedAt),
 // is its client going away: the connection closed, the stream reset.
 func ClientLeft(r *http.Request) bool { return r.Context().Err() != nil }
 

@@ -9,7 +9,7 @@
 // When the exchange ends, [EndedAt] counts it in its route's [RouteMetrics]
 // (the [Metrics] collector: portcullis_http_requests_total, durations,
 // upstream errors, the byte path's outcomes) and writes its access line
-// through internal/accesslog ([LogAccess]). The byte path (internal/daemon's
+// through internal/accesslog. The byte path (internal/daemon's
 // lean and loop relays) fills a State without a Writer and calls EndedAt
 // itself, so that both paths log and count alike.
 //

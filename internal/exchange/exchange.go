@@ -12,7 +12,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/httpfield"
 )
 
-// exchangeOpts are the per-exchange settings of an HTTP listener.
+// Opts are the per-exchange settings of an HTTP listener.
 type Opts struct {
 	Listener string
 	Log      *accesslog.Logger // nil: no access log
@@ -39,7 +39,7 @@ type Opts struct {
 }
 
 // exchanges returns the outermost handler of an HTTP listener's chain: it
-// gives every exchange an exchangeWriter, and when the exchange ends counts
+// gives every exchange an Writer, and when the exchange ends counts
 // it in its route's metrics and logs it if the access log is on (also when
 // a handler panicked, as http.ErrAbortHandler does for a response cut
 // short).
@@ -60,12 +60,12 @@ func Handler(next http.Handler, o Opts) http.Handler {
 	})
 }
 
-// exchangeEnded counts and logs an exchange that began at start.
+// Ended counts and logs an exchange that began at start.
 func Ended(o *Opts, r *http.Request, st *State, start time.Time) {
 	EndedAt(o, r, st, start, time.Now())
 }
 
-// exchangeEndedAt counts and logs an exchange that began at start and
+// EndedAt counts and logs an exchange that began at start and
 // ended at now.
 func EndedAt(o *Opts, r *http.Request, st *State, start, now time.Time) {
 	status := int(st.Status.Load())
@@ -97,7 +97,7 @@ type slackDeadliner interface {
 	SetWriteDeadlineWithin(t time.Time, slack time.Duration) error
 }
 
-// exchangeState is what an exchangeWriter records. Flushes may come from
+// State is what an Writer records. Flushes may come from
 // another goroutine than writes (ReverseProxy flushes streams from a
 // timer), hence the atomics.
 type State struct {
@@ -105,12 +105,12 @@ type State struct {
 	Bytes    atomic.Int64 // body bytes written
 	Extended atomic.Int64 // Unix nanoseconds of the last deadline extension
 	// Cut: the daemon ended the exchange (a limit's reclaim), so a client
-	// that seems to have left did not leave of its own (see admission.left).
+	// that seems to have left did not leave of its own (see Admission.Left).
 	Cut       atomic.Bool
 	Admission // the exchange's goroutine only
 }
 
-// exchangeWriter is the ResponseWriter of one exchange. It records the
+// Writer is the ResponseWriter of one exchange. It records the
 // status and size of the response, and keeps the connection's write
 // deadline a send timeout ahead of the last progress, so that a client that
 // stops reading ends its exchange (and gives back its permits and its
@@ -147,7 +147,7 @@ func SendDeadline(now time.Time, send time.Duration, limit time.Time) (time.Time
 	return d, min(send/8, 500*time.Millisecond)
 }
 
-// hijackableWriter is an exchangeWriter over a writer that can be hijacked
+// hijackableWriter is an Writer over a writer that can be hijacked
 // (HTTP/1.1).
 type hijackableWriter struct {
 	Writer
@@ -283,7 +283,7 @@ func (w *Writer) WriteHeaderFields(code int, fields []httpfield.Field, to Header
 	to.WriteHeaderFields(code, fields)
 }
 
-// exchangeWriterOf returns the exchangeWriter w is, or nil.
+// WriterOf returns the Writer w is, or nil.
 func WriterOf(w http.ResponseWriter) *Writer {
 	switch x := w.(type) {
 	case *hijackableWriter:

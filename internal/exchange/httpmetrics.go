@@ -22,11 +22,11 @@ import (
 // histograms: 1 ms to 60 s.
 var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 
-// httpMetrics are the request metrics of every HTTP listener of a Server:
+// Metrics are the request metrics of every HTTP listener of a Server:
 // one set of vectors for the Server's life, labelled by listener and
 // route (never by client), and read by every admin listener's registry.
 // A route table takes its routes' series once, when it is built
-// (routeMetrics), so that an exchange counts without a label lookup.
+// (RouteMetrics), so that an exchange counts without a label lookup.
 type Metrics struct {
 	Requests *prometheus.CounterVec   // listener, route, code (status class)
 	duration *prometheus.HistogramVec // listener, route

@@ -64,7 +64,7 @@ type Relay struct {
 	metrics *exchange.RouteMetrics // the route's; nil: none
 }
 
-// newRelay returns the handler of a route whose upstreams p picks. The
+// New returns the handler of a route whose upstreams p picks. The
 // route's timeout bounds the wait for each upstream's response head, a
 // retry on another upstream after a refused connection getting its own.
 func New(p *Pool, fw Forwarding, t *uptransport.Transport, timeout time.Duration, bufs httputil.BufferPool, log *slog.Logger, metrics *exchange.RouteMetrics) *Relay {
