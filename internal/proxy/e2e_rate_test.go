@@ -247,7 +247,9 @@ listeners:
 // state per client whichever listener and protocol they come by; an http3
 // listener's handshake_rate refuses a proven client's QUIC connections
 // past its rate.
-func TestRateCountsHTTP2AndHTTP3Alike(t *testing.T) { defaultServer(t, testRateCountsHTTP2AndHTTP3Alike) }
+func TestRateCountsHTTP2AndHTTP3Alike(t *testing.T) {
+	defaultServer(t, testRateCountsHTTP2AndHTTP3Alike)
+}
 
 func testRateCountsHTTP2AndHTTP3Alike(t *testing.T) {
 	certFile, keyFile, pool := selfSigned(t)

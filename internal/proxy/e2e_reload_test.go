@@ -353,7 +353,9 @@ func retiringGoroutines() []string {
 // with slow requests while reloads keep replacing the listener on its
 // socket: the backend never sees more of the client's requests at once
 // than its connection cap, whichever listener generation admitted them.
-func TestReloadsUnderAConnectionFlood(t *testing.T) { defaultServer(t, testReloadsUnderAConnectionFlood) }
+func TestReloadsUnderAConnectionFlood(t *testing.T) {
+	defaultServer(t, testReloadsUnderAConnectionFlood)
+}
 
 func testReloadsUnderAConnectionFlood(t *testing.T) {
 	const text = `
