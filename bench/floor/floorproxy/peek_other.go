@@ -1,6 +1,6 @@
 //go:build !unix
 
-package benchfloor
+package floorproxy
 
 import (
 	"errors"

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package benchfloor
+package floorproxy
 
 import (
 	"errors"

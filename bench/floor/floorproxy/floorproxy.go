@@ -1,4 +1,4 @@
-// Package benchfloor is the least a Go reverse proxy can do per keep-alive
+// Package floorproxy is the least a Go reverse proxy can do per keep-alive
 // request: a measuring stick for the daemon's data path (bench/floor and
 // internal/proxy's BenchmarkDaemon run it), never a proxy to deploy.
 //
@@ -19,7 +19,7 @@
 // Only bodyless requests and responses with a Content-Length are relayed,
 // as the benchmarks send and their backend answers; anything else closes
 // the connection.
-package benchfloor
+package floorproxy
 
 import (
 	"bytes"

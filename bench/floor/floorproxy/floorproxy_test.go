@@ -1,4 +1,4 @@
-package benchfloor
+package floorproxy
 
 import (
 	"bufio"
