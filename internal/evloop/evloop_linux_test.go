@@ -169,16 +169,12 @@ func tcpPair(t *testing.T) (client, server *net.TCPConn) {
 func noWorkerLeft(t *testing.T) {
 	t.Helper()
 	buf := make([]byte, 1<<20)
-	deadline := time.Now().Add(testTimeout)
-	for {
-		n := runtime.Stack(buf, true)
-		if !bytes.Contains(buf[:n], []byte("evloop.(*worker).run")) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("an event loop still runs:\n%s", buf[:n])
-		}
-		time.Sleep(5 * time.Millisecond)
+	var n int
+	if !waitfor.Until(testTimeout, func() bool {
+		n = runtime.Stack(buf, true)
+		return !bytes.Contains(buf[:n], []byte("evloop.(*worker).run"))
+	}) {
+		t.Fatalf("an event loop still runs:\n%s", buf[:n])
 	}
 }
 

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 func TestPipelinedRequestsAnsweredInOrder(t *testing.T) {
@@ -81,12 +83,8 @@ func TestClientGoneCancelsContext(t *testing.T) {
 // connection that ended was forgotten.
 func waitUnwatched(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for kernelWatched() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d ended connections still in the kernel watch", kernelWatched())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !waitfor.Until(5*time.Second, func() bool { return kernelWatched() == 0 }) {
+		t.Fatalf("%d ended connections still in the kernel watch", kernelWatched())
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 // waitLimit bounds every wait in these tests.
@@ -196,12 +198,8 @@ func TestEventsEndWhenTheClientGoes(t *testing.T) {
 
 func waitZero(t *testing.T, n *atomic.Int64) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for n.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d event streams still served", n.Load())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !waitfor.Until(waitLimit, func() bool { return n.Load() == 0 }) {
+		t.Fatalf("%d event streams still served", n.Load())
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 	"github.com/seed-a07d1050/portcullis/limit"
 )
 
@@ -87,11 +88,8 @@ func testAdmittingRelays(t *testing.T, start startAdmitter) {
 	getWhole(t, addr, "GET /bytes?n=100 HTTP/1.1\r\nHost: floor.test\r\nConnection: keep-alive\r\nAccept: */*\r\n\r\n", 3)
 	// The count, like the permits' release, follows the answer's write:
 	// the client may read the last answer first.
-	for deadline := time.Now().Add(5 * time.Second); counted(t, a) != 3; {
-		if time.Now().After(deadline) {
-			t.Fatalf("requests counted = %v, want 3", counted(t, a))
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !waitfor.Until(5*time.Second, func() bool { return counted(t, a) == 3 }) {
+		t.Fatalf("requests counted = %v, want 3", counted(t, a))
 	}
 	waitNoPermits(t, a)
 }
@@ -169,11 +167,8 @@ func held(a *Admission) int {
 
 func waitHeld(t *testing.T, a *Admission, want int) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); held(a) != want; {
-		if time.Now().After(deadline) {
-			t.Fatalf("permits held = %d, want %d", held(a), want)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !waitfor.Until(5*time.Second, func() bool { return held(a) == want }) {
+		t.Fatalf("permits held = %d, want %d", held(a), want)
 	}
 }
 

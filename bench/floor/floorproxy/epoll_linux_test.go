@@ -4,6 +4,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 // startEpoll serves ServeEpoll with two workers in front of a backend and
@@ -48,12 +50,8 @@ func TestEpollStopClosesEverything(t *testing.T) {
 	}
 	// The listener and the backend are still open, closed by Cleanup: at
 	// most theirs (listener, backend listener, its connections) remain.
-	deadline := time.Now().Add(5 * time.Second)
-	for openFDs(t) > before+4 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d descriptors open after stop, %d before start", openFDs(t), before)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !waitfor.Until(5*time.Second, func() bool { return openFDs(t) <= before+4 }) {
+		t.Fatalf("%d descriptors open after stop, %d before start", openFDs(t), before)
 	}
 }
 
