@@ -46,8 +46,12 @@
 #   --legit-rate R   legitimate requests per second per client in the attack
 #                 scenarios and their baseline (siege -rate; default 0: back
 #                 to back)
-#   --out DIR     where results.md, results.json, peers.png and pprof-top.txt
-#                 go (default docs/benchmarks)
+#   --out DIR     where results.md, results.json, peers.png, the pprof
+#                 profiles and their top lists go (default
+#                 bench/results/run-MMDD-HHMM, UTC). To publish a run as the
+#                 run of record, copy its results.md and peers.png into
+#                 docs/benchmarks/ and its results.json and pprof-top*.txt
+#                 into bench/results/; the .pprof files are not committed.
 #
 # Needs root (it binds 127.0.0.2.. as source addresses and may apt-get
 # install nginx-light and haproxy). It never starts or stops a system service:
@@ -69,7 +73,7 @@ ATTACKS=1
 ATTACK_RATE=5000
 LEGIT_RATE=0
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-OUT=$REPO/docs/benchmarks
+OUT=$REPO/bench/results/run-$(date -u +%m%d-%H%M)
 CMDLINE="bench/peers/run.sh $*"
 
 while (($#)); do
