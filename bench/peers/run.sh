@@ -114,7 +114,7 @@ while (($#)); do
 	--out) OUT=$2; shift ;;
 	--tls) TLS=1 ;;
 	--tls-proxies) TLS_PROXIES=$2; shift ;;
-	-h | --help) sed -n '2,83p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,82p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 	shift
