@@ -246,3 +246,50 @@ func TestConfigureRejectsCipherSuitesWithoutHTTP2s(t *testing.T) {
 		t.Fatalf("Configure: %v; want an h2check error", err)
 	}
 }
+
+// TestLargeBodiesBothWays sends a 1 MiB request body and reads a 1 MiB
+// response over a checked connection, many DATA frames each way at the
+// 16 KiB frame size the server advertises, with several streams at once.
+func TestLargeBodiesBothWays(t *testing.T) {
+	cert, err := testcert.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("X-Got", fmt.Sprint(n))
+		_, _ = w.Write(bytes.Repeat([]byte("r"), 1<<20))
+	})}
+	if err := h2check.Configure(srv); err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, srv, cert)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: cert.Pool}, ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: waitLimit}
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			resp, err := c.Post("https://"+addr+"/up", "application/octet-stream", bytes.NewReader(bytes.Repeat([]byte("u"), 1<<20)))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer resp.Body.Close()
+			n, err := io.Copy(io.Discard, resp.Body)
+			if err == nil && (resp.ProtoMajor != 2 || resp.Header.Get("X-Got") != "1048576" || n != 1<<20) {
+				err = fmt.Errorf("proto %s, server got %s bytes, client %d", resp.Proto, resp.Header.Get("X-Got"), n)
+			}
+			errs <- err
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
