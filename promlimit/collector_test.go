@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 	"github.com/seed-a07d1050/portcullis/limit"
 	"github.com/seed-a07d1050/portcullis/promlimit"
 )
@@ -145,7 +146,7 @@ func TestWaitHistogramRecordsQueueWaitsOnly(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	abandoned := make(chan error, 1)
 	go func() { _, err := l.Acquire(ctx, "k"); abandoned <- err }()
-	waitFor(t, func() bool { return l.Totals().Waiting == 1 })
+	waitfor.Cond(t, "the acquire waiting", func() bool { return l.Totals().Waiting == 1 })
 	cancel()
 	if err := recv(t, abandoned); err == nil {
 		t.Fatal("abandoned waiter was granted")
@@ -156,7 +157,7 @@ func TestWaitHistogramRecordsQueueWaitsOnly(t *testing.T) {
 		p.Release()
 		granted <- err
 	}()
-	waitFor(t, func() bool { return l.Totals().Waiting == 1 })
+	waitfor.Cond(t, "the acquire waiting", func() bool { return l.Totals().Waiting == 1 })
 	first.Release()
 	if err := recv(t, granted); err != nil {
 		t.Fatal(err)
@@ -195,16 +196,5 @@ func recv(t *testing.T, ch <-chan error) error {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no answer within 5s")
 		return nil
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 // TestFlood sends many Initials from many spoofed addresses in 127.0.0.0/8
@@ -27,7 +29,7 @@ func TestFlood(t *testing.T) {
 	// (quic-go drops packets when its receive queue is full).
 	var last uint64
 	stable := time.Now()
-	waitFor(t, 10*time.Second, "the flood to be handled", func() bool {
+	waitfor.Within(t, 10*time.Second, "the flood to be handled", func() bool {
 		snap := s.c.Snapshot()
 		decided := snap.Admitted + snap.Retried
 		if decided != last {
@@ -36,7 +38,7 @@ func TestFlood(t *testing.T) {
 		return decided == flood || time.Since(stable) > 200*time.Millisecond
 	})
 	t.Logf("flood of %d Initials handled in %v: %+v", flood, time.Since(start), s.c.Snapshot())
-	waitFor(t, 5*time.Second, "the admitted handshakes to start", func() bool { return s.tlsStarts.Load() == threshold })
+	waitfor.Within(t, 5*time.Second, "the admitted handshakes to start", func() bool { return s.tlsStarts.Load() == threshold })
 
 	snap := s.c.Snapshot()
 	if snap.Admitted != threshold || snap.InProgress != threshold {
@@ -53,7 +55,7 @@ func TestFlood(t *testing.T) {
 	if !cl.sawRetry.Load() {
 		t.Fatal("legitimate client got no Retry during the flood")
 	}
-	waitFor(t, 5*time.Second, "the legitimate client's completion", func() bool { return s.c.Snapshot().Completed == 1 })
+	waitfor.Within(t, 5*time.Second, "the legitimate client's completion", func() bool { return s.c.Snapshot().Completed == 1 })
 	if got := s.tlsStarts.Load(); got != threshold+1 {
 		t.Fatalf("%d TLS handshakes started, want %d (threshold + the legitimate client)", got, threshold+1)
 	}

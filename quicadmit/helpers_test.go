@@ -17,6 +17,7 @@ import (
 	"github.com/quic-go/quic-go/qlogwriter"
 
 	"github.com/seed-a07d1050/portcullis/internal/testcert"
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 const testALPN = "quicadmit-test"
@@ -139,22 +140,10 @@ func (s *testServer) closeConns() {
 	s.conns = nil
 }
 
-// waitFor polls cond until it holds or the limit passes.
-func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // waitIdle waits until no attempt is in progress.
 func (s *testServer) waitIdle(t testing.TB) Snapshot {
 	t.Helper()
-	waitFor(t, 10*time.Second, "no attempt in progress", func() bool { return s.c.Snapshot().InProgress == 0 })
+	waitfor.Within(t, 10*time.Second, "no attempt in progress", func() bool { return s.c.Snapshot().InProgress == 0 })
 	return s.c.Snapshot()
 }
 

@@ -9,6 +9,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 var _ http3.QUICListener = (*Listener)(nil)
@@ -65,7 +67,7 @@ func TestHTTP3Server(t *testing.T) {
 			if resp.StatusCode != http.StatusOK || string(body) != "hello" {
 				t.Fatalf("%s %q", resp.Status, body)
 			}
-			waitFor(t, 5*time.Second, "completion", func() bool { return ctrl.Snapshot().Completed == 1 })
+			waitfor.Within(t, 5*time.Second, "completion", func() bool { return ctrl.Snapshot().Completed == 1 })
 			if snap := ctrl.Snapshot(); (snap.Retried > 0) != tc.wantRetry || snap.InProgress != 0 {
 				t.Fatalf("snapshot %+v", snap)
 			}

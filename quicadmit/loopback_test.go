@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 func TestBelowThresholdNoRetry(t *testing.T) {
@@ -46,7 +48,7 @@ func TestBelowThresholdNoRetry(t *testing.T) {
 func holdInProgress(t *testing.T, s *testServer, n int) {
 	t.Helper()
 	spoof(t, s, captureInitials(t, n), 100)
-	waitFor(t, 5*time.Second, "spoofed attempts in progress", func() bool { return s.c.Snapshot().InProgress == int64(n) })
+	waitfor.Within(t, 5*time.Second, "spoofed attempts in progress", func() bool { return s.c.Snapshot().InProgress == int64(n) })
 }
 
 func TestPastThresholdRetryThenComplete(t *testing.T) {
@@ -60,7 +62,7 @@ func TestPastThresholdRetryThenComplete(t *testing.T) {
 	if !fresh.sawRetry.Load() {
 		t.Fatal("fresh client past the threshold got no Retry")
 	}
-	waitFor(t, 5*time.Second, "the fresh client's completion", func() bool { return s.c.Snapshot().Completed == 1 })
+	waitfor.Within(t, 5*time.Second, "the fresh client's completion", func() bool { return s.c.Snapshot().Completed == 1 })
 	snap := s.c.Snapshot()
 	if snap.Retried < 1 || snap.Admitted != 3 || !snap.RetryOn {
 		t.Fatalf("snapshot %+v", snap)

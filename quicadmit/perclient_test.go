@@ -11,6 +11,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/seed-a07d1050/portcullis/clientkey"
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 	"github.com/seed-a07d1050/portcullis/limit"
 )
 
@@ -28,7 +29,7 @@ func keyOf(last byte) clientkey.Key { return clientkey.FromAddr(loopback(last)) 
 
 func waitInUse(t *testing.T, l *limit.Limiter[clientkey.Key], key clientkey.Key, want int) {
 	t.Helper()
-	waitFor(t, 5*time.Second, "permits in use", func() bool { return l.InUse(key) == want })
+	waitfor.Within(t, 5*time.Second, "permits in use", func() bool { return l.InUse(key) == want })
 }
 
 // A client whose address a token proved is counted at admission and, over
@@ -127,7 +128,7 @@ func TestSpooferCannotSpendVictimBudget(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			waitFor(t, 5*time.Second, "the spoofed Initials to be handled", func() bool {
+			waitfor.Within(t, 5*time.Second, "the spoofed Initials to be handled", func() bool {
 				snap := s.c.Snapshot()
 				return snap.Admitted+snap.Retried >= 5
 			})

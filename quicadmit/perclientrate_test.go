@@ -11,6 +11,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/seed-a07d1050/portcullis/clientkey"
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 	"github.com/seed-a07d1050/portcullis/rate"
 )
 
@@ -109,7 +110,7 @@ func TestSpooferCannotSpendVictimRate(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			waitFor(t, 5*time.Second, "the spoofed Initials to be handled", func() bool {
+			waitfor.Within(t, 5*time.Second, "the spoofed Initials to be handled", func() bool {
 				snap := s.c.Snapshot()
 				return snap.Admitted+snap.Retried >= 5
 			})
@@ -120,7 +121,7 @@ func TestSpooferCannotSpendVictimRate(t *testing.T) {
 			if err != nil {
 				t.Fatalf("victim: %v", err)
 			}
-			waitFor(t, 5*time.Second, "the victim's handshake counted", func() bool { return pr.Totals().Admitted == 1 })
+			waitfor.Within(t, 5*time.Second, "the victim's handshake counted", func() bool { return pr.Totals().Admitted == 1 })
 			if conn.Context().Err() != nil {
 				t.Fatal("victim's connection closed")
 			}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 	"github.com/seed-a07d1050/portcullis/limit"
 	"github.com/seed-a07d1050/portcullis/limit/limittest"
 	"github.com/seed-a07d1050/portcullis/rate"
@@ -133,21 +134,10 @@ func TestSweepsByItself(t *testing.T) {
 	for i := range 100 {
 		l.Allow(strconv.Itoa(i))
 	}
-	waitFor(t, func() bool { return clock.Timers() > 0 })
+	waitfor.Cond(t, "the sweep's timer", func() bool { return clock.Timers() > 0 })
 	clock.Advance(time.Second)
 	l.Allow("late") // still busy after the sweep
-	waitFor(t, func() bool { return l.Totals().Keys == 1 })
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.Cond(t, "the idle keys swept", func() bool { return l.Totals().Keys == 1 })
 }
 
 func TestSnapshotOrdersByAhead(t *testing.T) {
@@ -182,7 +172,7 @@ func TestWaitAndLeave(t *testing.T) {
 		}
 		done <- err
 	}()
-	waitFor(t, func() bool { return clock.Timers() > 1 }) // the sweep's timer and the wait's
+	waitfor.Cond(t, "the sweep's timer and the wait's", func() bool { return clock.Timers() > 1 })
 	clock.Advance(100 * time.Millisecond)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -193,7 +183,7 @@ func TestWaitAndLeave(t *testing.T) {
 		_, err := l.Wait(ctx, "k")
 		done <- err
 	}()
-	waitFor(t, func() bool { return clock.Timers() > 1 })
+	waitfor.Cond(t, "the sweep's timer and the wait's", func() bool { return clock.Timers() > 1 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Wait after cancel: %v", err)
@@ -221,7 +211,7 @@ func TestTotalsDelaying(t *testing.T) {
 			done <- err
 		}()
 	}
-	waitFor(t, func() bool { return l.Totals().Delaying == 2 })
+	waitfor.Cond(t, "two requests delaying", func() bool { return l.Totals().Delaying == 2 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the leaver's Wait: %v", err)
@@ -229,7 +219,7 @@ func TestTotalsDelaying(t *testing.T) {
 	if d := l.Totals().Delaying; d != 1 {
 		t.Fatalf("Delaying after one left: %d, want 1", d)
 	}
-	waitFor(t, func() bool { return clock.Timers() > 1 })
+	waitfor.Cond(t, "the sweep's timer and the wait's", func() bool { return clock.Timers() > 1 })
 	clock.Advance(time.Second)
 	if err := <-done; err != nil {
 		t.Fatal(err)

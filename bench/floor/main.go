@@ -1,4 +1,4 @@
-// Command floor serves internal/benchfloor, the least a Go reverse proxy
+// Command floor serves bench/floor/floorproxy, the least a Go reverse proxy
 // can do per keep-alive request, as a measuring stick beside the daemon,
 // nginx and HAProxy (see docs/performance.md). It is not a proxy to deploy:
 // it parses, checks, limits and logs nothing.
@@ -6,12 +6,12 @@
 // Usage: floor -listen ADDR -upstream HOST:PORT [-probe | -admit] [-epoll]
 //
 // With -admit it probes and also does the admission work a data path
-// working on bytes could not skip (benchfloor.ServeAdmitting with
-// benchfloor.NewAdmission): what such a path could reach, beside what the
+// working on bytes could not skip (floorproxy.ServeAdmitting with
+// floorproxy.NewAdmission): what such a path could reach, beside what the
 // daemon spends. With -epoll it relays as the floor does, but on epoll
-// loops of its own, one per GOMAXPROCS (benchfloor.ServeEpoll, Linux only):
+// loops of its own, one per GOMAXPROCS (floorproxy.ServeEpoll, Linux only):
 // what the runtime's poller and scheduler cost the floor. With both, it
-// does the admission work on those loops (benchfloor.ServeEpollAdmitting):
+// does the admission work on those loops (floorproxy.ServeEpollAdmitting):
 // what a data path shaped like nginx's workers could reach with it.
 //
 // It prints "ready ADDR" once it listens and serves until SIGINT or
@@ -28,7 +28,7 @@ import (
 	"runtime"
 	"syscall"
 
-	"github.com/seed-a07d1050/portcullis/internal/benchfloor"
+	"github.com/seed-a07d1050/portcullis/bench/floor/floorproxy"
 )
 
 func main() {
@@ -49,10 +49,10 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "floor: -upstream is required")
 		return 2
 	}
-	var a *benchfloor.Admission
+	var a *floorproxy.Admission
 	if *admit {
 		var err error
-		if a, err = benchfloor.NewAdmission(); err != nil {
+		if a, err = floorproxy.NewAdmission(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
@@ -66,9 +66,9 @@ func run(args []string) int {
 	case *epoll:
 		var stop func()
 		if a != nil {
-			stop, err = benchfloor.ServeEpollAdmitting(ln, *upstream, runtime.GOMAXPROCS(0), a)
+			stop, err = floorproxy.ServeEpollAdmitting(ln, *upstream, runtime.GOMAXPROCS(0), a)
 		} else {
-			stop, err = benchfloor.ServeEpoll(ln, *upstream, runtime.GOMAXPROCS(0))
+			stop, err = floorproxy.ServeEpoll(ln, *upstream, runtime.GOMAXPROCS(0))
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -76,9 +76,9 @@ func run(args []string) int {
 		}
 		defer stop()
 	case a != nil:
-		go func() { _ = benchfloor.ServeAdmitting(ln, *upstream, a) }()
+		go func() { _ = floorproxy.ServeAdmitting(ln, *upstream, a) }()
 	default:
-		go func() { _ = benchfloor.Serve(ln, *upstream, *probe) }()
+		go func() { _ = floorproxy.Serve(ln, *upstream, *probe) }()
 	}
 	fmt.Println("ready", ln.Addr())
 	sigs := make(chan os.Signal, 1)

@@ -5,6 +5,7 @@
 # Usage: bench/peers/run.sh [--quick] [--rounds N] [--throughput-rounds N] [--duration D] [--warmup D]
 #                           [--proxies "portcullis nginx haproxy"] [--no-profile]
 #                           [--no-throughput] [--no-attacks] [--attack-rate R] [--out DIR]
+#        bench/peers/run.sh --tls [--rounds N] [--duration D] [--tls-proxies L] [--no-profile] [--out DIR]
 #
 #   --quick       1 round of 3 s windows (about 3 minutes): a smoke test
 #   --rounds N    interleaved rounds; the table shows medians (default 3)
@@ -46,8 +47,34 @@
 #   --legit-rate R   legitimate requests per second per client in the attack
 #                 scenarios and their baseline (siege -rate; default 0: back
 #                 to back)
-#   --out DIR     where results.md, results.json, peers.png and pprof-top.txt
-#                 go (default docs/benchmarks)
+#   --out DIR     where results.md, results.json, peers.png, the pprof
+#                 profiles and their top lists go (default
+#                 bench/results/run-MMDD-HHMM, UTC). To publish a run as the
+#                 run of record, copy its results.md and peers.png into
+#                 docs/benchmarks/ and its results.json and pprof-top*.txt
+#                 into bench/results/; the .pprof files are not committed.
+#   --tls         the TLS scenarios instead (nothing above runs): each proxy
+#                 terminating TLS 1.3 with an ECDSA P-256 certificate in
+#                 front of the same backend, a per-client cap that never
+#                 refuses: https1, HTTPS/1.1 keep-alive (wrk, 2 threads, 64
+#                 connections); h2, HTTP/2 (h2load, 16 connections x 16
+#                 streams); hs-full and hs-resumed, one request per new
+#                 connection (bench/peers/tlsconns, 16 workers from 16
+#                 addresses), full handshakes and TLS 1.3 resumptions. Each
+#                 round runs every scenario for every proxy, nginx-tls,
+#                 portcullis-tls and haproxy-tls back to back (reversed in
+#                 even rounds); the targets compare them round by round.
+#                 Writes tls-results.md and tls-results.json, and (without
+#                 --no-profile) pprof-top-tls-h2.txt and pprof-top-tls-https1.txt
+#   --tls-proxies L  which of them run (default "portcullis-tls nginx-tls
+#                 haproxy-tls tlsfloor tlsfloor-h2check nginx-static"):
+#                 portcullis-tls is bench/peers/portcullis-tls.yaml,
+#                 nginx-tls and haproxy-tls nginx-tls.conf and
+#                 haproxy-tls.cfg; the references (the TLS floor, no
+#                 proxying) are bench/tlsfloor (net/http), tlsfloor -h2check
+#                 (HTTP/2 behind internal/h2check, as the daemon serves it)
+#                 and nginx-static (nginx-tls.conf's second server, answering
+#                 itself)
 #
 # Needs root (it binds 127.0.0.2.. as source addresses and may apt-get
 # install nginx-light and haproxy). It never starts or stops a system service:
@@ -55,7 +82,8 @@
 # directory, and is stopped by its PID when the script ends, however it ends.
 # Traffic goes to 127.0.0.1 only. A full run of the ten default proxies
 # (the three floors in the throughput scenario only) takes about 20 minutes;
-# with --no-attacks, about 8.
+# with --no-attacks, about 8. With --tls (it may also apt-get install wrk
+# and nghttp2-client), 3 rounds of 8 s windows take about 15 minutes.
 set -euo pipefail
 
 ROUNDS=3
@@ -63,13 +91,15 @@ TROUNDS= # --throughput-rounds; empty: 5, or --rounds when given
 DURATION=10s
 WARMUP=3s
 PROXIES="portcullis portcullis-nethttp portcullis-log nginx haproxy floor floor-admit floor-epoll-admit"
+TLS=0
+TLS_PROXIES="portcullis-tls nginx-tls haproxy-tls tlsfloor tlsfloor-h2check nginx-static"
 PROFILE=1
 THROUGHPUT=1
 ATTACKS=1
 ATTACK_RATE=5000
 LEGIT_RATE=0
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-OUT=$REPO/docs/benchmarks
+OUT=$REPO/bench/results/run-$(date -u +%m%d-%H%M)
 CMDLINE="bench/peers/run.sh $*"
 
 while (($#)); do
@@ -86,7 +116,9 @@ while (($#)); do
 	--attack-rate) ATTACK_RATE=$2; shift ;;
 	--legit-rate) LEGIT_RATE=$2; shift ;;
 	--out) OUT=$2; shift ;;
-	-h | --help) sed -n '2,50p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--tls) TLS=1 ;;
+	--tls-proxies) TLS_PROXIES=$2; shift ;;
+	-h | --help) sed -n '2,82p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 	shift
@@ -94,6 +126,11 @@ done
 for p in $PROXIES; do
 	case $p in portcullis | portcullis-nethttp | portcullis-log | portcullis-syn | portcullis-rst | nginx | haproxy | floor | floor-admit | floor-epoll-admit) ;;
 	*) echo "run.sh: unknown proxy $p" >&2; exit 2 ;;
+	esac
+done
+for p in $TLS_PROXIES; do
+	case $p in portcullis-tls | nginx-tls | haproxy-tls | tlsfloor | tlsfloor-h2check | nginx-static) ;;
+	*) echo "run.sh: unknown TLS proxy $p" >&2; exit 2 ;;
 	esac
 done
 TROUNDS=${TROUNDS:-5}
@@ -109,6 +146,7 @@ HOST=127.0.0.1
 BACKEND_PORT=18480
 declare -A PORT=([portcullis]=18481 [nginx]=18482 [haproxy]=18483 [profiled]=18484 [portcullis-rst]=18486 [portcullis-syn]=18487
 	[portcullis-nethttp]=18488 [portcullis-log]=18489 [floor]=18490 [floor-admit]=18491 [floor-epoll-admit]=18493
+	[portcullis-tls]=18494 [nginx-tls]=18495 [haproxy-tls]=18496 [tlsfloor]=18497 [nginx-static]=18498 [tlsfloor-h2check]=18499
 	[direct]=$BACKEND_PORT)
 PPROF_PORT=18485
 ATTACK_CONNS=3000
@@ -181,11 +219,12 @@ install_peers() {
 
 port_free() { ! (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 
-# wait_http waits up to 10 s for an HTTP answer at $1.
+# wait_http waits up to 10 s for an HTTP answer at $1; $2, when given, is
+# one more curl flag (-k for the TLS proxies' self-signed certificate).
 wait_http() {
 	local i
 	for ((i = 0; i < 100; i++)); do
-		curl -s -o /dev/null -m 1 "$1" && return 0
+		curl -s ${2:-} -o /dev/null -m 1 "$1" && return 0
 		sleep 0.1
 	done
 	echo "run.sh: nothing answered at $1 within 10 s" >&2
@@ -375,6 +414,181 @@ write_meta() {
 		'$ARGS.named' >"$RAW/meta.json"
 }
 
+# ---- The TLS scenarios (--tls) ----
+
+TLS_SCENARIOS="https1 h2 hs-full hs-resumed"
+TLS_PAIRED="nginx-tls portcullis-tls haproxy-tls"
+
+# install_tls_tools installs wrk and h2load from Debian when missing.
+install_tls_tools() {
+	local missing=()
+	command -v wrk >/dev/null || missing+=(wrk)
+	command -v h2load >/dev/null || missing+=(nghttp2-client)
+	((${#missing[@]})) || return 0
+	log "installing ${missing[*]} from Debian's packages"
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# make_cert writes the ECDSA P-256 certificate and key every TLS proxy
+# serves: cert.pem and key.pem, and both in cert-key.pem for HAProxy.
+make_cert() {
+	openssl ecparam -name prime256v1 -genkey -noout -out "$TMP/key.pem"
+	openssl req -new -x509 -key "$TMP/key.pem" -out "$TMP/cert.pem" -days 2 -subj /CN=localhost \
+		-addext "subjectAltName=DNS:localhost,IP:127.0.0.1" 2>/dev/null
+	cat "$TMP/cert.pem" "$TMP/key.pem" >"$TMP/cert-key.pem"
+}
+
+# start_tls_proxy starts one of TLS_PROXIES. nginx-static is a second
+# server of nginx-tls's process: the same PID, started once.
+start_tls_proxy() {
+	local p=$1 addr=$HOST:${PORT[$1]}
+	if [[ $p == nginx-static ]]; then
+		[[ -n ${PID[nginx-tls]:-} ]] || start_tls_proxy nginx-tls
+		PID[nginx-static]=${PID[nginx-tls]}
+		wait_http "https://$addr/" -k
+		return
+	fi
+	port_free "${PORT[$p]}" || { echo "run.sh: port ${PORT[$p]} is in use" >&2; exit 1; }
+	case $p in
+	portcullis-tls)
+		render "$REPO/bench/peers/portcullis-tls.yaml" "$addr" >"$TMP/$p.yaml"
+		start "$p" "$TMP/bin/portcullis" run --config "$TMP/$p.yaml" ;;
+	nginx-tls)
+		port_free "${PORT[nginx-static]}" || { echo "run.sh: port ${PORT[nginx-static]} is in use" >&2; exit 1; }
+		mkdir -p "$TMP/nginx-tls"
+		render "$REPO/bench/peers/nginx-tls.conf" "$addr" | sed "s|@LISTEN_STATIC@|$HOST:${PORT[nginx-static]}|g" >"$TMP/nginx-tls.conf"
+		nginx -t -q -p "$TMP/nginx-tls" -e "$TMP/nginx-tls-error.log" -c "$TMP/nginx-tls.conf"
+		start nginx-tls nginx -p "$TMP/nginx-tls" -e "$TMP/nginx-tls-error.log" -c "$TMP/nginx-tls.conf" ;;
+	haproxy-tls)
+		render "$REPO/bench/peers/haproxy-tls.cfg" "$addr" >"$TMP/haproxy-tls.cfg"
+		haproxy -c -q -f "$TMP/haproxy-tls.cfg"
+		start haproxy-tls haproxy -db -f "$TMP/haproxy-tls.cfg" ;;
+	tlsfloor)
+		start tlsfloor "$TMP/bin/tlsfloor" -listen "$addr" -cert "$TMP/cert.pem" -key "$TMP/key.pem" ;;
+	tlsfloor-h2check)
+		start tlsfloor-h2check "$TMP/bin/tlsfloor" -listen "$addr" -cert "$TMP/cert.pem" -key "$TMP/key.pem" -h2check ;;
+	esac
+	wait_http "https://$addr/" -k
+	log "$p is up on $addr (pid ${PID[$p]})"
+}
+
+# tls_load SCENARIO HOST:PORT: the load generator of a TLS scenario, in
+# the foreground, for DURATION.
+tls_load() {
+	case $1 in
+	https1) exec wrk -t2 -c64 -d"$DURATION" "https://$2/" ;;
+	h2) exec h2load -t2 -c16 -m16 -D "${DURATION%s}" "https://$2/" ;;
+	hs-full) exec "$TMP/bin/tlsconns" -addr "$2" -workers 16 -duration "$DURATION" ;;
+	hs-resumed) exec "$TMP/bin/tlsconns" -addr "$2" -workers 16 -duration "$DURATION" -resume ;;
+	esac
+}
+
+# tls_run TARGET SCENARIO ROUND: one run of a TLS scenario: the load
+# generator's output, and the target's CPU ticks and the wall time around it.
+tls_run() {
+	local target=$1 scenario=$2 round=$3
+	local pid=${PID[$target]} file="$RAW/tls/$target.$scenario.$round" rc=0
+	local c0 c1 t0 t1 m0 m1 load
+	load=$(cut -d' ' -f1 /proc/loadavg)
+	c0=$(tree_cpu "$pid")
+	m0=$(busy_ticks)
+	t0=$(date +%s%N)
+	(tls_load "$scenario" "$HOST:${PORT[$target]}") >"$file.out" 2>"$file.err" &
+	local gen=$!
+	STARTED+=("$gen")
+	wait "$gen" || rc=$?
+	REAPED[$gen]=1
+	t1=$(date +%s%N)
+	m1=$(busy_ticks)
+	c1=$(tree_cpu "$pid")
+	printf '{"proxy":"%s","scenario":"%s","round":%d,"exit":%d,"cpu_ticks":%d,"wall_ns":%d,"machine_busy_ticks":%d,"load_average":%s}\n' \
+		"$target" "$scenario" "$round" "$rc" "$((c1 - c0))" "$((t1 - t0))" "$((m1 - m0))" "$load" >"$file.meta.json"
+	log "round $round $target $scenario: exit $rc, cpu $((c1 - c0))0 ms, load $load"
+	sleep 1
+}
+
+# tls_order prints the TLS proxies in the order they run a scenario in
+# round $1, as throughput_order does for the throughput scenario.
+tls_order() {
+	local p
+	local -a paired=() rest=()
+	for p in $TLS_PAIRED; do [[ " $TLS_PROXIES " == *" $p "* ]] && paired+=("$p"); done
+	for p in $TLS_PROXIES; do [[ " $TLS_PAIRED " == *" $p "* ]] || rest+=("$p"); done
+	if (($1 % 2)); then
+		printf '%s ' "${paired[@]}" "${rest[@]}"
+	else
+		printf '%s ' "${rest[@]}"
+		for ((p = ${#paired[@]} - 1; p >= 0; p--)); do printf '%s ' "${paired[p]}"; done
+	fi
+}
+
+# profile_tls SCENARIO: a CPU profile of the daemon (portcullis-tls.yaml)
+# under a TLS scenario, written to portcullis-tls-SCENARIO.pprof and
+# pprof-top-tls-SCENARIO.txt (flat, then cumulative).
+profile_tls() {
+	local sc=$1 secs=${DURATION%s}
+	log "profiling Portcullis under the $sc scenario"
+	render "$REPO/bench/peers/portcullis-tls.yaml" "$HOST:${PORT[profiled]}" >"$TMP/profiled-tls.yaml"
+	start profiled "$TMP/bin/profiled" -config "$TMP/profiled-tls.yaml" -pprof "$HOST:$PPROF_PORT"
+	wait_http "https://$HOST:${PORT[profiled]}/" -k
+	local saved=$DURATION
+	DURATION=$((secs + 2))s
+	(tls_load "$sc" "$HOST:${PORT[profiled]}") >"$TMP/profile-$sc.out" 2>&1 &
+	local gen=$!
+	DURATION=$saved
+	STARTED+=("$gen")
+	sleep 1
+	curl -s -m $((secs + 10)) -o "$OUT/portcullis-tls-$sc.pprof" \
+		"http://$HOST:$PPROF_PORT/debug/pprof/profile?seconds=$secs"
+	wait "$gen" || true
+	REAPED[$gen]=1
+	stop_pid "${PID[profiled]}"
+	{
+		go tool pprof -top -nodecount=40 "$TMP/bin/profiled" "$OUT/portcullis-tls-$sc.pprof"
+		echo
+		go tool pprof -top -cum -nodecount=40 "$TMP/bin/profiled" "$OUT/portcullis-tls-$sc.pprof"
+	} >"$OUT/pprof-top-tls-$sc.txt" 2>/dev/null
+}
+
+tls_main() {
+	need_root
+	install_peers
+	install_tls_tools
+	local start_time load_start p r sc
+	start_time=$(date -u +%FT%TZ)
+	load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+	log "building into $TMP/bin (load average $load_start)"
+	mkdir -p "$TMP/bin" "$RAW/tls"
+	(cd "$REPO" && go build -pgo=cmd/portcullis/release.pgo -o "$TMP/bin/portcullis" ./cmd/portcullis &&
+		go build -o "$TMP/bin/backend" ./bench/peers/backend &&
+		go build -o "$TMP/bin/profiled" ./bench/peers/profiled &&
+		go build -o "$TMP/bin/tlsfloor" ./bench/tlsfloor &&
+		go build -o "$TMP/bin/tlsconns" ./bench/peers/tlsconns &&
+		(cd bench/peers/chart && go build -o "$TMP/bin/chart" .))
+	make_cert
+	port_free "$BACKEND_PORT" || { echo "run.sh: port $BACKEND_PORT is in use" >&2; exit 1; }
+	start direct "$TMP/bin/backend" -listen "$HOST:$BACKEND_PORT" -delay 2ms
+	wait_http "http://$HOST:$BACKEND_PORT/"
+	for p in $TLS_PROXIES; do [[ -n ${PID[$p]:-} ]] || start_tls_proxy "$p"; done
+	for ((r = 1; r <= ROUNDS; r++)); do
+		log "round $r of $ROUNDS"
+		for sc in $TLS_SCENARIOS; do
+			for p in $(tls_order "$r"); do tls_run "$p" "$sc" "$r"; done
+		done
+	done
+	for p in $TLS_PROXIES; do stop_pid "${PID[$p]}"; done
+	if ((PROFILE)); then
+		profile_tls h2
+		profile_tls https1
+	fi
+	write_meta "$start_time" "$load_start"
+	jq --arg wrk "$(wrk -v 2>&1 | head -1)" --arg h2load "$(h2load --version)" --arg openssl "$(openssl version)" \
+		'. + {wrk: $wrk, h2load: $h2load, openssl: $openssl}' "$RAW/meta.json" >"$RAW/tls/meta.json"
+	"$TMP/bin/chart" -tls -raw "$RAW/tls" -md "$OUT/tls-results.md" -json "$OUT/tls-results.json"
+	log "wrote $OUT/tls-results.md and $OUT/tls-results.json"
+}
+
 main() {
 	need_root
 	install_peers
@@ -419,4 +633,4 @@ main() {
 	log "wrote $OUT/results.md, $OUT/results.json and $OUT/peers.png"
 }
 
-main
+if ((TLS)); then tls_main; else main; fi

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 
@@ -172,6 +173,9 @@ func (e env) checkCmd(args []string) int {
 	fmt.Fprintf(e.stdout, "# %s is valid; the effective configuration, defaults filled in:\n", *file)
 	for _, w := range cfg.Effective().Warnings() {
 		fmt.Fprintf(e.stdout, "# WARNING: %s\n", w)
+	}
+	for _, p := range cfg.Effective().RoutePaths(runtime.GOOS) {
+		fmt.Fprintf(e.stdout, "# path: %s\n", p)
 	}
 	_, _ = e.stdout.Write(out)
 	if *connect {

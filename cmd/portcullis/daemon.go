@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 
@@ -370,6 +371,7 @@ func (e env) serveWith(cfg *config.Config, notes []string, reload func() (*confi
 		log.Info(n)
 	}
 	running := cfg.Effective()
+	logRoutePaths(log, running)
 	manager.ready(servingStatus(running))
 	if e.started != nil {
 		e.started(srv)
@@ -405,9 +407,23 @@ func (e env) serveWith(cfg *config.Config, notes []string, reload func() (*confi
 			log.Info(n)
 		}
 		running = next.Effective()
+		logRoutePaths(log, running)
 		manager.ready(servingStatus(running))
 	}
 	return exitOK
+}
+
+// logRoutePaths logs, once per route of cfg (effective), how its
+// HTTP/1.1 requests are served, and why when not on the event loops: a
+// route that leaves the fast path says so.
+func logRoutePaths(log *slog.Logger, cfg *config.Config) {
+	for _, p := range cfg.RoutePaths(runtime.GOOS) {
+		attrs := []any{"listener", p.Listener, "route", p.Route, "path", string(p.Path)}
+		if p.Why != "" {
+			attrs = append(attrs, "why", p.Why)
+		}
+		log.Info("route path", attrs...)
+	}
 }
 
 // servingStatus is the status line the service manager shows for cfg.

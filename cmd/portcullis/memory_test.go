@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 // TestMemoryReturnerDue checks when the returner gives memory back: only
@@ -64,15 +66,8 @@ func TestGiveBackMemoryAfterBurst(t *testing.T) {
 		cancel()
 		<-done
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		s := readHeap()
-		if s.retained < 64<<20 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the heap still retains %d bytes 5 s after the burst", s.retained)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var s heapSample
+	if !waitfor.Until(5*time.Second, func() bool { s = readHeap(); return s.retained < 64<<20 }) {
+		t.Fatalf("the heap still retains %d bytes 5 s after the burst", s.retained)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/net/websocket"
 
 	"github.com/seed-a07d1050/portcullis/internal/backend"
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 func startServer(t *testing.T, cfg backend.Config) *backend.Server {
@@ -186,7 +187,7 @@ func TestSlowReleasedWhenClientLeaves(t *testing.T) {
 	if _, err := client.Do(req); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Do = %v, want a deadline error", err)
 	}
-	waitFor(t, 2*time.Second, func() bool { return s.Handler().InFlight() == 0 })
+	waitfor.Within(t, 2*time.Second, "no request in flight", func() bool { return s.Handler().InFlight() == 0 })
 }
 
 func TestWebSocketEcho(t *testing.T) {
@@ -209,7 +210,7 @@ func TestWebSocketEcho(t *testing.T) {
 		t.Errorf("InFlight() with an open WebSocket = %d, want 1", n)
 	}
 	ws.Close()
-	waitFor(t, 2*time.Second, func() bool { return s.Handler().InFlight() == 0 })
+	waitfor.Within(t, 2*time.Second, "no request in flight", func() bool { return s.Handler().InFlight() == 0 })
 }
 
 func TestWebSocketNeedsHijack(t *testing.T) {
@@ -249,7 +250,7 @@ func TestCloseEndsEverything(t *testing.T) {
 		}
 		slowDone <- err
 	}()
-	waitFor(t, 2*time.Second, func() bool { return s.Handler().InFlight() == 2 })
+	waitfor.Within(t, 2*time.Second, "two requests in flight", func() bool { return s.Handler().InFlight() == 2 })
 
 	start := time.Now()
 	if err := s.Close(); err != nil {
@@ -336,16 +337,4 @@ func dialWS(t *testing.T, s *backend.Server) *websocket.Conn {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// waitFor polls cond every millisecond until it holds or limit passes.
-func waitFor(t *testing.T, limit time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", limit)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }

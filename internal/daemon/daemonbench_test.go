@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed-a07d1050/portcullis/bench/floor/floorproxy"
 	"github.com/seed-a07d1050/portcullis/internal/backend"
 	"github.com/seed-a07d1050/portcullis/internal/benchclient"
-	"github.com/seed-a07d1050/portcullis/internal/benchfloor"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/daemon"
 	"github.com/seed-a07d1050/portcullis/internal/proccpu"
@@ -47,14 +47,14 @@ import (
 // leaves out the request metrics (the portcullis_http_* series and the
 // upstream histogram); -nolimits turns every limit off (benchLimitsOff),
 // as in lean-log, fast-nometrics or lean-nolimits; floor and floor-probe are
-// internal/benchfloor, the least a Go proxy can do per request (without and
+// bench/floor/floorproxy, the least a Go proxy can do per request (without and
 // with the daemon's peek at a kept upstream connection); floor-admit is
 // floor-probe with the work a data path relaying bytes could not skip
-// (benchfloor.ServeAdmitting with benchLimitsOn's limits: see
+// (floorproxy.ServeAdmitting with benchLimitsOn's limits: see
 // benchAdmission); floor-epoll is the floor on epoll loops of its own, one
-// per GOMAXPROCS, outside the runtime's poller (benchfloor.ServeEpoll), and
+// per GOMAXPROCS, outside the runtime's poller (floorproxy.ServeEpoll), and
 // floor-epoll-admit the same with floor-admit's work on those loops
-// (benchfloor.ServeEpollAdmitting); nginx and haproxy are
+// (floorproxy.ServeEpollAdmitting); nginx and haproxy are
 // those proxies with their bench/peers configurations, when installed
 // (name them in PORTCULLIS_BENCH_DAEMONS, a space-separated list that
 // replaces the default set). A Go daemon's name may end in @N to run it
@@ -173,7 +173,7 @@ func runBenchChild(name string) int {
 	return 0
 }
 
-// runFloor serves internal/benchfloor in front of the backend until
+// runFloor serves bench/floor/floorproxy in front of the backend until
 // standard input closes: floor, floor-probe, floor-admit (the probing
 // floor with benchAdmission's work), floor-epoll or floor-epoll-admit.
 func runFloor(name string) int {
@@ -184,7 +184,7 @@ func runFloor(name string) int {
 	}
 	defer ln.Close()
 	backend := os.Getenv("PORTCULLIS_BENCH_BACKEND")
-	var a *benchfloor.Admission
+	var a *floorproxy.Admission
 	if strings.HasSuffix(name, "-admit") {
 		if a, err = benchAdmission(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -194,13 +194,13 @@ func runFloor(name string) int {
 	stop, workers := func() {}, runtime.GOMAXPROCS(0)
 	switch name {
 	case "floor", "floor-probe":
-		go func() { _ = benchfloor.Serve(ln, backend, name == "floor-probe") }()
+		go func() { _ = floorproxy.Serve(ln, backend, name == "floor-probe") }()
 	case "floor-admit":
-		go func() { _ = benchfloor.ServeAdmitting(ln, backend, a) }()
+		go func() { _ = floorproxy.ServeAdmitting(ln, backend, a) }()
 	case "floor-epoll":
-		stop, err = benchfloor.ServeEpoll(ln, backend, workers)
+		stop, err = floorproxy.ServeEpoll(ln, backend, workers)
 	case "floor-epoll-admit":
-		stop, err = benchfloor.ServeEpollAdmitting(ln, backend, workers, a)
+		stop, err = floorproxy.ServeEpollAdmitting(ln, backend, workers, a)
 	default:
 		err = fmt.Errorf("no floor named %q", name)
 	}
@@ -215,9 +215,9 @@ func runFloor(name string) int {
 }
 
 // benchAdmission is the admission work of benchLimitsOn for
-// benchfloor.ServeAdmitting, on benchRequest's host.
-func benchAdmission() (*benchfloor.Admission, error) {
-	a, err := benchfloor.NewAdmission()
+// floorproxy.ServeAdmitting, on benchRequest's host.
+func benchAdmission() (*floorproxy.Admission, error) {
+	a, err := floorproxy.NewAdmission()
 	if err != nil {
 		return nil, err
 	}

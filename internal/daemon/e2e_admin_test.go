@@ -65,7 +65,7 @@ listeners:
 // the bearer token; a request without it, or with another, gets 401 and a
 // WWW-Authenticate challenge, and learns nothing (not even which paths
 // exist).
-func TestAdminTokenRequired(t *testing.T) { bothServers(t, testAdminTokenRequired) }
+func TestAdminTokenRequired(t *testing.T) { defaultServer(t, testAdminTokenRequired) }
 
 func testAdminTokenRequired(t *testing.T) {
 	tokenFile := filepath.Join(t.TempDir(), "admin.token")
@@ -108,7 +108,7 @@ func testAdminTokenRequired(t *testing.T) {
 // A reload reads the token file again: a rotated token replaces the old
 // one at once, a configuration without token_file opens the endpoints, and
 // an unusable token file is refused with the old token kept.
-func TestAdminTokenFollowsReload(t *testing.T) { bothServers(t, testAdminTokenFollowsReload) }
+func TestAdminTokenFollowsReload(t *testing.T) { defaultServer(t, testAdminTokenFollowsReload) }
 
 func testAdminTokenFollowsReload(t *testing.T) {
 	dir := t.TempDir()
@@ -157,7 +157,7 @@ func testAdminTokenFollowsReload(t *testing.T) {
 // The daemon warns when its admin listener is reachable beyond loopback
 // without a token: at start, and at a reload that moves it there or takes
 // its token away; not on loopback, and not with a token.
-func TestAdminExposureWarning(t *testing.T) { bothServers(t, testAdminExposureWarning) }
+func TestAdminExposureWarning(t *testing.T) { defaultServer(t, testAdminExposureWarning) }
 
 func testAdminExposureWarning(t *testing.T) {
 	tokenFile := filepath.Join(t.TempDir(), "admin.token")

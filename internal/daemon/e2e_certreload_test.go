@@ -13,7 +13,7 @@ import (
 // A reload reads the certificate files again, so a renewed certificate is
 // served without a restart and without closing the listener.
 func TestReloadPicksUpARenewedCertificate(t *testing.T) {
-	bothServers(t, testReloadPicksUpARenewedCertificate)
+	defaultServer(t, testReloadPicksUpARenewedCertificate)
 }
 
 func testReloadPicksUpARenewedCertificate(t *testing.T) {

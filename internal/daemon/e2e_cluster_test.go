@@ -13,7 +13,7 @@ import (
 // Two nodes sharing one Redis count a route limit together: a client
 // holding its one permit on node A is refused on node B.
 func TestClusterSharesRouteLimitsAcrossNodes(t *testing.T) {
-	bothServers(t, testClusterSharesRouteLimitsAcrossNodes)
+	defaultServer(t, testClusterSharesRouteLimitsAcrossNodes)
 }
 
 func testClusterSharesRouteLimitsAcrossNodes(t *testing.T) {
@@ -77,7 +77,7 @@ listeners:
 // client holding its cap of connections on node A is refused at accept on
 // node B, and admitted there again once it closes one on A.
 func TestClusterSharesConnectionCapsAcrossNodes(t *testing.T) {
-	bothServers(t, testClusterSharesConnectionCapsAcrossNodes)
+	defaultServer(t, testClusterSharesConnectionCapsAcrossNodes)
 }
 
 func testClusterSharesConnectionCapsAcrossNodes(t *testing.T) {

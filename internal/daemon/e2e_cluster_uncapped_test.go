@@ -84,7 +84,7 @@ func redisClient(t *testing.T, addr string) *redis.Client {
 // call per connection, nor does an unlimited route limit; a client that a
 // conn_overrides entry caps still counts in Redis.
 func TestClusterUncappedListenerMakesNoRedisCalls(t *testing.T) {
-	bothServers(t, testClusterUncappedListenerMakesNoRedisCalls)
+	defaultServer(t, testClusterUncappedListenerMakesNoRedisCalls)
 }
 
 func testClusterUncappedListenerMakesNoRedisCalls(t *testing.T) {
@@ -143,7 +143,7 @@ listeners:
 // cluster-wide cap counts, and nothing else: a listener without a cap, and a
 // route whose limit is unlimited, keep serving.
 func TestClusterOutageLeavesUncappedListenerServing(t *testing.T) {
-	bothServers(t, testClusterOutageLeavesUncappedListenerServing)
+	defaultServer(t, testClusterOutageLeavesUncappedListenerServing)
 }
 
 func testClusterOutageLeavesUncappedListenerServing(t *testing.T) {
@@ -193,7 +193,7 @@ listeners:
 // A Redis outage seen by every Store of a daemon (connection caps, a client
 // limit, a route limit) is logged once when it starts and once when it
 // ends, naming the Stores.
-func TestClusterOutageLoggedOnce(t *testing.T) { bothServers(t, testClusterOutageLoggedOnce) }
+func TestClusterOutageLoggedOnce(t *testing.T) { defaultServer(t, testClusterOutageLoggedOnce) }
 
 func testClusterOutageLoggedOnce(t *testing.T) {
 	srv := redistest.Start(t)

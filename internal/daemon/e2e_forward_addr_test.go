@@ -13,7 +13,7 @@ import (
 // limit and rate count them under one key, the address dialled, while a
 // target_host limit counts them apart; for CONNECT and absolute-form
 // requests alike. Failed dials and refused requests hold no permit.
-func TestForwardTargetAddr(t *testing.T) { bothServers(t, testForwardTargetAddr) }
+func TestForwardTargetAddr(t *testing.T) { defaultServer(t, testForwardTargetAddr) }
 
 func testForwardTargetAddr(t *testing.T) {
 	if addrs, err := net.LookupHost("localhost"); err != nil || !slices.Contains(addrs, "127.0.0.1") {

@@ -15,7 +15,7 @@ import (
 // limiter (their totals count the user's requests and nothing else), and
 // the user, whose credentials are cached, never waits for the bcrypt check
 // slot the attacker keeps busy.
-func TestForward407NeverCounted(t *testing.T) { bothServers(t, testForward407NeverCounted) }
+func TestForward407NeverCounted(t *testing.T) { defaultServer(t, testForward407NeverCounted) }
 
 func testForward407NeverCounted(t *testing.T) {
 	d, _ := startForward(t, `
@@ -105,7 +105,7 @@ listeners:
 // more waiting: of 5 slow requests by one user, 2 are served at once, 2
 // after waiting, and 1 is refused with 429; another user is not affected,
 // and naming another user in Authorization changes nothing.
-func TestForwardProxyUserQueue(t *testing.T) { bothServers(t, testForwardProxyUserQueue) }
+func TestForwardProxyUserQueue(t *testing.T) { defaultServer(t, testForwardProxyUserQueue) }
 
 func testForwardProxyUserQueue(t *testing.T) {
 	d, _ := startForward(t, `
@@ -204,7 +204,7 @@ listeners:
 // TestForwardTargetHostIsolation puts a target_host limit outside a
 // proxy_user limit: requests waiting for a slow target hold none of the
 // user's permits, so the user still reaches other targets.
-func TestForwardTargetHostIsolation(t *testing.T) { bothServers(t, testForwardTargetHostIsolation) }
+func TestForwardTargetHostIsolation(t *testing.T) { defaultServer(t, testForwardTargetHostIsolation) }
 
 func testForwardTargetHostIsolation(t *testing.T) {
 	d, _ := startForward(t, `
@@ -257,7 +257,7 @@ listeners:
 // upgraded connection hold their permit until they close, and that with
 // count_tunnels: false a CONNECT is not counted and an upgrade gives its
 // permit back after its 101.
-func TestForwardTunnelsHoldPermits(t *testing.T) { bothServers(t, testForwardTunnelsHoldPermits) }
+func TestForwardTunnelsHoldPermits(t *testing.T) { defaultServer(t, testForwardTunnelsHoldPermits) }
 
 func testForwardTunnelsHoldPermits(t *testing.T) {
 	d, _ := startForward(t, `
@@ -360,7 +360,7 @@ listeners:
 
 // TestForwardResponseOverride answers a refusal with the limit's own
 // body and headers, and its status and Retry-After.
-func TestForwardResponseOverride(t *testing.T) { bothServers(t, testForwardResponseOverride) }
+func TestForwardResponseOverride(t *testing.T) { defaultServer(t, testForwardResponseOverride) }
 
 func testForwardResponseOverride(t *testing.T) {
 	d, _ := startForward(t, `

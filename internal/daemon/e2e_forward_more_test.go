@@ -15,7 +15,7 @@ import (
 // TestForwardReclaimAfter sets reclaim_after to 1s: a plain request held
 // past it loses its permit (and is cut), while an older CONNECT tunnel,
 // established, keeps its own.
-func TestForwardReclaimAfter(t *testing.T) { bothServers(t, testForwardReclaimAfter) }
+func TestForwardReclaimAfter(t *testing.T) { defaultServer(t, testForwardReclaimAfter) }
 
 func testForwardReclaimAfter(t *testing.T) {
 	d, _ := startForward(t, `
@@ -54,7 +54,7 @@ listeners:
 // TestForwardLimitsCountAcrossTheCluster runs two nodes sharing one Redis:
 // a user holding its one permit on node A is refused on node B.
 func TestForwardLimitsCountAcrossTheCluster(t *testing.T) {
-	bothServers(t, testForwardLimitsCountAcrossTheCluster)
+	defaultServer(t, testForwardLimitsCountAcrossTheCluster)
 }
 
 func testForwardLimitsCountAcrossTheCluster(t *testing.T) {
@@ -109,7 +109,7 @@ listeners:
 // comes back, as on a reverse listener. A CONNECT tunnel, whose bounds are
 // its own, outlives the listener's write_timeout and send_timeout while
 // idle.
-func TestForwardSendTimeout(t *testing.T) { bothServers(t, testForwardSendTimeout) }
+func TestForwardSendTimeout(t *testing.T) { defaultServer(t, testForwardSendTimeout) }
 
 func testForwardSendTimeout(t *testing.T) {
 	d, _ := startForward(t, `

@@ -20,7 +20,7 @@ import (
 // requests and CONNECT alike, each answer naming the rule; and that
 // nothing reaches the loopback backend.
 func TestForwardDestinationPolicyByDefault(t *testing.T) {
-	bothServers(t, testForwardDestinationPolicyByDefault)
+	defaultServer(t, testForwardDestinationPolicyByDefault)
 }
 
 func testForwardDestinationPolicyByDefault(t *testing.T) {
@@ -155,7 +155,7 @@ func resetConn(c net.Conn) {
 // reset during a request and during a tunnel, a target that closes without
 // answering, a refused connection, a reload during a tunnel, and shutdown
 // with a tunnel and a request in flight.
-func TestForwardPermitsComeBack(t *testing.T) { bothServers(t, testForwardPermitsComeBack) }
+func TestForwardPermitsComeBack(t *testing.T) { defaultServer(t, testForwardPermitsComeBack) }
 
 func testForwardPermitsComeBack(t *testing.T) {
 	d, file := startForward(t, forwardFailures)
@@ -287,7 +287,7 @@ func testForwardPermitsComeBack(t *testing.T) {
 // TestForwardAuthReload reloads the htpasswd file: a new user works at
 // once; an unchanged auth block keeps its failure counts; a file that does
 // not load fails the whole reload, and nothing of it applies.
-func TestForwardAuthReload(t *testing.T) { bothServers(t, testForwardAuthReload) }
+func TestForwardAuthReload(t *testing.T) { defaultServer(t, testForwardAuthReload) }
 
 func testForwardAuthReload(t *testing.T) {
 	const text = `
@@ -386,7 +386,7 @@ listeners:
 // listener's authentication: the user is the verified one, a name in
 // Authorization without the right password gets 401, and the upstream
 // never sees the credentials.
-func TestReverseUserKeyIsVerified(t *testing.T) { bothServers(t, testReverseUserKeyIsVerified) }
+func TestReverseUserKeyIsVerified(t *testing.T) { defaultServer(t, testReverseUserKeyIsVerified) }
 
 func testReverseUserKeyIsVerified(t *testing.T) {
 	d, _ := startForward(t, `
@@ -444,7 +444,7 @@ listeners:
 // TestForwardMetricsAndSnapshot checks that /metrics shows the forward
 // limits by key, the authentication outcomes and the tunnels, without any
 // per-client label, and /debug/limits the busy users and targets.
-func TestForwardMetricsAndSnapshot(t *testing.T) { bothServers(t, testForwardMetricsAndSnapshot) }
+func TestForwardMetricsAndSnapshot(t *testing.T) { defaultServer(t, testForwardMetricsAndSnapshot) }
 
 func testForwardMetricsAndSnapshot(t *testing.T) {
 	d, _ := startForward(t, forwardFailures)

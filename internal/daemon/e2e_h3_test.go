@@ -44,7 +44,7 @@ func h3Client(t *testing.T, ip string, pool *x509.CertPool) (*http.Client, *http
 }
 
 func TestHTTP3SharesTheRoutesAndIsAdvertised(t *testing.T) {
-	bothServers(t, testHTTP3SharesTheRoutesAndIsAdvertised)
+	defaultServer(t, testHTTP3SharesTheRoutesAndIsAdvertised)
 }
 
 func testHTTP3SharesTheRoutesAndIsAdvertised(t *testing.T) {

@@ -21,7 +21,7 @@ import (
 // the TLS session runs inside the stream, the CONNECT's permit goes back
 // once the handshake is done, the request inside is counted on its own,
 // and everything is back to zero once the client ends the stream.
-func TestInterceptHTTP2ConnectStream(t *testing.T) { bothServers(t, testInterceptHTTP2ConnectStream) }
+func TestInterceptHTTP2ConnectStream(t *testing.T) { defaultServer(t, testInterceptHTTP2ConnectStream) }
 
 func testInterceptHTTP2ConnectStream(t *testing.T) {
 	certFile, keyFile := certFiles(t)

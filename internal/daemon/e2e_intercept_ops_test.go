@@ -21,7 +21,7 @@ import (
 // nothing changes; a reload of the limits alone keeps the open sessions,
 // whose next requests count under the new limits; a renewed CA in the same
 // files signs the leaves from then on.
-func TestInterceptReload(t *testing.T) { bothServers(t, testInterceptReload) }
+func TestInterceptReload(t *testing.T) { defaultServer(t, testInterceptReload) }
 
 func testInterceptReload(t *testing.T) {
 	d := startIntercept(t, interceptAuthed, "")
@@ -188,7 +188,7 @@ func (s *session) send(t *testing.T, d *icDaemon, path string) {
 // reload that replaces the interceptor while a request is under way (cut
 // after the drain time), and shutdown with a request under way and an idle
 // session.
-func TestInterceptPermitsBackToZero(t *testing.T) { bothServers(t, testInterceptPermitsBackToZero) }
+func TestInterceptPermitsBackToZero(t *testing.T) { defaultServer(t, testInterceptPermitsBackToZero) }
 
 func testInterceptPermitsBackToZero(t *testing.T) {
 	d := startIntercept(t, interceptAuthed, "")

@@ -49,7 +49,7 @@ func isTimeout(err error) bool {
 }
 
 func TestConnectionCapPerClientAtAccept(t *testing.T) {
-	bothServers(t, testConnectionCapPerClientAtAccept)
+	defaultServer(t, testConnectionCapPerClientAtAccept)
 }
 
 func testConnectionCapPerClientAtAccept(t *testing.T) {
@@ -164,7 +164,9 @@ func grep(text, sub string) string {
 // The pitfall of Apache's mod_limitipconn: a limit of 3 on /hoge counted the
 // client's requests anywhere on the server. Here a route's limit counts that
 // route only.
-func TestRouteLimitIsScopedToItsRoute(t *testing.T) { bothServers(t, testRouteLimitIsScopedToItsRoute) }
+func TestRouteLimitIsScopedToItsRoute(t *testing.T) {
+	defaultServer(t, testRouteLimitIsScopedToItsRoute)
+}
 
 func testRouteLimitIsScopedToItsRoute(t *testing.T) {
 	d := startDaemon(t, `

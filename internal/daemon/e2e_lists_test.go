@@ -79,7 +79,7 @@ listeners:
 // A denied client is closed before any byte either way, takes no
 // connection slot (its cap of 1 would otherwise refuse the next), is
 // counted by list and never reaches the backend; others are served.
-func TestDenyListRefusesAtAccept(t *testing.T) { bothServers(t, testDenyListRefusesAtAccept) }
+func TestDenyListRefusesAtAccept(t *testing.T) { defaultServer(t, testDenyListRefusesAtAccept) }
 
 func testDenyListRefusesAtAccept(t *testing.T) {
 	deny := writeList(t, t.TempDir(), "deny", "# test\n127.0.0.2\n2001:db8::/32\n")
@@ -117,7 +117,7 @@ func testDenyListRefusesAtAccept(t *testing.T) {
 }
 
 // With an allow list only, the clients outside it are refused.
-func TestAllowListOnly(t *testing.T) { bothServers(t, testAllowListOnly) }
+func TestAllowListOnly(t *testing.T) { defaultServer(t, testAllowListOnly) }
 
 func testAllowListOnly(t *testing.T) {
 	allow := writeList(t, t.TempDir(), "allow", "127.0.0.3\n")
@@ -139,7 +139,7 @@ func testAllowListOnly(t *testing.T) {
 
 // A more specific allow entry admits one address of a denied /24, and a
 // more specific deny entry refuses one inside an allowed network.
-func TestMoreSpecificEntryWins(t *testing.T) { bothServers(t, testMoreSpecificEntryWins) }
+func TestMoreSpecificEntryWins(t *testing.T) { defaultServer(t, testMoreSpecificEntryWins) }
 
 func testMoreSpecificEntryWins(t *testing.T) {
 	dir := t.TempDir()
@@ -172,7 +172,7 @@ func testMoreSpecificEntryWins(t *testing.T) {
 // client is refused while its open connection goes on being served. A bad
 // file fails the reload, naming file and line, and the running lists
 // stay.
-func TestDenyListReload(t *testing.T) { bothServers(t, testDenyListReload) }
+func TestDenyListReload(t *testing.T) { defaultServer(t, testDenyListReload) }
 
 func testDenyListReload(t *testing.T) {
 	deny := writeList(t, t.TempDir(), "deny", "127.0.0.2\n")
@@ -369,7 +369,7 @@ listeners:
 // listener (a new cap) gives the new one the lists and the refusal counts
 // of the old.
 func TestDenyListFileChangeKeepsListener(t *testing.T) {
-	bothServers(t, testDenyListFileChangeKeepsListener)
+	defaultServer(t, testDenyListFileChangeKeepsListener)
 }
 
 func testDenyListFileChangeKeepsListener(t *testing.T) {

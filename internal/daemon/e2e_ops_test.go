@@ -64,7 +64,7 @@ func (d *testDaemon) sameAddr(text string) *config.Config {
 }
 
 func TestReloadUnderLoadFailsNothingAndKeepsCounts(t *testing.T) {
-	bothServers(t, testReloadUnderLoadFailsNothingAndKeepsCounts)
+	defaultServer(t, testReloadUnderLoadFailsNothingAndKeepsCounts)
 }
 
 func testReloadUnderLoadFailsNothingAndKeepsCounts(t *testing.T) {
@@ -131,7 +131,7 @@ func testReloadUnderLoadFailsNothingAndKeepsCounts(t *testing.T) {
 }
 
 func TestReloadRebindsAChangedListenerOnItsAddress(t *testing.T) {
-	bothServers(t, testReloadRebindsAChangedListenerOnItsAddress)
+	defaultServer(t, testReloadRebindsAChangedListenerOnItsAddress)
 }
 
 func testReloadRebindsAChangedListenerOnItsAddress(t *testing.T) {
@@ -289,7 +289,7 @@ listeners:
 }
 
 func TestReloadAddsAndRemovesListeners(t *testing.T) {
-	bothServers(t, testReloadAddsAndRemovesListeners)
+	defaultServer(t, testReloadAddsAndRemovesListeners)
 }
 
 func testReloadAddsAndRemovesListeners(t *testing.T) {
@@ -362,7 +362,7 @@ func refusingAddr(t *testing.T) string {
 // started with: its upstream and its limiter. New exchanges use the new
 // configuration at once.
 func TestReloadLetsExchangesFinishOnTheirConfig(t *testing.T) {
-	bothServers(t, testReloadLetsExchangesFinishOnTheirConfig)
+	defaultServer(t, testReloadLetsExchangesFinishOnTheirConfig)
 }
 
 func testReloadLetsExchangesFinishOnTheirConfig(t *testing.T) {
@@ -404,7 +404,7 @@ func testReloadLetsExchangesFinishOnTheirConfig(t *testing.T) {
 }
 
 func TestReloadThatCannotBindChangesNothing(t *testing.T) {
-	bothServers(t, testReloadThatCannotBindChangesNothing)
+	defaultServer(t, testReloadThatCannotBindChangesNothing)
 }
 
 func testReloadThatCannotBindChangesNothing(t *testing.T) {
@@ -499,7 +499,7 @@ func silentAddr(t *testing.T) string {
 // Turning syn_filter on by reload rebinds the listener as plain TCP (Go's
 // default socket may be MPTCP, which takes no filter) at the same address,
 // and the filter then drops a capped client's connection attempts.
-func TestReloadTurnsOnSYNFilter(t *testing.T) { bothServers(t, testReloadTurnsOnSYNFilter) }
+func TestReloadTurnsOnSYNFilter(t *testing.T) { defaultServer(t, testReloadTurnsOnSYNFilter) }
 
 func testReloadTurnsOnSYNFilter(t *testing.T) {
 	const text = `

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-func TestProxyProtocolNamesTheClient(t *testing.T) { bothServers(t, testProxyProtocolNamesTheClient) }
+func TestProxyProtocolNamesTheClient(t *testing.T) { defaultServer(t, testProxyProtocolNamesTheClient) }
 
 func testProxyProtocolNamesTheClient(t *testing.T) {
 	d := startDaemon(t, `

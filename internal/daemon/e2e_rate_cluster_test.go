@@ -26,7 +26,7 @@ import (
 // not rate × duration, so that a machine that stalls under load does not
 // fail the test.
 func TestClusterHoldsOneRateAcrossNodes(t *testing.T) {
-	bothServers(t, testClusterHoldsOneRateAcrossNodes)
+	defaultServer(t, testClusterHoldsOneRateAcrossNodes)
 }
 
 func testClusterHoldsOneRateAcrossNodes(t *testing.T) {
@@ -170,7 +170,7 @@ func replayGCRA(t *testing.T, lim rate.Limit, offers []time.Duration) int64 {
 // When Redis cannot answer, a rate follows cluster.on_error as a limit
 // does: closed refuses with 503 (not 429: the client is not over its rate),
 // and once Redis is back the rate decides again.
-func TestClusterRateWhenRedisIsDown(t *testing.T) { bothServers(t, testClusterRateWhenRedisIsDown) }
+func TestClusterRateWhenRedisIsDown(t *testing.T) { defaultServer(t, testClusterRateWhenRedisIsDown) }
 
 func testClusterRateWhenRedisIsDown(t *testing.T) {
 	redis := redistest.Start(t)

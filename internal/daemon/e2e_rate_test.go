@@ -125,7 +125,7 @@ func okWithin(got, want string) bool {
 // a client_limit and a route limit of one permit each and no queue, four
 // requests sent at once all succeed, one after the other.
 func TestRouteRateDelaySpacesRequestsWithoutHoldingPermits(t *testing.T) {
-	bothServers(t, testRouteRateDelaySpacesRequestsWithoutHoldingPermits)
+	defaultServer(t, testRouteRateDelaySpacesRequestsWithoutHoldingPermits)
 }
 
 func testRouteRateDelaySpacesRequestsWithoutHoldingPermits(t *testing.T) {
@@ -188,7 +188,7 @@ listeners:
 // accept: closed without an answer, before the server reads a byte, and
 // counted as client_rate refusals; other clients are not affected, and
 // closing a connection gives nothing back (a rate is not a cap).
-func TestConnRateRefusesAtAccept(t *testing.T) { bothServers(t, testConnRateRefusesAtAccept) }
+func TestConnRateRefusesAtAccept(t *testing.T) { defaultServer(t, testConnRateRefusesAtAccept) }
 
 func testConnRateRefusesAtAccept(t *testing.T) {
 	d := startDaemon(t, `
@@ -247,7 +247,9 @@ listeners:
 // state per client whichever listener and protocol they come by; an http3
 // listener's handshake_rate refuses a proven client's QUIC connections
 // past its rate.
-func TestRateCountsHTTP2AndHTTP3Alike(t *testing.T) { bothServers(t, testRateCountsHTTP2AndHTTP3Alike) }
+func TestRateCountsHTTP2AndHTTP3Alike(t *testing.T) {
+	defaultServer(t, testRateCountsHTTP2AndHTTP3Alike)
+}
 
 func testRateCountsHTTP2AndHTTP3Alike(t *testing.T) {
 	certFile, keyFile, pool := selfSigned(t)
@@ -338,7 +340,7 @@ listeners:
 // A dry-run rate lets every request through at once and counts what it
 // would have refused and delayed.
 func TestRateDryRunCountsWithoutRefusing(t *testing.T) {
-	bothServers(t, testRateDryRunCountsWithoutRefusing)
+	defaultServer(t, testRateDryRunCountsWithoutRefusing)
 }
 
 func testRateDryRunCountsWithoutRefusing(t *testing.T) {
@@ -389,7 +391,7 @@ listeners:
 // refused before is still refused after; a reload that changes the rate
 // starts it afresh, and the replaced rate is closed.
 func TestReloadKeepsRateStateWhenUnchanged(t *testing.T) {
-	bothServers(t, testReloadKeepsRateStateWhenUnchanged)
+	defaultServer(t, testReloadKeepsRateStateWhenUnchanged)
 }
 
 func testReloadKeepsRateStateWhenUnchanged(t *testing.T) {
@@ -531,7 +533,7 @@ listeners:
 // it (a change of its socket settings) starts it afresh, as docs/daemon.md
 // says.
 func TestReloadConnRateFollowsTheListener(t *testing.T) {
-	bothServers(t, testReloadConnRateFollowsTheListener)
+	defaultServer(t, testReloadConnRateFollowsTheListener)
 }
 
 func testReloadConnRateFollowsTheListener(t *testing.T) {
@@ -566,7 +568,7 @@ func testReloadConnRateFollowsTheListener(t *testing.T) {
 // each CONNECT once (not the requests inside its tunnel), whoever sends
 // them; an override exempts one target; authentication comes first, so a
 // request refused 407 is never counted.
-func TestForwardRateByTargetHost(t *testing.T) { bothServers(t, testForwardRateByTargetHost) }
+func TestForwardRateByTargetHost(t *testing.T) { defaultServer(t, testForwardRateByTargetHost) }
 
 func testForwardRateByTargetHost(t *testing.T) {
 	limited, tlsTarget, free := newGatedTarget(t, false), newGatedTarget(t, true), newGatedTarget(t, false)

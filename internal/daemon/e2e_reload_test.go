@@ -81,7 +81,7 @@ func capOf(t *testing.T, ip, addr string, max int) int {
 // configuration keeps serving on every listener, connections kept alive
 // across the failure are still served, /readyz says ready throughout, and a
 // later reload, back to the original file or on to the new one, applies.
-func TestFailedReloadChangesNothing(t *testing.T) { bothServers(t, testFailedReloadChangesNothing) }
+func TestFailedReloadChangesNothing(t *testing.T) { defaultServer(t, testFailedReloadChangesNothing) }
 
 func testFailedReloadChangesNothing(t *testing.T) {
 	for _, point := range []string{"a port is taken", "a route table cannot be built"} {
@@ -149,7 +149,7 @@ func testFailedReloadChangesNothing(t *testing.T) {
 // exchanges across reloads that change the listener's socket settings, at
 // the same address and then at a new one: the new listener counts the
 // draining connections, so the client never holds more than the cap.
-func TestReloadKeepsConnectionCounts(t *testing.T) { bothServers(t, testReloadKeepsConnectionCounts) }
+func TestReloadKeepsConnectionCounts(t *testing.T) { defaultServer(t, testReloadKeepsConnectionCounts) }
 
 func testReloadKeepsConnectionCounts(t *testing.T) {
 	d := startDaemon(t, `
@@ -284,7 +284,7 @@ listeners:
 // WebSocket holds one of its permits: the retired limiter is waited for
 // without polling, and closed as soon as the socket closes.
 func TestRetiredLimiterEndsWithItsLastPermit(t *testing.T) {
-	bothServers(t, testRetiredLimiterEndsWithItsLastPermit)
+	defaultServer(t, testRetiredLimiterEndsWithItsLastPermit)
 }
 
 func testRetiredLimiterEndsWithItsLastPermit(t *testing.T) {
@@ -353,7 +353,9 @@ func retiringGoroutines() []string {
 // with slow requests while reloads keep replacing the listener on its
 // socket: the backend never sees more of the client's requests at once
 // than its connection cap, whichever listener generation admitted them.
-func TestReloadsUnderAConnectionFlood(t *testing.T) { bothServers(t, testReloadsUnderAConnectionFlood) }
+func TestReloadsUnderAConnectionFlood(t *testing.T) {
+	defaultServer(t, testReloadsUnderAConnectionFlood)
+}
 
 func testReloadsUnderAConnectionFlood(t *testing.T) {
 	const text = `
@@ -412,7 +414,7 @@ listeners:
 // "127.0.0.1:0", both changed: each keeps its own port and never takes over
 // the other's socket.
 func TestReloadKeepsPortZeroSocketsApart(t *testing.T) {
-	bothServers(t, testReloadKeepsPortZeroSocketsApart)
+	defaultServer(t, testReloadKeepsPortZeroSocketsApart)
 }
 
 func testReloadKeepsPortZeroSocketsApart(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 )
 
 func TestRoutesFromSharesRoutesAndCounts(t *testing.T) {
-	bothServers(t, testRoutesFromSharesRoutesAndCounts)
+	defaultServer(t, testRoutesFromSharesRoutesAndCounts)
 }
 
 func testRoutesFromSharesRoutesAndCounts(t *testing.T) {

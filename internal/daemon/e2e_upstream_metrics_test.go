@@ -14,7 +14,7 @@ import (
 // connections the daemon dropped for it, so an operator can see a backend
 // misbehaving.
 func TestUnsolicitedBytesShowInMetrics(t *testing.T) {
-	bothServers(t, testUnsolicitedBytesShowInMetrics)
+	defaultServer(t, testUnsolicitedBytesShowInMetrics)
 }
 
 func testUnsolicitedBytesShowInMetrics(t *testing.T) {

@@ -147,14 +147,25 @@ var parts = []struct {
 // bothServers runs test once per HTTP/1.x mode, as the subtests
 // server=eventloop and server=nethttp: every configuration parseConfig
 // parses within a subtest gives its http and https listeners that
-// subtest's server, unless the configuration names one itself. Every
-// end-to-end test whose daemon serves HTTP/1.x runs under it, so that both
+// subtest's server, unless the configuration names one itself. The
+// end-to-end tests whose subject is how the daemon reads, answers and
+// relays HTTP/1.x (framing, refusals, hang-ups, timeouts, shutdown,
+// forwarding fields, upgrades, the access line of an exchange, the
+// permits of an exchange that ends badly) run under it, so that both
 // modes are held to the same behaviour.
 func bothServers(t *testing.T, test func(t *testing.T)) {
 	for _, s := range servers {
 		t.Run("server="+s.name, test)
 	}
 }
+
+// defaultServer runs test on the default HTTP/1.x server alone: for the
+// end-to-end tests whose subject does not depend on how the server reads
+// and writes HTTP/1.x (reloads, lists, clusters, metrics, the admin API,
+// the forward proxy's policies and counts). The net/http server reaches
+// the same limiters, reload plan and forward proxy through the same
+// handler chain that the default server hands a connection back to.
+func defaultServer(t *testing.T, test func(t *testing.T)) { test(t) }
 
 // serverOf returns the HTTP/1.x server of the bothServers subtest (or the
 // server=NAME subtest of an internal part) t runs in, or "" (the default)

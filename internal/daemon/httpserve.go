@@ -11,6 +11,7 @@ import (
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/evloop"
+	"github.com/seed-a07d1050/portcullis/internal/h2check"
 	"github.com/seed-a07d1050/portcullis/internal/http1"
 )
 
@@ -90,6 +91,7 @@ func newHTTPServers(f *front) *httpServers {
 		return h
 	}
 	h.std.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: lc.MaxConcurrentStreams}
+	_ = h2check.Configure(h.std) // fails only on a TLSConfig's CipherSuites: h.std has none yet
 	tlsConfig := &tls.Config{
 		GetCertificate: f.getCertificate,
 		MinVersion:     tls.VersionTLS12,
@@ -100,9 +102,8 @@ func newHTTPServers(f *front) *httpServers {
 		return h
 	}
 	// fast runs every handshake; std only serves the HTTP/2 connections
-	// handed to it, with the HTTP/2 support its nil TLSConfig sets up (a
-	// TLSConfig of its own would be written to while fast handshakes with
-	// it).
+	// handed to it, with the TLSConfig h2check gave it (sharing h.tls, it
+	// would be written to while fast handshakes with it).
 	h.tls = tlsConfig
 	h.handoff = http1.NewHandoff(f.conns.Addr())
 	h.fast.TLSNextProto = map[string]func(*tls.Conn){"h2": h.handoff.Deliver}

@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 // testTimeout bounds every wait of the tests: conns' deadlines, channel
@@ -28,18 +30,6 @@ const testTimeout = 5 * time.Second
 
 // ---------------------------------------------------------------------------
 // Helpers: waiting.
-
-// waitFor polls cond until it holds, failing the test after testTimeout.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
 
 // recv receives from ch, failing the test after testTimeout.
 func recv[T any](t *testing.T, ch <-chan T, what string) T {
@@ -179,16 +169,12 @@ func tcpPair(t *testing.T) (client, server *net.TCPConn) {
 func noWorkerLeft(t *testing.T) {
 	t.Helper()
 	buf := make([]byte, 1<<20)
-	deadline := time.Now().Add(testTimeout)
-	for {
-		n := runtime.Stack(buf, true)
-		if !bytes.Contains(buf[:n], []byte("evloop.(*worker).run")) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("an event loop still runs:\n%s", buf[:n])
-		}
-		time.Sleep(5 * time.Millisecond)
+	var n int
+	if !waitfor.Until(testTimeout, func() bool {
+		n = runtime.Stack(buf, true)
+		return !bytes.Contains(buf[:n], []byte("evloop.(*worker).run"))
+	}) {
+		t.Fatalf("an event loop still runs:\n%s", buf[:n])
 	}
 }
 
@@ -649,14 +635,14 @@ func smallSendBuffer(c *net.TCPConn) { _ = c.SetWriteBuffer(4096) }
 // Left calls.
 func (r *rig) waitGone(t *testing.T, lefts int) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("Conns()==0 and %d Left", lefts), func() bool {
+	waitfor.Cond(t, fmt.Sprintf("Conns()==0 and %d Left", lefts), func() bool {
 		return r.srv.Conns() == 0 && r.h.stats().lefts == lefts
 	})
 }
 
 func (r *rig) waitDones(t *testing.T, n int) []error {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%d Done", n), func() bool { return len(r.h.stats().dones) >= n })
+	waitfor.Cond(t, fmt.Sprintf("%d Done", n), func() bool { return len(r.h.stats().dones) >= n })
 	return r.h.stats().dones
 }
 
@@ -1454,7 +1440,7 @@ func TestClientGoneDuringExchange(t *testing.T) {
 	}
 	c.Close()
 	r.waitGone(t, 1)
-	waitFor(t, "the exchange's end", func() bool {
+	waitfor.Cond(t, "the exchange's end", func() bool {
 		st := h.stats()
 		return len(st.resumes)+len(st.dones) == 1
 	})
@@ -1486,7 +1472,7 @@ func TestClientResetDuringExchange(t *testing.T) {
 	_ = c.(*net.TCPConn).SetLinger(0)
 	c.Close()
 	r.waitGone(t, 1)
-	waitFor(t, "the exchange's end", func() bool { return len(h.stats().resumes) == 1 })
+	waitfor.Cond(t, "the exchange's end", func() bool { return len(h.stats().resumes) == 1 })
 	if cause := h.stats().resumes[0]; cause != ErrClientGone {
 		t.Errorf("Resume cause %v, want ErrClientGone", cause)
 	}
@@ -1710,7 +1696,7 @@ func TestShutdown(t *testing.T) {
 	busyr := bufio.NewReader(busy)
 	write(t, busy, get("/slow"))
 	recv(t, got, "the slow request upstream")
-	waitFor(t, "3 connections", func() bool { return r.srv.Conns() == 3 })
+	waitfor.Cond(t, "3 connections", func() bool { return r.srv.Conns() == 3 })
 
 	shut := make(chan error, 1)
 	go func() {
@@ -1722,7 +1708,7 @@ func TestShutdown(t *testing.T) {
 		t.Errorf("idle connection closed after %v", d)
 	}
 	expectClosed(t, idle2, idle2, time.Second)
-	waitFor(t, "the idle connections to leave", func() bool { return r.srv.Conns() == 1 })
+	waitfor.Cond(t, "the idle connections to leave", func() bool { return r.srv.Conns() == 1 })
 	select {
 	case err := <-shut:
 		t.Fatalf("Shutdown returned %v while an exchange was under way", err)
@@ -1799,7 +1785,7 @@ func TestCloseDuringExchange(t *testing.T) {
 	c := r.dial(t)
 	write(t, c, get("/stuck"))
 	recv(t, got, "the request upstream")
-	waitFor(t, "2 connections", func() bool { return r.srv.Conns() == 2 })
+	waitfor.Cond(t, "2 connections", func() bool { return r.srv.Conns() == 2 })
 	if err := r.srv.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}
@@ -1845,7 +1831,7 @@ func TestAbort(t *testing.T) {
 		recv(t, got, "the request upstream")
 		lc.Abort()
 		r.waitGone(t, 1)
-		waitFor(t, "Resume", func() bool { return len(h.stats().resumes) == 1 })
+		waitfor.Cond(t, "Resume", func() bool { return len(h.stats().resumes) == 1 })
 		if cause := h.stats().resumes[0]; cause != ErrClientGone {
 			t.Errorf("Resume cause %v, want ErrClientGone", cause)
 		}
@@ -2667,7 +2653,7 @@ func TestAdoptedConnOwnership(t *testing.T) {
 			t.Errorf("the adopted wrapper was closed while served")
 		}
 		client.Close()
-		waitFor(t, "the wrapper's Close", func() bool { return wc.closes.Load() == 1 })
+		waitfor.Cond(t, "the wrapper's Close", func() bool { return wc.closes.Load() == 1 })
 	})
 	t.Run("handed back", func(t *testing.T) {
 		client, s := tcpPair(t)
@@ -2689,7 +2675,7 @@ func TestAdoptedConnOwnership(t *testing.T) {
 			t.Errorf("the handed-back conn's RemoteAddr() = %s, want %s", hd.remote, client.LocalAddr())
 		}
 		expectClosed(t, client, br, time.Second)
-		waitFor(t, "the wrapper's Close", func() bool { return wc.closes.Load() == 1 })
+		waitfor.Cond(t, "the wrapper's Close", func() bool { return wc.closes.Load() == 1 })
 	})
 	r.waitGone(t, 2)
 }
@@ -2703,7 +2689,7 @@ func TestPanicEndsOnlyItsConnection(t *testing.T) {
 		t.Run(where, func(t *testing.T) {
 			be := newBackend(t, nil)
 			h := &testHandler{backend: be.addr, panicIn: where}
-			r := newRig(t, Config{Workers: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, h, nil)
+			r := newRig(t, Config{Workers: 1, Logger: slog.New(slog.DiscardHandler)}, h, nil)
 
 			bad := r.dial(t)
 			write(t, bad, get("/boom"))
@@ -2780,7 +2766,7 @@ func TestSpareBuffersTrimmedAfterPeak(t *testing.T) {
 	if n := spareCount(t, w); n != peak {
 		t.Fatalf("after the peak the loop holds %d spare buffers, want %d", n, peak)
 	}
-	waitFor(t, "the spare buffers dropped", func() bool { return spareCount(t, w) == 0 })
+	waitfor.Cond(t, "the spare buffers dropped", func() bool { return spareCount(t, w) == 0 })
 
 	// The loop still relays: the next answer takes a new buffer.
 	c := r.dial(t)

@@ -30,6 +30,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/forward"
 	"github.com/seed-a07d1050/portcullis/internal/proxyauth"
 	"github.com/seed-a07d1050/portcullis/internal/testcert"
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 // waitLimit bounds every wait in these tests.
@@ -420,23 +421,11 @@ func readBody(t testing.TB, resp *http.Response) string {
 	return string(b)
 }
 
-// waitFor polls cond until it holds, failing the test after waitLimit.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // expectIdle waits until every limiter of s holds and awaits nothing.
 func expectIdle(t testing.TB, s *stack) {
 	t.Helper()
 	for i, l := range s.limits {
-		waitFor(t, fmt.Sprintf("limiter %d to be idle", i), func() bool {
+		waitfor.Cond(t, fmt.Sprintf("limiter %d to be idle", i), func() bool {
 			tot := l.Totals()
 			return tot.InUse == 0 && tot.Waiting == 0 && tot.Keys == 0
 		})

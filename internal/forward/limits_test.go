@@ -14,6 +14,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/httplimit"
 	"github.com/seed-a07d1050/portcullis/internal/forward"
 	"github.com/seed-a07d1050/portcullis/internal/proxyauth"
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 var byUser = httplimit.ByUser(proxyauth.UserOf)
@@ -98,7 +99,7 @@ func TestProxyUserLimitQueue(t *testing.T) {
 		refused.header.Get("Content-Type") != "text/plain; charset=utf-8" {
 		t.Fatalf("fifth request: %d %v %q", refused.status, refused.header, refused.body)
 	}
-	waitFor(t, "two waiting", func() bool { return lim.Totals().Waiting == 2 })
+	waitfor.Cond(t, "two waiting", func() bool { return lim.Totals().Waiting == 2 })
 	snap := lim.Snapshot(0).Exchanges
 	if len(snap.Keys) != 1 || snap.Keys[0].Key != "alice" || snap.Keys[0].InUse != 2 || snap.Keys[0].Waiting != 2 {
 		t.Fatalf("snapshot %+v", snap.Keys)
@@ -258,7 +259,7 @@ func TestCountTunnelsFalse(t *testing.T) {
 				t.Fatalf("CONNECT: %d", resp.StatusCode)
 			}
 		}
-		waitFor(t, "two tunnels", func() bool { return s.proxy.Tunnels() == 2 })
+		waitfor.Cond(t, "two tunnels", func() bool { return s.proxy.Tunnels() == 2 })
 		if tot := lim.Totals(); tot.Granted != 0 || tot.InUse != 0 {
 			t.Fatalf("CONNECTs were counted: %+v", tot)
 		}
@@ -321,7 +322,7 @@ func TestPermitsBackToZero(t *testing.T) {
 		c.(*net.TCPConn).SetLinger(0)
 		c.Close()
 		expectIdle(t, s)
-		waitFor(t, "the tunnel to close", func() bool { return s.proxy.Tunnels() == 0 })
+		waitfor.Cond(t, "the tunnel to close", func() bool { return s.proxy.Tunnels() == 0 })
 	})
 	t.Run("target failure", func(t *testing.T) {
 		s := newStack(t, stackOptions{limits: limits()})
@@ -374,7 +375,7 @@ func TestPermitsBackToZero(t *testing.T) {
 		}
 		go try(t.Context(), proxyClient(t, s, "", "", "127.0.0.3"), http.MethodGet, "http://"+tg.addr+"/slow?id=shutdown", nil)
 		tg.next(t)
-		waitFor(t, "two permits in use", func() bool { return s.limits[0].Totals().InUse == 2 })
+		waitfor.Cond(t, "two permits in use", func() bool { return s.limits[0].Totals().InUse == 2 })
 		// What the daemon does when its drain time is up: close the server
 		// (which cuts exchanges, not hijacked connections) and the Proxy
 		// (which cuts tunnels).

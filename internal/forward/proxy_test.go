@@ -17,6 +17,7 @@ import (
 
 	"github.com/seed-a07d1050/portcullis/httplimit"
 	"github.com/seed-a07d1050/portcullis/internal/forward"
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 func TestAbsoluteFormThroughGoClient(t *testing.T) {
@@ -323,7 +324,7 @@ func TestConnectHalfClose(t *testing.T) {
 	if err != nil || string(rest) != "bytes=5\n" {
 		t.Fatalf("after half-close: %q %v", rest, err)
 	}
-	waitFor(t, "the tunnel to close", func() bool { return s.proxy.Tunnels() == 0 })
+	waitfor.Cond(t, "the tunnel to close", func() bool { return s.proxy.Tunnels() == 0 })
 }
 
 // Bytes a client sends right behind its CONNECT head, in the same packet,
@@ -480,7 +481,7 @@ func TestTunnelIdleTimeout(t *testing.T) {
 			t.Fatal("the idle tunnel was not closed")
 		}
 	}
-	waitFor(t, "the tunnel to close", func() bool { return s.proxy.Tunnels() == 0 })
+	waitfor.Cond(t, "the tunnel to close", func() bool { return s.proxy.Tunnels() == 0 })
 	expectIdle(t, s)
 }
 
@@ -505,7 +506,7 @@ func TestTunnelLifetime(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	waitFor(t, "the tunnel to close", func() bool { return s.proxy.Tunnels() == 0 })
+	waitfor.Cond(t, "the tunnel to close", func() bool { return s.proxy.Tunnels() == 0 })
 }
 
 func TestCloseCutsTunnels(t *testing.T) {
@@ -520,7 +521,7 @@ func TestCloseCutsTunnels(t *testing.T) {
 		}
 		readers = append(readers, br)
 	}
-	waitFor(t, "two tunnels", func() bool { return s.proxy.Tunnels() == 2 })
+	waitfor.Cond(t, "two tunnels", func() bool { return s.proxy.Tunnels() == 2 })
 	if n := s.limits[0].Totals().InUse; n != 2 {
 		t.Fatalf("%d permits in use, want 2", n)
 	}
@@ -537,7 +538,7 @@ func TestCloseCutsTunnels(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, "the tunnels to close", func() bool { return s.proxy.Tunnels() == 0 })
+	waitfor.Cond(t, "the tunnels to close", func() bool { return s.proxy.Tunnels() == 0 })
 	expectIdle(t, s)
 	// New CONNECTs are refused once closed.
 	_, resp := connect(t, rawConn(t, s, "127.0.0.4"), echo, "")
@@ -565,10 +566,10 @@ func TestShutdownWaitsForTunnels(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("CONNECT: %d", resp.StatusCode)
 	}
-	waitFor(t, "the tunnel", func() bool { return s.proxy.Tunnels() == 1 })
+	waitfor.Cond(t, "the tunnel", func() bool { return s.proxy.Tunnels() == 1 })
 	done := make(chan error, 1)
 	go func() { done <- s.proxy.Shutdown(context.Background()) }()
-	waitFor(t, "new CONNECTs to be refused", func() bool {
+	waitfor.Cond(t, "new CONNECTs to be refused", func() bool {
 		_, resp := connect(t, rawConn(t, s, "127.0.0.3"), echo, "")
 		return resp.StatusCode == http.StatusServiceUnavailable
 	})

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/benchclient"
+	"github.com/seed-a07d1050/portcullis/internal/logtest"
 )
 
 // exchangeFunc is an ExchangeHandler made of a function.
@@ -804,11 +805,10 @@ func TestExchangeAbort(t *testing.T) {
 // the exchange's context, the ResponseWriter's Hijack, and cancels the
 // context after; Serve after Write panics and closes the connection.
 func TestExchangeServe(t *testing.T) {
-	var logs bytes.Buffer
-	var mu sync.Mutex
+	var logs logtest.Buffer
 	result := make(chan string, 1)
 	srv := &Server{
-		Logger:  slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil)),
+		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
 		Handler: http.NotFoundHandler(),
 		Exchanges: exchangeFunc(func(x *Exchange) bool {
 			head := headSeen(x.Head())
@@ -888,8 +888,6 @@ func TestExchangeServe(t *testing.T) {
 		t.Fatalf("after the panic: %q", body)
 	}
 	<-result
-	mu.Lock()
-	defer mu.Unlock()
 	if !strings.Contains(logs.String(), "Serve called after Write") {
 		t.Fatalf("the panic was not logged:\n%s", logs.String())
 	}
@@ -898,10 +896,9 @@ func TestExchangeServe(t *testing.T) {
 // TestExchangeMisuse: a hook that writes and declines, or declines after
 // Serve, is logged and its connection closed; the server serves on.
 func TestExchangeMisuse(t *testing.T) {
-	var logs bytes.Buffer
-	var mu sync.Mutex
+	var logs logtest.Buffer
 	srv := &Server{
-		Logger:  slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil)),
+		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "handler") }),
 		Exchanges: exchangeFunc(func(x *Exchange) bool {
 			switch x.Head().URL.Path {
@@ -924,9 +921,7 @@ func TestExchangeMisuse(t *testing.T) {
 		if !strings.HasPrefix(out, tc.out) && !strings.HasSuffix(out, tc.out) {
 			t.Errorf("%s: read %q", tc.path, out)
 		}
-		mu.Lock()
 		l := logs.String()
-		mu.Unlock()
 		if !strings.Contains(l, tc.log) || !strings.Contains(l, "level=ERROR") {
 			t.Errorf("%s: not logged at ERROR:\n%s", tc.path, l)
 		}
@@ -942,8 +937,7 @@ func TestExchangeMisuse(t *testing.T) {
 // and the server serves on; nothing is left running once it is closed.
 func TestExchangePanic(t *testing.T) {
 	base := goroutineBase(t)
-	var logs bytes.Buffer
-	var mu sync.Mutex
+	var logs logtest.Buffer
 	// Each panicking exchange sends a channel that its context closes
 	// when cancelled (context.AfterFunc: looking at the context with Done
 	// or Err once the connection is gone would start the watch's
@@ -956,7 +950,7 @@ func TestExchangePanic(t *testing.T) {
 	}
 	entered := make(chan struct{}, 4)
 	srv := &Server{
-		Logger:  slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil)),
+		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
 		Handler: http.NotFoundHandler(),
 		Exchanges: exchangeFunc(func(x *Exchange) bool {
 			switch x.Head().URL.Path {
@@ -999,11 +993,9 @@ func TestExchangePanic(t *testing.T) {
 	busy := dial(t, addr)
 	_, _ = io.WriteString(busy, getPath("/wait"))
 	<-entered
-	mu.Lock()
 	if n := strings.Count(logs.String(), "panic serving"); n != 2 {
 		t.Errorf("%d panic lines logged, want 2 (ErrAbortHandler is not logged):\n%s", n, logs.String())
 	}
-	mu.Unlock()
 	_ = srv.Close()
 	_ = c.Close()
 	_ = busy.Close()

@@ -7,7 +7,7 @@ import "bytes"
 // values, obs-fold, bare CR), and where each part is. The checks that
 // depend on which fields are there (Host, Content-Length,
 // Transfer-Encoding) are left to the caller. It exists for
-// internal/benchfloor's admission model, which measures what a data path
+// bench/floor/floorproxy's admission model, which measures what a data path
 // working on bytes would spend; the server itself does not use it.
 type HeadScanner struct {
 	p headParser

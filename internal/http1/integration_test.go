@@ -18,6 +18,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/httplimit"
 	"github.com/seed-a07d1050/portcullis/internal/testcert"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 // TestTLSWithHTTP2Handoff serves one TLS listener the way the daemon's
@@ -161,29 +162,18 @@ func TestDaemonChainLeavesWhenClientGoes(t *testing.T) {
 
 	holder := dial(t, addr) // takes the permit, waits for the upstream's head
 	_, _ = io.WriteString(holder, get)
-	waitFor(t, "the first request at the backend", func() bool { return inBackend.Load() == 1 })
+	waitfor.Cond(t, "the first request at the backend", func() bool { return inBackend.Load() == 1 })
 	queued := dial(t, addr) // waits in the queue
 	_, _ = io.WriteString(queued, get)
-	waitFor(t, "the second request queued", func() bool { return lim.Totals().Waiting == 1 })
+	waitfor.Cond(t, "the second request queued", func() bool { return lim.Totals().Waiting == 1 })
 
 	_ = queued.Close()
-	waitFor(t, "the queued request to leave", func() bool { return lim.Totals().Waiting == 0 })
+	waitfor.Cond(t, "the queued request to leave", func() bool { return lim.Totals().Waiting == 0 })
 	_ = holder.Close()
-	waitFor(t, "the upstream exchange to end", func() bool { return inBackend.Load() == 0 })
-	waitFor(t, "the permit to return", func() bool { return lim.Totals().InUse == 0 })
+	waitfor.Cond(t, "the upstream exchange to end", func() bool { return inBackend.Load() == 0 })
+	waitfor.Cond(t, "the permit to return", func() bool { return lim.Totals().InUse == 0 })
 	if tot := lim.Totals(); tot.Granted != 1 || tot.Abandoned != 1 {
 		t.Errorf("totals %+v: want 1 granted, 1 abandoned", tot)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 

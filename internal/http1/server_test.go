@@ -2,7 +2,6 @@ package http1
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/logtest"
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 func TestPipelinedRequestsAnsweredInOrder(t *testing.T) {
@@ -81,12 +83,8 @@ func TestClientGoneCancelsContext(t *testing.T) {
 // connection that ended was forgotten.
 func waitUnwatched(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for kernelWatched() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d ended connections still in the kernel watch", kernelWatched())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !waitfor.Until(5*time.Second, func() bool { return kernelWatched() == 0 }) {
+		t.Fatalf("%d ended connections still in the kernel watch", kernelWatched())
 	}
 }
 
@@ -542,10 +540,9 @@ func TestExpectContinueOverTCP(t *testing.T) {
 }
 
 func TestPanicRecovered(t *testing.T) {
-	var logs bytes.Buffer
-	var mu sync.Mutex
+	var logs logtest.Buffer
 	srv := &Server{
-		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil)),
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			switch r.URL.Path {
 			case "/panic":
@@ -568,22 +565,9 @@ func TestPanicRecovered(t *testing.T) {
 	if _, body := roundTrip(t, c, bufio.NewReader(c), get, "GET"); body != "ok" {
 		t.Fatalf("after the panics: %q", body)
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	if n := strings.Count(logs.String(), "panic serving"); n != 1 {
 		t.Fatalf("%d panic lines logged, want 1 (ErrAbortHandler is not logged):\n%s", n, logs.String())
 	}
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 func TestConnState(t *testing.T) {

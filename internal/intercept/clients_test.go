@@ -3,7 +3,6 @@
 package intercept_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"io"
@@ -21,6 +20,8 @@ import (
 
 	"github.com/seed-a07d1050/portcullis/httplimit"
 	"github.com/seed-a07d1050/portcullis/internal/intercept"
+	"github.com/seed-a07d1050/portcullis/internal/logtest"
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 // need returns the path of a tool, or skips (fails under CI=true).
@@ -99,7 +100,7 @@ func TestCurl(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err == nil {
 		t.Errorf("curl accepted the leaf without trusting the CA:\n%s", out)
 	}
-	waitFor(t, "curl's refusal to be counted", func() bool { return s.ic.Stats().HandshakeFailures == before+1 })
+	waitfor.Cond(t, "curl's refusal to be counted", func() bool { return s.ic.Stats().HandshakeFailures == before+1 })
 	expectIdle(t, s)
 }
 
@@ -118,29 +119,11 @@ func writeTemp(t testing.TB, data []byte) string {
 
 func originCertFile(t testing.TB) string { return writeTemp(t, originCert(t).CertPEM) }
 
-// lockedBuffer collects log output from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A target whose certificate the proxy does not trust gets the client a
 // 502 naming why; the refusal is logged once per host per minute.
 func TestUpstreamBadCertificate(t *testing.T) {
 	tg := newTarget(t)
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	s := newStack(t, stackOptions{
 		systemRoots: true, // the origin's self-signed certificate is in no system store
 		upstream:    intercept.UpstreamConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))},
@@ -221,7 +204,7 @@ func TestHTTP2ConnectStreamIntercepted(t *testing.T) {
 	}
 	tc.Close()
 	resp.Body.Close()
-	waitFor(t, "the session to end", func() bool { return s.ic.Sessions() == 0 })
+	waitfor.Cond(t, "the session to end", func() bool { return s.ic.Sessions() == 0 })
 	expectIdle(t, s)
 }
 

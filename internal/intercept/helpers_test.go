@@ -30,6 +30,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/intercept"
 	"github.com/seed-a07d1050/portcullis/internal/proxyauth"
 	"github.com/seed-a07d1050/portcullis/internal/testcert"
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 // waitLimit bounds every wait in these tests.
@@ -279,7 +280,7 @@ func userLimit(n int) httplimit.Config {
 func expectIdle(t testing.TB, s *stack) {
 	t.Helper()
 	for i, l := range s.limits {
-		waitFor(t, fmt.Sprintf("limiter %d to be idle", i), func() bool {
+		waitfor.Cond(t, fmt.Sprintf("limiter %d to be idle", i), func() bool {
 			tot := l.Totals()
 			return tot.InUse == 0 && tot.Waiting == 0 && tot.Keys == 0
 		})
@@ -293,17 +294,6 @@ func inUse(s *stack) int {
 		n += l.Totals().InUse
 	}
 	return n
-}
-
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func dialerFrom(ip string) *net.Dialer {

@@ -20,6 +20,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/forward"
 	"github.com/seed-a07d1050/portcullis/internal/intercept"
 	"github.com/seed-a07d1050/portcullis/internal/proxyauth"
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 func basic(user, pass string) string {
@@ -170,7 +171,7 @@ func TestConnectPermitReleasedWhenInterceptionStarts(t *testing.T) {
 		t.Errorf("request inside: %d", resp.StatusCode)
 	}
 	tc.Close()
-	waitFor(t, "the session to close", func() bool { return s.ic.Sessions() == 0 })
+	waitfor.Cond(t, "the session to close", func() bool { return s.ic.Sessions() == 0 })
 	expectIdle(t, s)
 }
 
@@ -225,8 +226,8 @@ func TestClientNotTrustingCAFails(t *testing.T) {
 	if !errors.As(err, &ua) {
 		t.Fatalf("error %v, want an unknown authority", err)
 	}
-	waitFor(t, "the handshake failure to be counted", func() bool { return s.ic.Stats().HandshakeFailures == 1 })
-	waitFor(t, "the session to close", func() bool { return s.ic.Sessions() == 0 })
+	waitfor.Cond(t, "the handshake failure to be counted", func() bool { return s.ic.Stats().HandshakeFailures == 1 })
+	waitfor.Cond(t, "the session to close", func() bool { return s.ic.Sessions() == 0 })
 	expectIdle(t, s)
 	if st := s.ic.Stats(); st.Sessions != 0 || st.Requests != 0 {
 		t.Errorf("stats %+v, want no session", st)
@@ -269,7 +270,7 @@ func TestConcurrentHandshakesMintOncePerName(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	waitFor(t, "every session to be counted", func() bool { return s.ic.Stats().Sessions == handshakes })
+	waitfor.Cond(t, "every session to be counted", func() bool { return s.ic.Stats().Sessions == handshakes })
 	st := s.ic.Stats()
 	if st.Leaves.Minted != names {
 		t.Errorf("minted %d leaves for %d names", st.Leaves.Minted, names)
@@ -423,7 +424,7 @@ func TestPermitsBackToZero(t *testing.T) {
 		raw.SetLinger(0) // RST
 		raw.Close()
 		expectIdle(t, s)
-		waitFor(t, "the session to end", func() bool { return s.ic.Sessions() == 0 })
+		waitfor.Cond(t, "the session to end", func() bool { return s.ic.Sessions() == 0 })
 	})
 	t.Run("target fails", func(t *testing.T) {
 		s := newStack(t, opts)
@@ -531,7 +532,7 @@ func TestSNIDifferentFromConnect(t *testing.T) {
 	if _, err := handshake(t, conn, "pinned.test", s.ca.pool); err == nil {
 		t.Error("a bypassed host named in SNI was intercepted")
 	}
-	waitFor(t, "the refusal to be counted", func() bool { return s.ic.Stats().HandshakeFailures == 1 })
+	waitfor.Cond(t, "the refusal to be counted", func() bool { return s.ic.Stats().HandshakeFailures == 1 })
 }
 
 // An upgraded connection inside a session (a WebSocket, say) holds its
@@ -573,7 +574,7 @@ func TestUpgradeInsideSession(t *testing.T) {
 				}
 			}
 			expectIdle(t, s)
-			waitFor(t, "the session to end", func() bool { return s.ic.Sessions() == 0 })
+			waitfor.Cond(t, "the session to end", func() bool { return s.ic.Sessions() == 0 })
 		})
 	}
 }

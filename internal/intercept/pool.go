@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"sync"
+
+	"github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
 // connPool bounds the idle target connections of an [Upstream] over every
@@ -157,14 +159,14 @@ func (p *connPool) Open() int {
 func (p *connPool) roundTrip(rt http.RoundTripper, req *http.Request) (*http.Response, error) {
 	var mu sync.Mutex
 	var got []*poolConn
-	var tap *tapConn
+	var tap *upstream.TapConn
 	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
 		c := info.Conn
-		if t, ok := c.(*tapConn); ok {
-			t.arm()
+		if t, ok := c.(*upstream.TapConn); ok {
+			t.Arm()
 			mu.Lock()
 			if tap != nil && tap != t {
-				tap.disarm()
+				tap.Disarm()
 			}
 			tap = t
 			mu.Unlock()
@@ -187,9 +189,9 @@ func (p *connPool) roundTrip(rt http.RoundTripper, req *http.Request) (*http.Res
 	t := tap
 	mu.Unlock()
 	if t != nil {
-		b := t.disarm()
+		b := t.Disarm()
 		if resp != nil && resp.Close {
-			for _, name := range finalCloseNamed(b) {
+			for _, name := range upstream.FinalCloseNamed(b) {
 				delete(resp.Header, name)
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/seed-a07d1050/portcullis/internal/intercept"
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 // 200 intercepted names on one origin speaking HTTP/2 leave at most
@@ -61,7 +62,7 @@ func TestUpstreamBoundsIdleTargetConns(t *testing.T) {
 	if h2 != names {
 		t.Errorf("%d of %d requests reached the origin over HTTP/2; the test is about HTTP/2 connections", h2, names)
 	}
-	waitFor(t, fmt.Sprintf("at most %d target connections open at the origin", maxIdle), func() bool {
+	waitfor.Cond(t, fmt.Sprintf("at most %d target connections open at the origin", maxIdle), func() bool {
 		return open.Load() <= maxIdle
 	})
 	if n := s.upstream.TargetConns(); n > maxIdle {

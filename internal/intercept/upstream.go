@@ -21,6 +21,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/seed-a07d1050/portcullis/internal/forward"
+	"github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
 // Defaults used where an [UpstreamConfig] field is left zero.
@@ -282,7 +283,7 @@ func (u *Upstream) roundTrip(r *http.Request) (*http.Response, error) {
 // pool and shakes hands with conf for the target's name, offering protos.
 // A connection that agreed on HTTP/2 is returned as the *tls.Conn, which
 // the Transport hands to its HTTP/2 client; one that speaks HTTP/1.1 is
-// returned inside a tapConn, which records each response's head so that
+// returned inside an upstream.TapConn, which records each response's head so that
 // the fields a Connection field saying "close" names are dropped (net/http
 // drops that Connection field whole, see tap.go).
 func (u *Upstream) dialTLS(conf *tls.Config, protos []string, timeout time.Duration) func(context.Context, string, string) (net.Conn, error) {
@@ -307,7 +308,7 @@ func (u *Upstream) dialTLS(conf *tls.Config, protos []string, timeout time.Durat
 		if tc.ConnectionState().NegotiatedProtocol == "h2" {
 			return tc, nil
 		}
-		return &tapConn{Conn: tc}, nil
+		return &upstream.TapConn{Conn: tc}, nil
 	}
 }
 

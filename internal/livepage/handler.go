@@ -40,7 +40,7 @@ const writeTimeout = 5 * time.Second
 var assets embed.FS
 
 var templates = template.Must(template.New("").Funcs(template.FuncMap{
-	"points": chartPoints,
+	"points": ChartPoints,
 	"clock":  func(t time.Time) string { return t.Format("15:04:05") },
 	"rfc3339": func(t time.Time) string {
 		return t.Format(time.RFC3339)
@@ -77,10 +77,10 @@ type pageData struct {
 func Page(s *Sampler, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f := s.sampled(r.Context())
-		span := chartSpan(len(f.History.Accept))
+		span := ChartSpan(len(f.History.Accept))
 		d := pageData{
-			Frame: f, RefusedNow: refusedNow(f.History), ChartMax: chartMax(f.History),
-			ChartSpan: span, XLabels: xLabels(span),
+			Frame: f, RefusedNow: refusedNow(f.History), ChartMax: ChartMax(f.History),
+			ChartSpan: span, XLabels: XLabels(span),
 		}
 		render(w, http.StatusOK, "page.html", d, log)
 	})
@@ -169,10 +169,16 @@ func refusedNow(h History) float64 {
 // chartSteps are the tops of the chart's scale, times a power of ten.
 var chartSteps = []float64{1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10}
 
-// chartMax is the top of the chart's scale: the highest sample rounded up
+// The chart's geometry: ChartMax, ChartSpan, XLabels and ChartPoints draw
+// the chart on a page's first load, and live.js computes the same for every
+// later frame. They are exported for the browser module's tests
+// (browser/livepage_test.go), which run live.js in Chromium and hold it to
+// them; the daemon uses them only through [Page].
+
+// ChartMax is the top of the chart's scale: the highest sample rounded up
 // to one of chartSteps times a power of ten, and at least 1. live.js
 // computes the same.
-func chartMax(h History) float64 {
+func ChartMax(h History) float64 {
 	top := 1.0
 	for _, s := range [][]float64{h.Accept, h.Requests} {
 		for _, v := range s {
@@ -188,12 +194,12 @@ func chartMax(h History) float64 {
 	return 10 * p
 }
 
-// chartSpan is how many seconds the chart spans for n samples.
-func chartSpan(n int) int { return min(max(n, minChartSpan), HistoryLen) }
+// ChartSpan is how many seconds the chart spans for n samples.
+func ChartSpan(n int) int { return min(max(n, minChartSpan), HistoryLen) }
 
-// xLabels are the labels under the chart: its span, two thirds and a third
+// XLabels are the labels under the chart: its span, two thirds and a third
 // of it ago, and now. live.js computes the same.
-func xLabels(span int) []string {
+func XLabels(span int) []string {
 	ago := func(s int) string {
 		if span < 180 {
 			return "−" + strconv.Itoa(s) + " s"
@@ -203,10 +209,10 @@ func xLabels(span int) []string {
 	return []string{ago(span), ago(span * 2 / 3), ago(span / 3), "now"}
 }
 
-// chartPoints returns the SVG polyline points of vals on a scale of 0 to
+// ChartPoints returns the SVG polyline points of vals on a scale of 0 to
 // top over span seconds, the last value on the right edge. live.js
 // computes the same.
-func chartPoints(vals []float64, top float64, span int) string {
+func ChartPoints(vals []float64, top float64, span int) string {
 	var b strings.Builder
 	step := float64(chartWidth) / float64(max(span-1, 1))
 	n := len(vals)

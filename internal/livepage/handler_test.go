@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 // waitLimit bounds every wait in these tests.
@@ -196,12 +198,8 @@ func TestEventsEndWhenTheClientGoes(t *testing.T) {
 
 func waitZero(t *testing.T, n *atomic.Int64) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for n.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d event streams still served", n.Load())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !waitfor.Until(waitLimit, func() bool { return n.Load() == 0 }) {
+		t.Fatalf("%d event streams still served", n.Load())
 	}
 }
 
@@ -227,15 +225,15 @@ func TestChart(t *testing.T) {
 		vals []float64
 		want float64
 	}{{nil, 1}, {[]float64{0.3}, 1}, {[]float64{1.6}, 2}, {[]float64{3.5}, 4}, {[]float64{7, 20}, 20}, {[]float64{2001}, 2500}, {[]float64{8001}, 10000}} {
-		if got := chartMax(History{Accept: tc.vals}); got != tc.want {
+		if got := ChartMax(History{Accept: tc.vals}); got != tc.want {
 			t.Errorf("chartMax(%v) = %v, want %v", tc.vals, got, tc.want)
 		}
 	}
 	// Three samples over a minute: 900/59 units apart.
-	if got, want := chartPoints([]float64{0, 5, 20}, 10, 61), "870.0,160.0 885.0,82.0 900.0,4.0"; got != want {
+	if got, want := ChartPoints([]float64{0, 5, 20}, 10, 61), "870.0,160.0 885.0,82.0 900.0,4.0"; got != want {
 		t.Errorf("chartPoints = %q, want %q", got, want)
 	}
-	if got := chartPoints(nil, 1, 60); got != "" {
+	if got := ChartPoints(nil, 1, 60); got != "" {
 		t.Errorf("chartPoints(nil) = %q", got)
 	}
 	for _, tc := range []struct {
@@ -246,7 +244,7 @@ func TestChart(t *testing.T) {
 		{150, []string{"−150 s", "−100 s", "−50 s", "now"}},
 		{HistoryLen + 1, []string{"−15 min", "−10 min", "−5 min", "now"}},
 	} {
-		if got := xLabels(chartSpan(tc.samples)); !slices.Equal(got, tc.want) {
+		if got := XLabels(ChartSpan(tc.samples)); !slices.Equal(got, tc.want) {
 			t.Errorf("labels for %d samples: %q, want %q", tc.samples, got, tc.want)
 		}
 	}

@@ -1,15 +1,41 @@
 // Package logtest records log records in tests: those a package writes to
 // a logger it is given, and those it writes to the process-wide default
-// logger, which a library must leave alone unless told otherwise.
+// logger, which a library must leave alone unless told otherwise. A
+// [Recorder] keeps each record's level and message; a [Buffer] keeps the
+// bytes a handler (slog's text or JSON handler, an access log) wrote, for a
+// test that checks a line's fields.
 package logtest
 
 import (
+	"bytes"
 	"context"
 	"log"
 	"log/slog"
 	"sync"
 	"testing"
 )
+
+// A Buffer is a bytes.Buffer that goroutines may write to while a test
+// reads it: the destination of a logger that logs from other goroutines
+// than the test's. Its zero value is empty and ready to use.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p; it never fails.
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String returns a copy of everything written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
 
 // A Recorder is a slog.Handler that keeps "LEVEL message" of every record it
 // handles, at every level. It is safe for concurrent use.

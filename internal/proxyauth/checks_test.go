@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -50,41 +51,42 @@ func hookedAuth(t *testing.T, cfg Config) *Authenticator {
 // bcrypt run, even with bcrypt slots to spare: six clients sending alice's
 // credentials while her check runs cost one check, not six.
 func TestSameCredentialsShareOneCheck(t *testing.T) {
-	a := hookedAuth(t, Config{MaxConcurrentChecks: 8, CheckTimeout: time.Minute})
-	var entered atomic.Int32
-	release := make(chan struct{})
-	testHookCheck = func() { entered.Add(1) }
-	testHookBcrypt = func() { <-release }
+	// In a bubble, synctest.Wait returns once every request is blocked:
+	// one in bcrypt (on release), the others waiting on its shared run,
+	// where a sleep could only guess that the last one had joined it.
+	synctest.Test(t, func(t *testing.T) {
+		a := hookedAuth(t, Config{MaxConcurrentChecks: 8, CheckTimeout: time.Minute})
+		var entered atomic.Int32
+		release := make(chan struct{})
+		testHookCheck = func() { entered.Add(1) }
+		testHookBcrypt = func() { <-release }
 
-	var wg sync.WaitGroup
-	errs := make(chan error, 6)
-	for i := range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			client := clientkey.FromAddr(netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 1)}))
-			errs <- a.Verify(t.Context(), client, "alice", "alice-pw")
-		}()
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for entered.Load() < 6 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of 6 requests reached the check", entered.Load())
+		var wg sync.WaitGroup
+		errs := make(chan error, 6)
+		for i := range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				client := clientkey.FromAddr(netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 1)}))
+				errs <- a.Verify(t.Context(), client, "alice", "alice-pw")
+			}()
 		}
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(10 * time.Millisecond) // let the last one join the shared run
-	close(release)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatalf("Verify: %v", err)
+		synctest.Wait()
+		if n := entered.Load(); n != 6 {
+			t.Fatalf("%d of 6 requests reached the check", n)
 		}
-	}
-	if st := a.Stats(); st.Checks != 1 {
-		t.Fatalf("%d bcrypt checks for six requests with one credential", st.Checks)
-	}
+		close(release)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("Verify: %v", err)
+			}
+		}
+		if st := a.Stats(); st.Checks != 1 {
+			t.Fatalf("%d bcrypt checks for six requests with one credential", st.Checks)
+		}
+	})
 }
 
 // MaxConcurrentChecks bounds bcrypt over all clients: while a check runs,

@@ -2,16 +2,9 @@ package rls
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"io"
 	"log/slog"
 	"math"
-	"math/big"
 	"net"
 	"strings"
 	"testing"
@@ -32,7 +25,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/limit/limittest"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 // harness is one service on a loopback gRPC port and a client of it, as
 // Envoy's ratelimit filter is one.
@@ -360,7 +353,11 @@ func TestMutualTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clientCert, clientPool := clientCertificate(t)
+	client, err := testcert.NewClient("envoy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCert, clientPool := client.TLS, client.Pool
 	caFile := dir + "/clients.pem"
 	writePEM(t, caFile, clientCert.Leaf.Raw)
 	conf, err := ServerTLS(TLSFiles{CertFile: certFile, KeyFile: keyFile, ClientCAFile: caFile})
@@ -386,28 +383,6 @@ func TestMutualTLS(t *testing.T) {
 	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "unavailable") {
 		t.Fatalf("a plaintext client: %v", err)
 	}
-}
-
-func clientCertificate(t *testing.T) (tls.Certificate, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "envoy"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		BasicConstraintsValid: true, IsCA: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
 }
 
 // A descriptor with Envoy's limit override is judged by it, counted apart.

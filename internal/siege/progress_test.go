@@ -4,31 +4,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/backend"
+	"github.com/seed-a07d1050/portcullis/internal/logtest"
 	"github.com/seed-a07d1050/portcullis/internal/siege"
 )
-
-// lockedBuffer collects what a run writes while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.WriteString(string(p))
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 var (
 	warmupLine    = regexp.MustCompile(`^siege: \d+s/\d+s warm-up, attacker alone: attacker holds (\d+) connections, (\d+) refused$`)
@@ -45,7 +27,7 @@ func TestProgressLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	var out lockedBuffer
+	var out logtest.Buffer
 	rep := runChecked(t, t.Context(), siege.Config{
 		Target:           srv.URL() + "/",
 		Scenario:         siege.ScenarioSlowloris,

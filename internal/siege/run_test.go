@@ -20,6 +20,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/connlimit"
 	"github.com/seed-a07d1050/portcullis/internal/backend"
 	"github.com/seed-a07d1050/portcullis/internal/siege"
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 func TestThroughput(t *testing.T) {
@@ -316,7 +317,7 @@ func TestRunEndsOnTime(t *testing.T) {
 	if a := rep.Attack; a.Attempts != 20 || a.Unsettled != 20 {
 		t.Errorf("attacker: %d attempts, %d unsettled; want 20 of each", a.Attempts, a.Unsettled)
 	}
-	waitFor(t, 5*time.Second, func() bool { return b.Handler().InFlight() == 0 })
+	waitfor.Within(t, 5*time.Second, "the backend idle", func() bool { return b.Handler().InFlight() == 0 })
 }
 
 func TestRunStopsWhenContextEnds(t *testing.T) {
@@ -432,18 +433,6 @@ func TestDefaultsLeaveConfigAlone(t *testing.T) {
 	// One connection per request, plus one per loop for a request cut off at the end.
 	if l := rep.Legit; l.ConnsOpened < l.Requests || l.ConnsOpened > l.Requests+1 {
 		t.Errorf("fresh mode opened %d connections for %d requests", rep.Legit.ConnsOpened, rep.Legit.Requests)
-	}
-}
-
-// waitFor polls cond every millisecond until it holds or limit passes.
-func waitFor(t *testing.T, limit time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", limit)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

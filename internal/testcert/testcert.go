@@ -29,11 +29,7 @@ type Cert struct {
 
 // New makes a Cert. It fails only if the system's random source does.
 func New() (*Cert, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("testcert: key: %w", err)
-	}
-	tmpl := &x509.Certificate{
+	return build(&x509.Certificate{
 		SerialNumber:          big.NewInt(1),
 		Subject:               pkix.Name{CommonName: "portcullis test"},
 		NotBefore:             time.Now().Add(-time.Hour),
@@ -44,6 +40,31 @@ func New() (*Cert, error) {
 		IsCA:                  true,
 		DNSNames:              []string{"localhost"},
 		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	})
+}
+
+// NewClient makes a Cert for a TLS client (mutual TLS): self-signed like
+// New's, for client authentication only, with the common name name and no
+// address. A server trusts it by putting Pool in its ClientCAs. It fails
+// only if the system's random source does.
+func NewClient(name string) (*Cert, error) {
+	return build(&x509.Certificate{
+		SerialNumber:          big.NewInt(2),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	})
+}
+
+// build signs tmpl with a new P-256 key of its own.
+func build(tmpl *x509.Certificate) (*Cert, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("testcert: key: %w", err)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 // checkNoLeak fails the test if, once every later cleanup has run, more
@@ -20,13 +22,9 @@ func checkNoLeak(t *testing.T) {
 	t.Helper()
 	base := runtime.NumGoroutine()
 	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > base {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				t.Fatalf("%d goroutines left, %d before:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-			}
-			time.Sleep(5 * time.Millisecond)
+		if !waitfor.Until(5*time.Second, func() bool { return runtime.NumGoroutine() <= base }) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines left, %d before:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
 		}
 	})
 }

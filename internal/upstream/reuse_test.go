@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/backend/misbehave"
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 func startMisbehave(t *testing.T, cfg misbehave.Config) *misbehave.Server {
@@ -60,10 +61,8 @@ func (r *recordingDialer) last() net.Conn {
 func waitNotOpen(t *testing.T, c net.Conn) {
 	t.Helper()
 	p := newSocketProber(c)
-	for deadline := time.Now().Add(5 * time.Second); p.probeIdle() == idleOpen; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the upstream's action did not reach the connection within 5s")
-		}
+	if !waitfor.Until(5*time.Second, func() bool { return p.probeIdle() != idleOpen }) {
+		t.Fatal("the upstream's action did not reach the connection within 5s")
 	}
 }
 

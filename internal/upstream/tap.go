@@ -8,23 +8,26 @@ import (
 	"sync"
 )
 
-// maxTap bounds the response bytes a tapConn records per exchange: a head
+// maxTap bounds the response bytes a TapConn records per exchange: a head
 // longer than that has its Connection field read only if it comes first.
 const maxTap = 64 << 10
 
-// A tapConn is a target connection of the fallback transport that records
-// the bytes read while armed, so that the head of the response can be read
-// again once net/http has read it: net/http drops a Connection field that
-// says "close", and with it the names of the hop-by-hop fields it lists,
-// which a proxy must still remove (RFC 9110 §7.6.1).
-type tapConn struct {
+// A TapConn is an upstream connection read by net/http's transport that
+// records the bytes read while armed, so that the head of the response
+// can be read again once net/http has read it: net/http drops a
+// Connection field that says "close", and with it the names of the
+// hop-by-hop fields it lists, which a proxy must still remove (RFC 9110
+// §7.6.1). The fallback transport wraps its plain connections in one; the
+// interception wraps its TLS connections to HTTP/1.1 targets, above TLS.
+// A TapConn records at most 64 KiB per exchange.
+type TapConn struct {
 	net.Conn
 	mu    sync.Mutex
 	armed bool
 	buf   []byte
 }
 
-func (c *tapConn) Read(p []byte) (int, error) {
+func (c *TapConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.mu.Lock()
@@ -36,13 +39,15 @@ func (c *tapConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (c *tapConn) arm() {
+// Arm starts recording, from an empty record.
+func (c *TapConn) Arm() {
 	c.mu.Lock()
 	c.armed, c.buf = true, c.buf[:0]
 	c.mu.Unlock()
 }
 
-func (c *tapConn) disarm() []byte {
+// Disarm stops recording and returns what was recorded since Arm.
+func (c *TapConn) Disarm() []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.armed = false
@@ -52,7 +57,7 @@ func (c *tapConn) disarm() []byte {
 }
 
 // tapTransport is the default Fallback (requests with a body, upgrades):
-// an http.Transport over tapConns, whose responses lose the fields a
+// an http.Transport over TapConns, whose responses lose the fields a
 // Connection field naming "close" listed. Over TLS (https upstreams) the
 // tap sees ciphertext and finds no head: those responses keep net/http's
 // reading.
@@ -60,13 +65,13 @@ type tapTransport struct{ t *http.Transport }
 
 func (tt *tapTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var mu sync.Mutex
-	var last *tapConn
+	var last *TapConn
 	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
-		if c, ok := info.Conn.(*tapConn); ok {
-			c.arm()
+		if c, ok := info.Conn.(*TapConn); ok {
+			c.Arm()
 			mu.Lock()
 			if last != nil && last != c {
-				last.disarm()
+				last.Disarm()
 			}
 			last = c
 			mu.Unlock()
@@ -79,9 +84,9 @@ func (tt *tapTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if c == nil {
 		return resp, err
 	}
-	b := c.disarm()
+	b := c.Disarm()
 	if resp != nil && resp.Close {
-		for _, name := range finalCloseNamed(b) {
+		for _, name := range FinalCloseNamed(b) {
 			delete(resp.Header, name)
 		}
 	}
@@ -90,9 +95,12 @@ func (tt *tapTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 func (tt *tapTransport) CloseIdleConnections() { tt.t.CloseIdleConnections() }
 
-// finalCloseNamed returns what closeNamed returns for the final response
-// head in b, the 1xx heads before it skipped.
-func finalCloseNamed(b []byte) []string {
+// FinalCloseNamed returns the canonical names the Connection fields of the
+// final response head in b list besides "close", when one of them says
+// "close"; nil otherwise, or when b holds no whole final head. The 1xx
+// heads before it are skipped. A transport whose response has Close set
+// removes these fields from its header.
+func FinalCloseNamed(b []byte) []string {
 	for {
 		end := bytes.Index(b, []byte("\r\n\r\n"))
 		if end < 0 {

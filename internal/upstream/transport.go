@@ -124,7 +124,7 @@ func (c Config) defaultFallback() http.RoundTripper {
 			if err != nil {
 				return nil, err
 			}
-			return &tapConn{Conn: conn}, nil // see tapTransport
+			return &TapConn{Conn: conn}, nil // see tapTransport
 		},
 		ForceAttemptHTTP2:     false, // upgrades need HTTP/1.1
 		MaxIdleConnsPerHost:   c.MaxIdleConnsPerHost,

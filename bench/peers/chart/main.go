@@ -3,6 +3,13 @@
 //
 // Usage: chart -raw DIR -md FILE -png FILE -json FILE
 //
+//	chart -tls -raw DIR -md FILE -json FILE
+//
+// With -tls, DIR holds the runs of run.sh --tls instead: per run,
+// PROXY.SCENARIO.ROUND.out (wrk's, h2load's or bench/peers/tlsconns's
+// output) beside PROXY.SCENARIO.ROUND.meta.json, and meta.json; no chart
+// is drawn.
+//
 // DIR holds, per run, PROXY.SCENARIO.ROUND.json (a `portcullis siege -json`
 // report) beside PROXY.SCENARIO.ROUND.meta.json (the proxy's CPU ticks and
 // the wall time around the run, written by run.sh), and one meta.json with
@@ -30,12 +37,20 @@ func run(args []string) int {
 	md := fs.String("md", "results.md", "markdown table to write")
 	png := fs.String("png", "peers.png", "PNG chart to write")
 	js := fs.String("json", "results.json", "JSON summary to write")
+	tls := fs.Bool("tls", false, "DIR holds the runs of run.sh --tls")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *raw == "" || fs.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: chart -raw DIR [-md FILE] [-png FILE] [-json FILE]")
+		fmt.Fprintln(os.Stderr, "usage: chart [-tls] -raw DIR [-md FILE] [-png FILE] [-json FILE]")
 		return 2
+	}
+	if *tls {
+		if err := buildTLS(*raw, *md, *js); err != nil {
+			fmt.Fprintln(os.Stderr, "chart:", err)
+			return 1
+		}
+		return 0
 	}
 	if err := build(*raw, *md, *png, *js); err != nil {
 		fmt.Fprintln(os.Stderr, "chart:", err)

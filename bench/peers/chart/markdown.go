@@ -60,7 +60,7 @@ func writeThroughput(b *bytes.Buffer, rows []ThroughputRow) {
 	}
 	fmt.Fprintln(b)
 	if slices.ContainsFunc(rows, func(r ThroughputRow) bool { return r.Proxy == floor }) {
-		fmt.Fprintf(b, "`floor` is not a proxy to deploy: it is `bench/floor` (internal/benchfloor), the least a Go "+
+		fmt.Fprintf(b, "`floor` is not a proxy to deploy: it is `bench/floor` (bench/floor/floorproxy), the least a Go "+
 			"reverse proxy does per keep-alive request, with the daemon's system calls per request and nothing else "+
 			"(no HTTP objects, limits, routing, metrics or logs). What Portcullis spends above it is the daemon's own work.\n\n")
 	}

@@ -19,7 +19,7 @@ const (
 // proxyOrder is the order of proxies in tables and charts.
 var proxyOrder = []string{"portcullis", "portcullis-lean", "portcullis-fast", "portcullis-nethttp", "portcullis-log", "portcullis-syn", "portcullis-rst", "nginx", "haproxy", floor, floorAdmit, floorEpollAdmit}
 
-// floor is internal/benchfloor (bench/floor): the least a Go proxy does per
+// floor is bench/floor/floorproxy (bench/floor): the least a Go proxy does per
 // request, a reference for the throughput scenario only. It limits
 // nothing, so it has no place in the attack scenarios.
 const floor = "floor"

@@ -1,7 +1,7 @@
 // The live page's script: follows /live/events (one JSON frame a second)
 // and redraws the numbers, tables and chart the server rendered first.
 // No framework; the chart is an SVG polyline. The server's page.html and
-// handler.go (chartMax, chartPoints) draw the same on the first load.
+// handler.go (ChartMax, ChartPoints) draw the same on the first load.
 "use strict";
 
 const W = 900, H = 160;
@@ -168,7 +168,7 @@ function drawRedis(r) {
   p.replaceChildren(...parts);
 }
 
-// chartMax matches chartMax in handler.go.
+// chartMax matches ChartMax in handler.go.
 function chartMax(series) {
   let top = 1;
   for (const s of series) for (const v of s) top = Math.max(top, v);
@@ -177,7 +177,7 @@ function chartMax(series) {
   return 10 * p;
 }
 
-// chartSpan, xLabels and points match chartSpan, xLabels and chartPoints
+// chartSpan, xLabels and points match ChartSpan, XLabels and ChartPoints
 // in handler.go.
 function chartSpan(n) { return Math.min(Math.max(n, 60), 900); }
 
