@@ -212,6 +212,8 @@ type accessFields struct {
 	// rateDry is what a dry-run rate would have done: "delayed" or
 	// "rejected"; optional.
 	rateDry string
+	// requestID is the request's id; optional.
+	requestID string
 	// query, userAgent and referer are the optional fields a listener
 	// asks for (see accessExtra); "" is left out.
 	query, userAgent, referer string
@@ -255,7 +257,7 @@ func logAccess(o *exchangeOpts, r *http.Request, st *exchangeState, status int, 
 		method: r.Method, host: r.Host, path: r.URL.Path, proto: r.Proto,
 		status: status, bytes: st.bytes.Load(), duration: now.Sub(start), upstream: st.upstream,
 		admission: st.outcome, queued: st.waited, limit: st.by, reason: st.reason,
-		rateDry: rateDryNames[st.rateDry],
+		rateDry: rateDryNames[st.rateDry], requestID: st.requestID,
 	}
 	if o.extra != 0 {
 		if o.extra&accessQuery != 0 {
@@ -331,6 +333,9 @@ func (a *accessLogger) writeSlog(now time.Time, f *accessFields) {
 	}
 	if f.rateDry != "" {
 		rec.AddAttrs(slog.String("rate_dry_run", f.rateDry))
+	}
+	if f.requestID != "" {
+		rec.AddAttrs(slog.String("request_id", f.requestID))
 	}
 	if f.query != "" {
 		rec.AddAttrs(slog.String("query", f.query))
@@ -432,7 +437,7 @@ func appendAccessLine(b []byte, json bool, t time.Time, f *accessFields) ([]byte
 	if (f.route != "" && !plainValue(f.route)) || f.client.Zone() != "" {
 		return b, false
 	}
-	for _, v := range [...]string{f.query, f.userAgent, f.referer} {
+	for _, v := range [...]string{f.requestID, f.query, f.userAgent, f.referer} {
 		if v != "" && !plainValue(v) {
 			return b, false
 		}
@@ -502,6 +507,9 @@ func appendAccessLine(b []byte, json bool, t time.Time, f *accessFields) ([]byte
 	}
 	if f.rateDry != "" {
 		w.str("rate_dry_run", f.rateDry)
+	}
+	if f.requestID != "" {
+		w.str("request_id", f.requestID)
 	}
 	if f.query != "" {
 		w.str("query", f.query)

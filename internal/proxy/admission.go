@@ -61,6 +61,9 @@ type admission struct {
 	// delay, a limit's queue, or on the upstream), before any answer was
 	// written; the exchange ends as nginx's 499 (see statusClientClosed).
 	left bool
+	// requestID is the request's id (config.RequestID), sent upstream and
+	// written in the access line; "" when the listener names none.
+	requestID string
 }
 
 // addKey records key, once.

@@ -35,6 +35,8 @@ type exchangeOpts struct {
 	// extra are the optional access-log fields the listener asks for
 	// (accessQuery, ...); zero: the default fields only.
 	extra accessExtra
+	// ids names each request (config.RequestID); nil: none.
+	ids *requestIDs
 }
 
 // exchanges returns the outermost handler of an HTTP listener's chain: it
@@ -54,6 +56,9 @@ func exchanges(next http.Handler, o exchangeOpts) http.Handler {
 		ew := newExchangeWriter(w, *eo, start)
 		st := ew.state()
 		st.metrics = o.metrics
+		if o.ids != nil {
+			st.requestID = o.ids.of(r, peerAddr(r))
+		}
 		defer exchangeEnded(&o, r, st, start)
 		next.ServeHTTP(ew, r)
 	})

@@ -365,7 +365,11 @@ func (lx *leanExchange) relay(x *http1.Exchange, r *http.Request, rt *route, o *
 	}
 	rl := rt.lean.relay
 	u := rl.pool.pickExcept(nil)
+	if rl.ids != nil {
+		st.requestID = rl.ids.of(r, peerAddr(r))
+	}
 	head, ok := lx.upstreamHead(r, rl, u)
+	head = lx.withRequestID(head, rl)
 	if !ok {
 		lx.handOver(x, o, start, rl.ServeHTTP)
 		return leanHandedOver
@@ -410,12 +414,26 @@ func (lx *leanExchange) handOver(x *http1.Exchange, o *exchangeOpts, start time.
 	}))
 }
 
+// withRequestID returns h with the exchange's request id added, when the
+// listener names requests: upstreamHead leaves it out, so that a
+// connection's upstream heads can be kept and sent again (loopConn) with
+// each request's own id.
+func (lx *leanExchange) withRequestID(h uptransport.Head, rl *relay) uptransport.Head {
+	if rl.ids == nil || len(h.Bytes) < 2 {
+		return h
+	}
+	lx.buf = appendRequestID(h.Bytes, rl.ids.header, lx.st.requestID)
+	h.Bytes = lx.buf
+	return h
+}
+
 // upstreamHead writes the head of the request going to u for r into
 // lx.buf, as the relay's outbound and internal/upstream's writeRequest
 // would write it: the request line with the query the relay forwards, the
 // Host the client asked for, the client's fields but the hop-by-hop ones,
 // those the Connection field names, the forwarding fields and their
-// look-alikes, then the forwarding fields. It reports false when the
+// look-alikes and the request id's field, then the forwarding fields
+// (withRequestID adds the request id). It reports false when the
 // request is one to hand over instead (no peer address to vouch for, or a
 // Connection field naming more fields than it keeps track of).
 func (lx *leanExchange) upstreamHead(r *http.Request, rl *relay, u *upstream) (uptransport.Head, bool) {
@@ -449,7 +467,7 @@ func (lx *leanExchange) upstreamHead(r *http.Request, rl *relay, u *upstream) (u
 	b = append(b, "\r\n"...)
 	for name, values := range r.Header {
 		if isHopHeader(name) || isForwardingHeader(name) || name == hdrXRealIP || name == "Host" ||
-			stripped(name, trusted) || slices.Contains(dropped, name) {
+			stripped(name, trusted) || slices.Contains(dropped, name) || rl.ids != nil && name == rl.ids.header {
 			continue
 		}
 		for _, v := range values {

@@ -164,7 +164,11 @@ func (le *loopExchanges) Begin(c *evloop.Conn, head []byte) evloop.Exchange {
 	lx.peer = lc.peer
 	rl := rt.lean.relay
 	lx.u = rl.pool.pickExcept(nil)
+	if rl.ids != nil {
+		lx.st.requestID = rl.ids.of(r, lc.peer)
+	}
 	h, ok := lc.upstreamHead(lx, head, r, rl, lx.u)
+	h = lx.withRequestID(h, rl)
 	if !ok || !lx.admit(lx.abort, r, rt, &lc.keys) {
 		lx.put()
 		return nil

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/textproto"
 	"net/url"
 	"slices"
@@ -58,6 +59,7 @@ type relay struct {
 	fail    func(http.ResponseWriter, *http.Request, error)
 	log     *slog.Logger
 	metrics *routeMetrics // the route's; nil: none
+	ids     *requestIDs   // the listener's; nil: none
 }
 
 // newRelay returns the handler of a route whose upstreams p picks. The
@@ -98,6 +100,7 @@ type outbound struct {
 	hook   func(int, http.Header) error // got1xx, made once
 	pooled bool                         // goes back to outbounds when done
 	fwd    [5]string                    // the forwarding fields' values
+	id     [1]string                    // the request id's value
 
 	// When the client's writer takes a response's head as fields: the
 	// exchange's writer, the writer under it, and the fields the upstream
@@ -168,6 +171,15 @@ func (rl *relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	o.release()
 }
 
+// requestID returns the id of the exchange w belongs to, given when it
+// began (exchanges); one of its own when w belongs to none.
+func (rl *relay) requestID(w http.ResponseWriter, r *http.Request, peer netip.Addr) string {
+	if st := stateOf(w); st != nil && st.requestID != "" {
+		return st.requestID
+	}
+	return rl.ids.of(r, peer)
+}
+
 // answered records that the upstream's response head came d after the
 // request was sent, for the access line and the route's histogram.
 func (rl *relay) answered(w http.ResponseWriter, d time.Duration) {
@@ -219,6 +231,10 @@ func (rl *relay) outbound(w http.ResponseWriter, r *http.Request, u *upstream, u
 	}
 	out.Header = h
 	rl.fw.set(h, r, peer, trusted, o.fwd[:])
+	if rl.ids != nil {
+		o.id[0] = rl.requestID(w, r, peer)
+		h[rl.ids.header] = o.id[:]
+	}
 	if httpguts.HeaderValuesContainsToken(r.Header["Te"], "trailers") {
 		h["Te"] = []string{"trailers"}
 	}

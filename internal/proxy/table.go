@@ -80,6 +80,7 @@ type tableBuilder struct {
 	drain     time.Duration // the configuration's shutdown_timeout
 	stopping  *atomic.Bool  // the Server's draining flag; nil: none (tests)
 	series    []string      // the route labels routeMetrics handed out
+	ids       *requestIDs   // the listener's request ids; nil: none (set by build)
 }
 
 // build builds the table. A request passes, in order: authentication, the
@@ -92,6 +93,7 @@ func (b *tableBuilder) build() (*routeTable, error) {
 		return b.buildForward()
 	}
 	t := &routeTable{}
+	b.ids = newRequestIDs(b.lc.RequestID, forwarding{res: b.id.resolver})
 	var err error
 	if cl := b.lc.ClientLimit; cl != nil {
 		if t.client, err = b.limiter(cl, "", kindClient); err != nil {
@@ -156,6 +158,7 @@ func (b *tableBuilder) exchangeOpts() exchangeOpts {
 		o.clients = newAccessClients(b.id.resolver)
 		o.extra = accessExtraOf(b.lc.AccessLog)
 	}
+	o.ids = b.ids
 	return o
 }
 
@@ -180,6 +183,7 @@ func (b *tableBuilder) route(rc *config.Route, client *limiter) (*routeState, ht
 	fw := forwarding{res: b.id.resolver, texts: newAddrTexts()}
 	rl := newRelay(p, fw, b.transport, rc.UpstreamTimeout, b.bufs, b.deps.log)
 	rl.metrics = b.routeMetrics(rc.Name)
+	rl.ids = b.ids
 	var h http.Handler = rl
 	if testHookReverseProxy {
 		h = newReverseProxy(p, fw, b.transport, rc.UpstreamTimeout, b.bufs, b.deps.log)
