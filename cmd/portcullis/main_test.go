@@ -220,8 +220,9 @@ func TestRunFromFlagsServesAndStopsOnSIGTERM(t *testing.T) {
 	}
 	defer b.Close()
 	sig := &signals{}
+	logs := &syncBuffer{}
 	srv, code := startRun(t, []string{"run", "--listen", "127.0.0.1:0", "--upstream", b.URL(),
-		"--max-concurrent-per-client", "1", "--trusted-proxy", "10.0.0.0/8", "--admin", "127.0.0.1:0"}, sig, io.Discard)
+		"--max-concurrent-per-client", "1", "--trusted-proxy", "10.0.0.0/8", "--admin", "127.0.0.1:0"}, sig, io.Discard, logs)
 
 	slow := make(chan int, 1)
 	go func() {
@@ -250,6 +251,10 @@ func TestRunFromFlagsServesAndStopsOnSIGTERM(t *testing.T) {
 	}
 	if st := <-slow; st != http.StatusOK {
 		t.Fatalf("request in flight at SIGTERM: %d, want 200", st)
+	}
+	// The drain's bound in milliseconds, as every duration of the log.
+	if want := `msg="signal received: draining" signal=terminated timeout_ms=30000`; !strings.Contains(logs.String(), want) {
+		t.Errorf("no %q in the log:\n%s", want, logs.String())
 	}
 }
 

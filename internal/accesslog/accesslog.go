@@ -211,6 +211,8 @@ type Fields struct {
 	// RateDry is what a dry-run rate would have done: "delayed" or
 	// "rejected"; optional.
 	RateDry string
+	// RequestID is the request's id; optional.
+	RequestID string
 	// Query, userAgent and referer are the optional fields a listener
 	// asks for (see accessExtra); "" is left out.
 	Query, UserAgent, Referer string
@@ -317,6 +319,9 @@ func (a *Logger) writeSlog(now time.Time, f *Fields) {
 	if f.RateDry != "" {
 		rec.AddAttrs(slog.String("rate_dry_run", f.RateDry))
 	}
+	if f.RequestID != "" {
+		rec.AddAttrs(slog.String("request_id", f.RequestID))
+	}
 	if f.Query != "" {
 		rec.AddAttrs(slog.String("query", f.Query))
 	}
@@ -417,7 +422,7 @@ func appendAccessLine(b []byte, json bool, t time.Time, f *Fields) ([]byte, bool
 	if (f.Route != "" && !plainValue(f.Route)) || f.Client.Zone() != "" {
 		return b, false
 	}
-	for _, v := range [...]string{f.Query, f.UserAgent, f.Referer} {
+	for _, v := range [...]string{f.RequestID, f.Query, f.UserAgent, f.Referer} {
 		if v != "" && !plainValue(v) {
 			return b, false
 		}
@@ -487,6 +492,9 @@ func appendAccessLine(b []byte, json bool, t time.Time, f *Fields) ([]byte, bool
 	}
 	if f.RateDry != "" {
 		w.str("rate_dry_run", f.RateDry)
+	}
+	if f.RequestID != "" {
+		w.str("request_id", f.RequestID)
 	}
 	if f.Query != "" {
 		w.str("query", f.Query)

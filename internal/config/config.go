@@ -381,6 +381,11 @@ type Listener struct {
 	// http, https and http3 listeners only.
 	AccessLog *ListenerAccessLog `yaml:"access_log"`
 
+	// RequestID gives every request an id: taken from a trusted proxy's header, or made up,
+	// sent upstream in that header and written in the access line as request_id. Nil means
+	// none. Reverse http, https and http3 listeners only.
+	RequestID *RequestID `yaml:"request_id"`
+
 	// Upstream is the host:port raw TCP connections are proxied to. Required for tcp
 	// listeners, not accepted otherwise.
 	Upstream string `yaml:"upstream"`
@@ -645,6 +650,38 @@ type ListenerAccessLog struct {
 	// header; $http_referer). A field whose value is empty is left out of the line. Empty
 	// means none.
 	Fields []string `yaml:"fields"`
+}
+
+// RequestID is how a listener names each request, as nginx's $request_id with
+// proxy_set_header and HAProxy's unique-id-format with unique-id-header do.
+type RequestID struct {
+	// Header is the request header the id is read from and sent upstream in. Empty means
+	// X-Request-Id. It must be a field name and not one the daemon manages itself (Host,
+	// the hop-by-hop fields, the forwarding fields).
+	Header string `yaml:"header"`
+
+	// Accept says whose id the daemon keeps: RequestIDAcceptTrustedProxies (the default when
+	// empty: a request from one of the listener's trusted_proxies keeps the id it carries,
+	// every other request gets a new one, so that a client cannot choose what the access
+	// log and the upstream see) or RequestIDAcceptAny (every client's id is kept, for a
+	// daemon behind a load balancer that sets it and no trusted_proxies). A kept id must be
+	// 1 to 128 visible ASCII characters without '"' or '\'; any other gets a new one.
+	Accept string `yaml:"accept"`
+}
+
+// The values of RequestID.Accept, and the default header.
+const (
+	RequestIDAcceptTrustedProxies = "trusted_proxies"
+	RequestIDAcceptAny            = "any"
+	DefaultRequestIDHeader        = "X-Request-Id"
+)
+
+// HeaderName returns the header of r: its Header, or DefaultRequestIDHeader.
+func (r *RequestID) HeaderName() string {
+	if r.Header == "" {
+		return DefaultRequestIDHeader
+	}
+	return r.Header
 }
 
 // The optional access-log fields of ListenerAccessLog.Fields.

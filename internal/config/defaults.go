@@ -122,6 +122,9 @@ func (l *Listener) effective(i int) Listener {
 	e.HandshakeRate = cloneConnRate(l.HandshakeRate)
 	e.Rate = effectiveRate(l.Rate)
 	e.TrustedProxies = slices.Clone(l.TrustedProxies)
+	if l.RequestID != nil {
+		e.RequestID = &RequestID{Header: l.RequestID.HeaderName(), Accept: orDefault(l.RequestID.Accept, RequestIDAcceptTrustedProxies)}
+	}
 	if l.Protocol != ProtocolHTTP3 {
 		e.ProxyProtocolTimeout = orDefault(e.ProxyProtocolTimeout, DefaultProxyProtocolTimeout)
 	}

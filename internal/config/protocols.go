@@ -33,6 +33,7 @@ var listenerFieldProtocols = map[string][]Protocol{
 	"tcp_idle_timeout":       {ProtocolTCP},
 	"routes_from":            {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},
 	"access_log":             {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},
+	"request_id":             {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},
 	"escaped_slashes":        {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},
 	"quic":                   {ProtocolHTTP3},
 	"auth":                   {ProtocolHTTP, ProtocolHTTPS, ProtocolHTTP3},

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // listener checks one listener at path p. An invalid protocol stops the checks there: every
@@ -271,6 +273,45 @@ func (v *validator) httpServer(l *Listener, p string) {
 	}
 	v.limit(l.ClientLimit, p+".client_limit", clientLimit)
 	v.listenerAccessLog(l.AccessLog, p+".access_log")
+	v.requestID(l, p+".request_id")
+}
+
+// requestID checks a listener's request_id: a header the daemon may set, a known accept.
+func (v *validator) requestID(l *Listener, p string) {
+	r := l.RequestID
+	if r == nil {
+		return
+	}
+	switch {
+	case l.IsForward():
+		v.addf(p, "only for reverse listeners: a forward proxy adds nothing to what its clients send")
+	case l.RoutesFrom != "":
+		v.addf(p, "must be left out: this listener shares the routes of %q (routes_from), and their request_id", l.RoutesFrom)
+	}
+	if r.Header != "" {
+		if !httpguts.ValidHeaderFieldName(r.Header) {
+			v.addf(p+".header", "must be a header field name (got %q)", r.Header)
+		} else if managedHeader(r.Header) {
+			v.addf(p+".header", "%q is a field the daemon manages itself; choose another, such as %s", r.Header, DefaultRequestIDHeader)
+		}
+	}
+	switch r.Accept {
+	case "", RequestIDAcceptTrustedProxies, RequestIDAcceptAny:
+	default:
+		v.addf(p+".accept", "must be %s or %s (got %q)", RequestIDAcceptTrustedProxies, RequestIDAcceptAny, r.Accept)
+	}
+}
+
+// managedHeader reports whether name is a field the daemon writes or removes on its own:
+// Host, the hop-by-hop fields and the forwarding fields.
+func managedHeader(name string) bool {
+	switch strings.ToLower(name) {
+	case "host", "connection", "keep-alive", "proxy-connection", "proxy-authorization",
+		"proxy-authenticate", "te", "trailer", "transfer-encoding", "upgrade", "content-length",
+		"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "forwarded", "x-real-ip":
+		return true
+	}
+	return false
 }
 
 // listenerAccessLog checks a listener's access-log fields: known names,

@@ -328,7 +328,11 @@ func (lx *leanExchange) relay(x *http1.Exchange, r *http.Request, rt *route, o *
 	}
 	rl := rt.lean.relay
 	u := rl.Upstreams().PickExcept(nil)
+	if ids := rl.RequestIDs(); ids != nil {
+		st.RequestID = ids.Of(r, exchange.PeerAddr(r))
+	}
 	head, ok := lx.upstreamHead(r, rl, u)
+	head = lx.withRequestID(head, rl)
 	if !ok {
 		lx.handOver(x, o, start, rl.ServeHTTP)
 		return exchange.LeanHandedOver
@@ -369,6 +373,20 @@ func (lx *leanExchange) handOver(x *http1.Exchange, o *exchange.Opts, start time
 		defer lx.release()
 		serve(ew, r)
 	}))
+}
+
+// withRequestID returns h with the exchange's request id added, when the
+// listener names requests: upstreamHead leaves it out, so that a
+// connection's upstream heads can be kept and sent again (loopConn) with
+// each request's own id.
+func (lx *leanExchange) withRequestID(h uptransport.Head, rl *relay.Relay) uptransport.Head {
+	ids := rl.RequestIDs()
+	if ids == nil || len(h.Bytes) < 2 {
+		return h
+	}
+	lx.buf = relay.AppendRequestID(h.Bytes, ids.Header(), lx.st.RequestID)
+	h.Bytes = lx.buf
+	return h
 }
 
 // upstreamHead writes the head of the request going to u for r into

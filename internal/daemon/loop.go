@@ -167,7 +167,11 @@ func (le *loopExchanges) Begin(c *evloop.Conn, head []byte) evloop.Exchange {
 	lx.peer = lc.peer
 	rl := rt.lean.relay
 	lx.u = rl.Upstreams().PickExcept(nil)
+	if ids := rl.RequestIDs(); ids != nil {
+		lx.st.RequestID = ids.Of(r, lc.peer)
+	}
 	h, ok := lc.upstreamHead(lx, head, r, rl, lx.u)
+	h = lx.withRequestID(h, rl)
 	if !ok || !lx.admit(lx.abort, r, rt, &lc.keys) {
 		lx.put()
 		return nil

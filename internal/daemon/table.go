@@ -78,11 +78,12 @@ type tableBuilder struct {
 	transport *uptransport.Transport
 	bufs      httputil.BufferPool
 	accessLog bool
-	access    *accesslog.Logger // where access lines go
-	metrics   *exchange.Metrics // nil: no request metrics (tests)
-	drain     time.Duration     // the configuration's shutdown_timeout
-	stopping  *atomic.Bool      // the Server's draining flag; nil: none (tests)
-	series    []string          // the route labels routeMetrics handed out
+	access    *accesslog.Logger    // where access lines go
+	metrics   *exchange.Metrics    // nil: no request metrics (tests)
+	drain     time.Duration        // the configuration's shutdown_timeout
+	stopping  *atomic.Bool         // the Server's draining flag; nil: none (tests)
+	series    []string             // the route labels routeMetrics handed out
+	ids       *exchange.RequestIDs // the listener's request ids; nil: none (set by build)
 }
 
 // build builds the table. A request passes, in order: authentication, the
@@ -95,6 +96,7 @@ func (b *tableBuilder) build() (*routeTable, error) {
 		return b.buildForward()
 	}
 	t := &routeTable{}
+	b.ids = exchange.NewRequestIDs(b.lc.RequestID, b.id.resolver)
 	var err error
 	if cl := b.lc.ClientLimit; cl != nil {
 		if t.client, err = b.limiter(cl, "", kindClient); err != nil {
@@ -159,6 +161,7 @@ func (b *tableBuilder) exchangeOpts() exchange.Opts {
 		o.Clients = accesslog.NewClients(b.id.resolver)
 		o.Extra = accesslog.ExtraOf(b.lc.AccessLog)
 	}
+	o.IDs = b.ids
 	return o
 }
 
@@ -181,7 +184,7 @@ func (b *tableBuilder) route(rc *config.Route, client *limiter) (*routeState, ht
 	}
 	rs := &routeState{name: rc.Name}
 	fw := relay.NewForwarding(b.id.resolver)
-	rl := relay.New(p, fw, b.transport, rc.UpstreamTimeout, b.bufs, b.deps.log, b.routeMetrics(rc.Name))
+	rl := relay.New(p, fw, b.transport, rc.UpstreamTimeout, b.bufs, b.deps.log, b.routeMetrics(rc.Name), b.ids)
 	var h http.Handler = rl
 	if testHookReverseProxy {
 		h = relay.NewReverseProxy(p, fw, b.transport, rc.UpstreamTimeout, b.bufs, b.deps.log)

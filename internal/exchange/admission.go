@@ -46,6 +46,9 @@ type Admission struct {
 	// delay, a limit's queue, or on the upstream), before any answer was
 	// written; the exchange ends as nginx's 499 (see statusClientClosed).
 	Left bool
+	// RequestID is the request's id (config.RequestID), sent upstream and
+	// written in the access line; "" when the listener names none.
+	RequestID string
 }
 
 // addKey records key, once.

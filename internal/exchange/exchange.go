@@ -36,6 +36,8 @@ type Opts struct {
 	// Extra are the optional access-log fields the listener asks for
 	// (accessQuery, ...); zero: the default fields only.
 	Extra accesslog.Extra
+	// IDs names each request (config.RequestID); nil: none.
+	IDs *RequestIDs
 }
 
 // exchanges returns the outermost handler of an HTTP listener's chain: it
@@ -55,6 +57,9 @@ func Handler(next http.Handler, o Opts) http.Handler {
 		ew := NewWriter(w, *eo, start)
 		st := ew.Exchange()
 		st.Metrics = o.Metrics
+		if o.IDs != nil {
+			st.RequestID = o.IDs.Of(r, PeerAddr(r))
+		}
 		defer Ended(&o, r, st, start)
 		next.ServeHTTP(ew, r)
 	})
@@ -334,7 +339,7 @@ func logAccess(o *Opts, r *http.Request, st *State, status int, start, now time.
 		Method: r.Method, Host: r.Host, Path: r.URL.Path, Proto: r.Proto,
 		Status: status, Bytes: st.Bytes.Load(), Duration: now.Sub(start), Upstream: st.Upstream,
 		Admission: st.outcome, Queued: st.waited, Limit: st.by, Reason: st.reason,
-		RateDry: rateDryNames[st.RateDry],
+		RateDry: rateDryNames[st.RateDry], RequestID: st.RequestID,
 	}
 	if o.Extra != 0 {
 		if o.Extra&accesslog.FieldQuery != 0 {

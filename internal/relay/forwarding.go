@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/seed-a07d1050/portcullis/clientkey"
+	"github.com/seed-a07d1050/portcullis/internal/exchange"
 )
 
 // Forwarding writes the forwarding headers of the requests a listener sends
@@ -118,7 +119,7 @@ func (fw Forwarding) trusts(peer netip.Addr) bool {
 // write sets the forwarding headers of out, the header of the request
 // going upstream, for the request in.
 func (fw Forwarding) write(out http.Header, in *http.Request) {
-	peer := peerAddr(in)
+	peer := exchange.PeerAddr(in)
 	trusted := fw.trusts(peer)
 	strip(out, trusted)
 	fw.set(out, in, peer, trusted, nil)

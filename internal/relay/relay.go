@@ -62,16 +62,17 @@ type Relay struct {
 	fail    func(http.ResponseWriter, *http.Request, error)
 	log     *slog.Logger
 	metrics *exchange.RouteMetrics // the route's; nil: none
+	ids     *exchange.RequestIDs   // the listener's; nil: none
 }
 
 // New returns the handler of a route whose upstreams p picks. The
 // route's timeout bounds the wait for each upstream's response head, a
 // retry on another upstream after a refused connection getting its own.
-func New(p *Pool, fw Forwarding, t *uptransport.Transport, timeout time.Duration, bufs httputil.BufferPool, log *slog.Logger, metrics *exchange.RouteMetrics) *Relay {
+func New(p *Pool, fw Forwarding, t *uptransport.Transport, timeout time.Duration, bufs httputil.BufferPool, log *slog.Logger, metrics *exchange.RouteMetrics, ids *exchange.RequestIDs) *Relay {
 	if timeout <= 0 {
 		timeout = config.DefaultUpstreamTimeout
 	}
-	return &Relay{pool: p, fw: fw, t: t, timeout: timeout, bufs: bufs, fail: answerNoneWhenAbandoned(proxyErrorHandler(log)), log: log, metrics: metrics}
+	return &Relay{pool: p, fw: fw, t: t, timeout: timeout, bufs: bufs, fail: answerNoneWhenAbandoned(proxyErrorHandler(log)), log: log, metrics: metrics, ids: ids}
 }
 
 // answerNoneWhenAbandoned wraps a failure handler so that an exchange
@@ -102,6 +103,7 @@ type outbound struct {
 	hook   func(int, http.Header) error // got1xx, made once
 	pooled bool                         // goes back to outbounds when done
 	fwd    [5]string                    // the forwarding fields' values
+	id     [1]string                    // the request id's value
 
 	// When the client's writer takes a response's head as fields: the
 	// exchange's writer, the writer under it, and the fields the upstream
@@ -172,6 +174,19 @@ func (rl *Relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	o.release()
 }
 
+// requestID returns the id of the exchange w belongs to, given when it
+// began (exchange.Handler); one of its own when w belongs to none.
+func (rl *Relay) requestID(w http.ResponseWriter, r *http.Request, peer netip.Addr) string {
+	if st := exchange.StateOf(w); st != nil && st.RequestID != "" {
+		return st.RequestID
+	}
+	return rl.ids.Of(r, peer)
+}
+
+// RequestIDs returns the request ids of the relay's listener; nil when it
+// names none.
+func (rl *Relay) RequestIDs() *exchange.RequestIDs { return rl.ids }
+
 // answered records that the upstream's response head came d after the
 // request was sent, for the access line and the route's histogram.
 func (rl *Relay) answered(w http.ResponseWriter, d time.Duration) {
@@ -208,7 +223,7 @@ func (rl *Relay) outbound(w http.ResponseWriter, r *http.Request, u *Upstream, u
 		out.TransferEncoding = slices.Clone(r.TransferEncoding)
 		out.Trailer = r.Trailer.Clone()
 	}
-	peer := peerAddr(r)
+	peer := exchange.PeerAddr(r)
 	trusted := rl.fw.trusts(peer)
 	h := o.header
 	for name, values := range r.Header {
@@ -223,6 +238,10 @@ func (rl *Relay) outbound(w http.ResponseWriter, r *http.Request, u *Upstream, u
 	}
 	out.Header = h
 	rl.fw.set(h, r, peer, trusted, o.fwd[:])
+	if rl.ids != nil {
+		o.id[0] = rl.requestID(w, r, peer)
+		h[rl.ids.Header()] = o.id[:]
+	}
 	if httpguts.HeaderValuesContainsToken(r.Header["Te"], "trailers") {
 		h["Te"] = []string{"trailers"}
 	}
@@ -860,7 +879,9 @@ func (rl *Relay) Answer(w http.ResponseWriter, r *http.Request, resp *http.Respo
 // would write it: the request line with the query the relay forwards, the
 // Host the client asked for, the client's fields but the hop-by-hop ones,
 // those the Connection field names, the forwarding fields and their
-// look-alikes, then the forwarding fields. peer is the client's address
+// look-alikes and the request id's field, then the forwarding fields
+// (the caller adds the request id: AppendRequestID, so that a kept head
+// can be sent again with each request's own id). peer is the client's address
 // when the caller knows it (invalid: read from r.RemoteAddr); fwd is room
 // for the forwarding fields' values (five). It reports false, with b
 // holding a part of a head, when the request is one to send through the
@@ -873,7 +894,7 @@ func (rl *Relay) AppendHead(b []byte, r *http.Request, peer netip.Addr, fwd []st
 		return b, false
 	}
 	if !peer.IsValid() {
-		peer = peerAddr(r)
+		peer = exchange.PeerAddr(r)
 	}
 	trusted := rl.fw.trusts(peer)
 	vals, forwarded, ok := rl.fw.values(r, peer, trusted, fwd)
@@ -896,7 +917,7 @@ func (rl *Relay) AppendHead(b []byte, r *http.Request, peer netip.Addr, fwd []st
 	b = append(b, "\r\n"...)
 	for name, values := range r.Header {
 		if isHopHeader(name) || isForwardingHeader(name) || name == hdrXRealIP || name == "Host" ||
-			stripped(name, trusted) || slices.Contains(dropped, name) {
+			stripped(name, trusted) || slices.Contains(dropped, name) || rl.ids != nil && name == rl.ids.Header() {
 			continue
 		}
 		for _, v := range values {
@@ -972,4 +993,12 @@ func (rl *Relay) Adopt(ctx context.Context, w http.ResponseWriter, up net.Conn, 
 	ob.w = nil
 	outbounds.Put(ob)
 	return resp, err
+}
+
+// AppendRequestID returns head, an upstream request head ending in an
+// empty line, with the field name: id added before that line.
+func AppendRequestID(head []byte, name, id string) []byte {
+	head = head[:len(head)-2]
+	head = AppendField(head, name, id)
+	return append(head, "\r\n"...)
 }

@@ -242,16 +242,6 @@ func rewrite(pr *httputil.ProxyRequest, u *Upstream, fw Forwarding) {
 	fw.write(pr.Out.Header, pr.In)
 }
 
-// peerAddr returns the address of the connection's peer (after PROXY
-// protocol, the client it names), or the invalid Addr.
-func peerAddr(r *http.Request) netip.Addr {
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
-		return netip.Addr{}
-	}
-	return ap.Addr()
-}
-
 // proxyErrorHandler answers a failed upstream exchange: 504 when the
 // upstream timed out, 502 otherwise, with a short body. It never waits.
 func proxyErrorHandler(log *slog.Logger) func(http.ResponseWriter, *http.Request, error) {
