@@ -5,7 +5,8 @@
 // exchange a [Writer], which records the status and size of the response
 // and keeps the connection's write deadline a send timeout ahead of the
 // last progress; its [State] embeds the [Admission], what the route and the
-// limits decided (filled by [Admission.Admit], [AdmissionHooks], [Gated]).
+// limits decided (filled by [Admission.Admit], [AdmissionHooks], [Gated])
+// and the request's id ([RequestIDs]).
 // When the exchange ends, [EndedAt] counts it in its route's [RouteMetrics]
 // (the [Metrics] collector: portcullis_http_requests_total, durations,
 // upstream errors, the byte path's outcomes) and writes its access line
