@@ -81,7 +81,7 @@ type ratePolicy struct {
 	iv, window int64 // node time, ns
 	ivUS       int64 // Redis, µs (rounded up)
 	windowUS   int64
-	local      int // requests a node may admit without asking
+	local      int   // requests a node may admit without asking
 	batch      int   // tokens a lease takes at most (0: no lease)
 	leaseUS    int64 // how far past now a lease's tokens may reach, µs
 }
