@@ -169,6 +169,7 @@ func (s *Store[K]) Acquire(ctx context.Context, key K, limit, local int) (bool, 
 	sh := s.shardOf(ks)
 	sh.mu.Lock()
 	e := s.entryLocked(sh, key, ks)
+	e.limit, e.acquired = limit, now.UnixNano()
 	if e.pending < 0 && !e.dirty && e.held < limit && s.br.current() == BreakerClosed &&
 		now.UnixNano()-e.renewed < int64(s.s.Lease/2) {
 		// A permit this node released and has not told Redis of yet:
