@@ -287,7 +287,7 @@ func (s *RateStore[K]) reserve(ctx context.Context, key K, lim rate.Limit, mayCa
 	if !ok {
 		return true, 0, nil // unlimited
 	}
-	if ahead, ok := s.fromLease(key, &p); ok {
+	if ahead, ok := s.fromLease(ctx, key, &p, mayCall); ok {
 		return true, ahead, nil
 	}
 	probe := s.br.current() != BreakerClosed
@@ -314,7 +314,10 @@ func (s *RateStore[K]) reserve(ctx context.Context, key K, lim rate.Limit, mayCa
 		s.skipProbe(probe)
 		return true, time.Duration(est + p.iv - now), nil
 	}
-	extra := e.lease.want(&p, e.inflight)
+	extra := e.lease.want(&p)
+	if extra > 0 {
+		e.lease.beginTaking()
+	}
 	send := e.beginSend(&p, now)
 	name := e.name
 	sh.mu.Unlock()
@@ -326,6 +329,9 @@ func (s *RateStore[K]) reserve(ctx context.Context, key K, lim rate.Limit, mayCa
 	if err == nil && reply.got > 0 {
 		e.lease.take(&p, reply, now)
 		s.leaseGot.Add(uint64(reply.got))
+	}
+	if extra > 0 {
+		e.lease.endTaking()
 	}
 	sh.mu.Unlock()
 	if err != nil {

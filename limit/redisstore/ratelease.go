@@ -1,6 +1,9 @@
 package redisstore
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // A rateLease is the tokens of one key a node took from Redis ahead of its
 // requests (RateConfig.LeaseTokens), and what tells whether the key is busy
@@ -34,6 +37,12 @@ type rateLease struct {
 	last int64 // node time of the key's previous request here
 	seen bool  // last is set
 	busy bool  // the key's previous request here came within a batch of intervals
+
+	// taking, while a call that takes tokens for the lease is in flight,
+	// is closed when it ends: requests of the key that find the lease
+	// empty meanwhile wait for it rather than each make a call of its own
+	// (a busy key's concurrent requests would otherwise all ask at once).
+	taking chan struct{}
 }
 
 // note records a request of the key at now, and whether it came within a
@@ -68,10 +77,11 @@ func (l *rateLease) use(p *ratePolicy, n int, now int64) (time.Duration, bool) {
 }
 
 // want is how many tokens beyond its own a request that asks Redis takes
-// for the lease: batch-1 when the key is busy here and no other call of
-// the key is in flight (inflight, which would take its own), else none.
-func (l *rateLease) want(p *ratePolicy, inflight int) int {
-	if p.batch < 2 || !l.busy || inflight > 0 {
+// for the lease: batch-1 when the key is busy here and no other call that
+// takes tokens for the lease is in flight (one at a time: the lease holds
+// one run of slots), else none.
+func (l *rateLease) want(p *ratePolicy) int {
+	if p.batch < 2 || !l.busy || l.taking != nil {
 		return 0
 	}
 	return p.batch - 1
@@ -89,8 +99,10 @@ func (l *rateLease) take(p *ratePolicy, reply rateReply, sent int64) {
 
 // fromLease admits one request of key from the node's lease, if it holds
 // a token whose slot has not started, and records the request for the
-// lease's busy test either way.
-func (s *RateStore[K]) fromLease(key K, p *ratePolicy) (time.Duration, bool) {
+// lease's busy test either way. When the lease is empty but a call that
+// fills it is in flight and the caller may wait (mayWait), it waits for
+// that call (or ctx) and tries once more.
+func (s *RateStore[K]) fromLease(ctx context.Context, key K, p *ratePolicy, mayWait bool) (time.Duration, bool) {
 	if p.batch == 0 {
 		return 0, false
 	}
@@ -98,9 +110,32 @@ func (s *RateStore[K]) fromLease(key K, p *ratePolicy) (time.Duration, bool) {
 	sh, e := s.entry(key)
 	e.lease.note(p, now)
 	ahead, ok := e.lease.use(p, 1, now)
+	taking := e.lease.taking
+	if !ok && taking != nil && mayWait {
+		sh.mu.Unlock()
+		select {
+		case <-taking:
+		case <-ctx.Done():
+			return 0, false // the caller's own call then reports ctx's end
+		}
+		now = s.now()
+		sh.mu.Lock()
+		ahead, ok = e.lease.use(p, 1, now)
+	}
 	sh.mu.Unlock()
 	if ok {
 		s.leased.Add(1)
 	}
 	return ahead, ok
+}
+
+// beginTaking marks a call that takes tokens for the lease as in flight.
+// It is called with e's shard lock held.
+func (l *rateLease) beginTaking() { l.taking = make(chan struct{}) }
+
+// endTaking wakes the requests that waited for that call. It is called
+// with e's shard lock held.
+func (l *rateLease) endTaking() {
+	close(l.taking)
+	l.taking = nil
 }
