@@ -134,8 +134,8 @@ type Cluster struct {
 	// stay counted for the node while the key stays busy, so that its next requests take
 	// them back without a round trip. Exact: other nodes may be refused earlier by those
 	// spares, never admit more; a node that dies loses them with its lease. Zero means
-	// DefaultSpareShare (0.1). Negative, above 1 and NaN are invalid; use a tiny value such
-	// as 0.0001 for none with limits below 10000.
+	// DefaultSpareShare (0.1); -1 means none (a busy key's releases are sent after
+	// release_hold, as without it). Other negative values, above 1 and NaN are invalid.
 	SpareShare float64 `yaml:"spare_share"`
 
 	// ReleaseHold is how long a node keeps a permit it released (a route limit's, a client
