@@ -287,8 +287,20 @@ func (s *RateStore[K]) reserve(ctx context.Context, key K, lim rate.Limit, mayCa
 	if !ok {
 		return true, 0, nil // unlimited
 	}
-	if ahead, ok := s.fromLease(ctx, key, &p, mayCall); ok {
+	ahead, ok, claimed := s.fromLease(ctx, key, &p, mayCall)
+	if ok {
 		return true, ahead, nil
+	}
+	extra := 0
+	if claimed {
+		// This request takes the lease's tokens; a path that decides
+		// without calling Redis gives the claim back.
+		extra = p.batch - 1
+		defer func() {
+			if extra > 0 {
+				s.unclaim(key)
+			}
+		}()
 	}
 	probe := s.br.current() != BreakerClosed
 	if !s.br.allow(s.s.Clock.Now()) {
@@ -314,10 +326,6 @@ func (s *RateStore[K]) reserve(ctx context.Context, key K, lim rate.Limit, mayCa
 		s.skipProbe(probe)
 		return true, time.Duration(est + p.iv - now), nil
 	}
-	extra := e.lease.want(&p)
-	if extra > 0 {
-		e.lease.beginTaking()
-	}
 	send := e.beginSend(&p, now)
 	name := e.name
 	sh.mu.Unlock()
@@ -332,6 +340,7 @@ func (s *RateStore[K]) reserve(ctx context.Context, key K, lim rate.Limit, mayCa
 	}
 	if extra > 0 {
 		e.lease.endTaking()
+		extra = 0 // the claim is over
 	}
 	sh.mu.Unlock()
 	if err != nil {

@@ -76,16 +76,6 @@ func (l *rateLease) use(p *ratePolicy, n int, now int64) (time.Duration, bool) {
 	return time.Duration(first + int64(n)*l.iv - now), true
 }
 
-// want is how many tokens beyond its own a request that asks Redis takes
-// for the lease: batch-1 when the key is busy here and no other call that
-// takes tokens for the lease is in flight (one at a time: the lease holds
-// one run of slots), else none.
-func (l *rateLease) want(p *ratePolicy) int {
-	if p.batch < 2 || !l.busy || l.taking != nil {
-		return 0
-	}
-	return p.batch - 1
-}
 
 // take holds the reply's leased tokens: the last reply.got slots before the
 // TAT Redis returned. sent is the node time before the call was sent, which
@@ -100,33 +90,50 @@ func (l *rateLease) take(p *ratePolicy, reply rateReply, sent int64) {
 // fromLease admits one request of key from the node's lease, if it holds
 // a token whose slot has not started, and records the request for the
 // lease's busy test either way. When the lease is empty but a call that
-// fills it is in flight and the caller may wait (mayWait), it waits for
-// that call (or ctx) and tries once more.
-func (s *RateStore[K]) fromLease(ctx context.Context, key K, p *ratePolicy, mayWait bool) (time.Duration, bool) {
+// fills it is in flight and the caller may call Redis (mayWait), it waits
+// for that call (or ctx) and tries once more. A caller that may call Redis
+// and finds the lease empty, the key busy and no such call in flight
+// claims the lease (claimed): its call is the one that takes tokens (one
+// at a time: the lease holds one run of slots), and it ends the claim
+// with endTaking, or unclaim if it makes no call.
+func (s *RateStore[K]) fromLease(ctx context.Context, key K, p *ratePolicy, mayWait bool) (ahead time.Duration, ok, claimed bool) {
 	if p.batch == 0 {
-		return 0, false
+		return 0, false, false
 	}
 	now := s.now()
 	sh, e := s.entry(key)
 	e.lease.note(p, now)
-	ahead, ok := e.lease.use(p, 1, now)
+	ahead, ok = e.lease.use(p, 1, now)
 	taking := e.lease.taking
 	if !ok && taking != nil && mayWait {
 		sh.mu.Unlock()
 		select {
 		case <-taking:
 		case <-ctx.Done():
-			return 0, false // the caller's own call then reports ctx's end
+			return 0, false, false // the caller's own call then reports ctx's end
 		}
 		now = s.now()
 		sh.mu.Lock()
 		ahead, ok = e.lease.use(p, 1, now)
 	}
+	if !ok && mayWait && e.lease.busy && e.lease.taking == nil {
+		e.lease.beginTaking()
+		claimed = true
+	}
 	sh.mu.Unlock()
 	if ok {
 		s.leased.Add(1)
 	}
-	return ahead, ok
+	return ahead, ok, claimed
+}
+
+// unclaim ends a claim of key's lease whose request made no call.
+func (s *RateStore[K]) unclaim(key K) {
+	sh, e := s.entry(key)
+	if e.lease.taking != nil {
+		e.lease.endTaking()
+	}
+	sh.mu.Unlock()
 }
 
 // beginTaking marks a call that takes tokens for the lease as in flight.
