@@ -212,7 +212,7 @@ func redisCalls(b *testing.B, rdb *redis.Client) int64 {
 		}
 		n += v
 		if testing.Verbose() {
-			b.Logf("%s: %d", name, v)
+			b.Logf("%s: %d (%s)", name, v, rest)
 		}
 	}
 	return n
