@@ -76,7 +76,6 @@ func (l *rateLease) use(p *ratePolicy, n int, now int64) (time.Duration, bool) {
 	return time.Duration(first + int64(n)*l.iv - now), true
 }
 
-
 // take holds the reply's leased tokens: the last reply.got slots before the
 // TAT Redis returned. sent is the node time before the call was sent, which
 // is no later than Redis's clock when it ran, so the slots' ends computed
