@@ -309,9 +309,9 @@ type RouteSnapshot struct {
 	// running tables decide it: config.PathEventLoops, PathLean or
 	// PathFull (see config.RoutePaths, which says why).
 	Path        config.DataPath `json:"path"`
-	Rate        *RateSnapshot  `json:"rate,omitempty"`
-	Limit       *LimitSnapshot `json:"limit,omitempty"`
-	ShadowLimit *LimitSnapshot `json:"shadow_limit,omitempty"`
+	Rate        *RateSnapshot   `json:"rate,omitempty"`
+	Limit       *LimitSnapshot  `json:"limit,omitempty"`
+	ShadowLimit *LimitSnapshot  `json:"shadow_limit,omitempty"`
 }
 
 // LimitSnapshot is one limiter's totals (exchanges and tunnels together) and
