@@ -166,10 +166,7 @@ func (l *Limiter[K]) acquireQuiet(key K, onReclaim func()) (Permit[K], error) {
 		sh.mu.Unlock()
 		return Permit[K]{}, ErrGlobalLimited
 	}
-	p := sh.take(e, l.now.Load())
-	p.onReclaim = onReclaim
-	ph := Permit[K]{p: p, gen: p.gen, key: key} // under the lock, as in acquireLocal
-	sh.stats.granted++
+	ph, _ := sh.grantLocked(e, onReclaim, false)
 	sh.mu.Unlock()
 	l.observe(key, Granted, 0)
 	return ph, nil
@@ -238,14 +235,7 @@ func (l *Limiter[K]) acquireLocal(ctx context.Context, key K, mayWait bool, star
 			l.observe(key, Refused, 0)
 			return Permit[K]{}, grant{}, ErrGlobalLimited
 		}
-		g := grant{limit: e.limit, local: e.inUse}
-		p := sh.take(e, l.now.Load())
-		p.onReclaim = onReclaim
-		g.stored = p.stored
-		// The handle is made under the lock: once it is released, a
-		// reclaim may recycle the record for another holder.
-		h := Permit[K]{p: p, gen: p.gen, key: key}
-		sh.stats.granted++
+		h, g := sh.grantLocked(e, onReclaim, false)
 		sh.mu.Unlock()
 		l.observe(key, Granted, 0)
 		return h, g, nil
@@ -265,13 +255,8 @@ func (l *Limiter[K]) overLimit(ctx context.Context, sh *shard[K], e *entry[K], m
 			l.observe(key, Refused, 0)
 			return Permit[K]{}, grant{}, ErrGlobalLimited
 		}
-		g := grant{limit: e.limit, local: e.inUse}
-		p := sh.take(e, l.now.Load())
-		p.onReclaim = onReclaim
-		g.stored = p.stored
-		h := Permit[K]{p: p, gen: p.gen, key: key, shadow: true} // under the lock, as above
+		h, g := sh.grantLocked(e, onReclaim, true)
 		e.refused++
-		sh.stats.granted++
 		sh.stats.shadowRefused++
 		sh.mu.Unlock()
 		l.observe(key, ShadowRefused, 0)
@@ -305,6 +290,21 @@ func (l *Limiter[K]) overLimit(ctx context.Context, sh *shard[K], e *entry[K], m
 		p.OnReclaim(onReclaim)
 	}
 	return p, g, err
+}
+
+// grantLocked is the one place a permit of e is granted: it takes the
+// permit, dates it, sets its reclaim hook, counts the grant and returns the
+// holder's handle with what the Store is to be told. It is called with
+// sh.mu held, after the caller took the global cap's unit. The handle is
+// made under the lock because, once the lock is released, a reclaim may
+// recycle the permit's record for another holder.
+func (sh *shard[K]) grantLocked(e *entry[K], onReclaim func(), shadow bool) (Permit[K], grant) {
+	g := grant{limit: e.limit, local: e.inUse}
+	p := sh.take(e, sh.l.now.Load())
+	p.onReclaim = onReclaim
+	g.stored = p.stored
+	sh.stats.granted++
+	return Permit[K]{p: p, gen: p.gen, key: e.key, shadow: shadow}, g
 }
 
 // takeGlobal takes one unit of the global cap, if there is one.
@@ -422,10 +422,8 @@ func (l *Limiter[K]) AcquireOver(key K) Permit[K] {
 	sh, h := l.shard(key)
 	sh.mu.Lock()
 	e := sh.lookup(h, key, limit)
-	p := sh.take(e, l.now.Load())
-	p.stored = false
-	handle := Permit[K]{p: p, gen: p.gen, key: key} // under the lock, as in acquireLocal
-	sh.stats.granted++
+	handle, _ := sh.grantLocked(e, nil, false)
+	handle.p.stored = false // never asked of the Store, so never released there
 	sh.mu.Unlock()
 	l.observe(key, Granted, 0)
 	return handle

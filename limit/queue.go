@@ -49,11 +49,7 @@ func (sh *shard[K]) admitWaiters(e *entry[K]) {
 		}
 		w := e.head
 		e.remove(w)
-		w.grant = grant{limit: e.limit, local: e.inUse}
-		p := sh.take(e, sh.l.now.Load())
-		w.grant.stored = p.stored
-		sh.stats.granted++
-		w.permit = Permit[K]{p: p, gen: p.gen, key: e.key}
+		w.permit, w.grant = sh.grantLocked(e, nil, false)
 		w.handed = true
 		w.ready <- struct{}{}
 	}
