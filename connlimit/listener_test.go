@@ -22,7 +22,7 @@ func TestPerClientCap(t *testing.T) {
 	echoServer(t, l)
 
 	var held []net.Conn
-	for range DefaultPerClient {
+	for range DefaultPermits {
 		c := dialFrom(t, "127.0.0.2", l.Addr())
 		mustServe(t, c, "127.0.0.2")
 		held = append(held, c)
@@ -36,15 +36,15 @@ func TestPerClientCap(t *testing.T) {
 	mustServe(t, dialFrom(t, "127.0.0.3", l.Addr()), "127.0.0.3")
 
 	s := l.Stats()
-	if s.Refused.ClientCap != 1 || s.Accepted != DefaultPerClient+1 {
-		t.Fatalf("stats = %+v; want 1 client-cap refusal, %d accepted", s, DefaultPerClient+1)
+	if s.Refused.ClientCap != 1 || s.Accepted != DefaultPermits+1 {
+		t.Fatalf("stats = %+v; want 1 client-cap refusal, %d accepted", s, DefaultPermits+1)
 	}
-	if got := l.levels[0].lim.InUse(mustKey("127.0.0.2")); got != DefaultPerClient {
-		t.Fatalf("127.0.0.2 holds %d slots, want %d", got, DefaultPerClient)
+	if got := l.levels[0].lim.InUse(mustKey("127.0.0.2")); got != DefaultPermits {
+		t.Fatalf("127.0.0.2 holds %d slots, want %d", got, DefaultPermits)
 	}
 	snap := l.Snapshot(1)
-	if len(snap.Keys) != 1 || snap.Keys[0].Key != mustKey("127.0.0.2") || snap.Keys[0].InUse != DefaultPerClient {
-		t.Fatalf("Snapshot(1).Keys = %+v; want 127.0.0.2 with %d", snap.Keys, DefaultPerClient)
+	if len(snap.Keys) != 1 || snap.Keys[0].Key != mustKey("127.0.0.2") || snap.Keys[0].InUse != DefaultPermits {
+		t.Fatalf("Snapshot(1).Keys = %+v; want 127.0.0.2 with %d", snap.Keys, DefaultPermits)
 	}
 
 	for _, c := range held {
@@ -62,7 +62,7 @@ func TestPerClientCap(t *testing.T) {
 }
 
 func TestResetOnRefuse(t *testing.T) {
-	l := newTestListener(t, nil, Config{PerClient: 1, ResetOnRefuse: true})
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 1}, ResetOnRefuse: true})
 	echoServer(t, l)
 	mustServe(t, dialFrom(t, "127.0.0.2", l.Addr()), "127.0.0.2")
 	// The reset may beat the dialer's own check of the connect.
@@ -87,7 +87,7 @@ func TestDualStackKeysIPv4(t *testing.T) {
 		t.Fatalf("dual-stack listen: %v", err)
 	}
 	counting := &countingListener{Listener: inner}
-	l := newTestListener(t, counting, Config{PerClient: 2})
+	l := newTestListener(t, counting, Config{Policy: Policy{Permits: 2}})
 	echoServer(t, l)
 	port := l.Addr().(*net.TCPAddr).Port
 	target := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port}
@@ -103,7 +103,7 @@ func TestDualStackKeysIPv4(t *testing.T) {
 }
 
 func TestTrustedPeerExempt(t *testing.T) {
-	l := newTestListener(t, nil, Config{PerClient: 1, Trusted: mustProxySet("127.0.0.5")})
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 1}, Trusted: mustProxySet("127.0.0.5")})
 	echoServer(t, l)
 	for range 3 {
 		mustServe(t, dialFrom(t, "127.0.0.5", l.Addr()), "127.0.0.5")
@@ -122,7 +122,7 @@ func TestTrustedPeerExempt(t *testing.T) {
 }
 
 func TestLevels(t *testing.T) {
-	l := newTestListener(t, nil, Config{PerClient: 2, Levels: []Level{{IPv4Bits: 24, Max: 3}}})
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 2}, Levels: []Level{{IPv4Bits: 24, Max: 3}}})
 	echoServer(t, l)
 	mustServe(t, dialFrom(t, "127.0.0.2", l.Addr()), "127.0.0.2")
 	mustServe(t, dialFrom(t, "127.0.0.2", l.Addr()), "127.0.0.2")
@@ -143,7 +143,9 @@ func TestLevels(t *testing.T) {
 }
 
 func TestOverrides(t *testing.T) {
-	l := newTestListener(t, nil, Config{PerClient: 1, Overrides: []Override{
+	l := newTestListener(t, nil, Config{Policy: Policy{
+		Permits: 1,
+	}, PrefixOverrides: []Override{
 		{Prefix: netip.MustParsePrefix("127.0.0.0/24"), Max: 2},
 		{Prefix: netip.MustParsePrefix("127.0.0.4/32"), Max: 3},
 		{Prefix: netip.MustParsePrefix("127.0.0.8/29"), Max: -1},
@@ -171,7 +173,7 @@ func TestOverrides(t *testing.T) {
 }
 
 func TestEnforceAbove(t *testing.T) {
-	l := newTestListener(t, nil, Config{PerClient: 1, EnforceAbove: 3})
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 1}, EnforceAbove: 3})
 	echoServer(t, l)
 	for range 4 { // open before each: 0, 1, 2, 3: never more than 3
 		mustServe(t, dialFrom(t, "127.0.0.2", l.Addr()), "127.0.0.2")
@@ -185,7 +187,7 @@ func TestEnforceAbove(t *testing.T) {
 
 // A Conn closed many times, concurrently, gives its slot back once.
 func TestConnCloseReleasesOnce(t *testing.T) {
-	l := newTestListener(t, nil, Config{PerClient: 3})
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 3}})
 	var accepted []net.Conn
 	done := make(chan struct{})
 	go func() {
@@ -293,10 +295,10 @@ func TestNewListenerErrors(t *testing.T) {
 		{"level bits out of range", Config{Levels: []Level{{IPv4Bits: 33, Max: 1}}}, "Levels[0]"},
 		{"level repeats key", Config{Levels: []Level{{IPv6Bits: 64, Max: 1}}}, "Levels[0].IPv6Bits /64 repeats"},
 		{"levels repeat", Config{Levels: []Level{{IPv4Bits: 24, Max: 1}, {IPv4Bits: 24, Max: 2}}}, "Levels[1].IPv4Bits"},
-		{"override host bits", Config{Overrides: []Override{{Prefix: netip.MustParsePrefix("10.1.2.3/8"), Max: 1}}}, "host bits"},
-		{"override narrower than key", Config{Overrides: []Override{{Prefix: netip.MustParsePrefix("2001:db8::1/128"), Max: 1}}}, "narrower"},
-		{"override zero max", Config{Overrides: []Override{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}}, "Overrides[0].Max"},
-		{"override invalid", Config{Overrides: []Override{{Max: 1}}}, "invalid prefix"},
+		{"override host bits", Config{PrefixOverrides: []Override{{Prefix: netip.MustParsePrefix("10.1.2.3/8"), Max: 1}}}, "host bits"},
+		{"override narrower than key", Config{PrefixOverrides: []Override{{Prefix: netip.MustParsePrefix("2001:db8::1/128"), Max: 1}}}, "narrower"},
+		{"override zero max", Config{PrefixOverrides: []Override{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}}, "Overrides[0].Max"},
+		{"override invalid", Config{PrefixOverrides: []Override{{Max: 1}}}, "invalid prefix"},
 		{"syn filter with enforce above", Config{SYNFilter: true, EnforceAbove: 10}, "SYNFilter"},
 		{"syn filter with store", Config{SYNFilter: true, Store: &fakeStore{}}, "SYNFilter"},
 		{"syn filter with proxy protocol", Config{SYNFilter: true, ProxyProtocol: true, Trusted: mustProxySet("127.0.0.1")}, "SYNFilter"},
@@ -340,7 +342,7 @@ func indexOf(s, sub string) int {
 }
 
 func TestPermitsFor(t *testing.T) {
-	s, err := Config{Overrides: []Override{
+	s, err := Config{PrefixOverrides: []Override{
 		{Prefix: netip.MustParsePrefix("10.0.0.0/8"), Max: 100},
 		{Prefix: netip.MustParsePrefix("10.1.0.0/16"), Max: 5},
 		{Prefix: netip.MustParsePrefix("::ffff:10.1.2.0/120"), Max: -1}, // mapped: read as 10.1.2.0/24
@@ -373,7 +375,7 @@ func TestPermitsFor(t *testing.T) {
 // caps are admitted, refusals at the /24 give back their per-client slots,
 // and everything drains.
 func TestConcurrentCaps(t *testing.T) {
-	l := newTestListener(t, nil, Config{PerClient: 10, Levels: []Level{{IPv4Bits: 24, Max: 15}}})
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 10}, Levels: []Level{{IPv4Bits: 24, Max: 15}}})
 	var mu sync.Mutex
 	var held []net.Conn
 	go func() {

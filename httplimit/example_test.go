@@ -26,12 +26,18 @@ func ExampleMaxConcurrentPerClient() {
 // a short queue. The API mux's other routes are not counted.
 func ExampleNew() {
 	type userKey struct{}
+	byUser, err := httplimit.ByUser(func(r *http.Request) string { s, _ := r.Context().Value(userKey{}).(string); return s })
+	if err != nil {
+		log.Fatal(err)
+	}
 	l, err := httplimit.New(httplimit.Config{
-		Key:          httplimit.ByUser(func(r *http.Request) string { s, _ := r.Context().Value(userKey{}).(string); return s }),
-		Permits:      4,
-		Overrides:    map[string]int{"batch": 32},
-		QueueSize:    16,
-		QueueTimeout: 2 * time.Second,
+		Key: byUser,
+		Policy: httplimit.Policy{
+			Permits:      4,
+			Overrides:    map[string]int{"batch": 32},
+			QueueSize:    16,
+			QueueTimeout: 2 * time.Second,
+		},
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -56,12 +62,12 @@ func ExampleConfig_shadow() {
 		log.Fatal(err)
 	}
 	byClient := httplimit.ByClientIP(&clientkey.Resolver{Trusted: proxies, Header: clientkey.HeaderXForwardedFor})
-	enforced, err := httplimit.New(httplimit.Config{Key: byClient, Permits: 16})
+	enforced, err := httplimit.New(httplimit.Config{Key: byClient, Policy: httplimit.Policy{Permits: 16}})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer enforced.Close()
-	candidate, err := httplimit.New(httplimit.Config{Key: byClient, Permits: 4, Shadow: true, Name: "candidate"})
+	candidate, err := httplimit.New(httplimit.Config{Key: byClient, Policy: httplimit.Policy{Permits: 4, Shadow: true}, Name: "candidate"})
 	if err != nil {
 		log.Fatal(err)
 	}

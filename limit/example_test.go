@@ -10,12 +10,14 @@ import (
 
 func Example() {
 	l, err := limit.New(limit.Config[string]{
-		Permits: 2,
-		PermitsFor: func(user string) int {
-			if user == "batch" {
-				return 32
-			}
-			return 0 // the default above
+		Policy: limit.Policy[string]{
+			Permits: 2,
+			PermitsFor: func(user string) int {
+				if user == "batch" {
+					return 32
+				}
+				return 0 // the default above
+			},
 		},
 	})
 	if err != nil {

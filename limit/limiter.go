@@ -150,7 +150,7 @@ func (l *Limiter[K]) acquireQuiet(key K, onReclaim func()) (Permit[K], error) {
 		return Permit[K]{}, ErrQuietStore
 	}
 	limit := l.s.permits
-	if l.s.PermitsFor != nil {
+	if l.s.permitsFor != nil {
 		limit = l.s.limitFor(key)
 	}
 	sh, h := l.shard(key)
@@ -220,7 +220,7 @@ func (l *Limiter[K]) askStore(ctx context.Context, key K, g grant, mayWait bool)
 // the global cap, shadow mode and the queue.
 func (l *Limiter[K]) acquireLocal(ctx context.Context, key K, mayWait bool, start *time.Time, onReclaim func()) (Permit[K], grant, error) {
 	limit := l.s.permits
-	if l.s.PermitsFor != nil {
+	if l.s.permitsFor != nil {
 		limit = l.s.limitFor(key) // called with no lock held, as documented
 	}
 	sh, h := l.shard(key)
@@ -413,7 +413,7 @@ func (l *Limiter[K]) count(key K, kind EventKind) {
 // elsewhere is already counted there. After Close it still grants.
 func (l *Limiter[K]) AcquireOver(key K) Permit[K] {
 	limit := l.s.permits
-	if l.s.PermitsFor != nil {
+	if l.s.permitsFor != nil {
 		limit = l.s.limitFor(key)
 	}
 	if l.s.globalPermits != 0 {
