@@ -160,9 +160,7 @@ func (w *ListenerWrapper) connConfig() (connlimit.Config, error) {
 		return cfg, fmt.Errorf("portcullis listener: %w", err)
 	}
 	cfg = connlimit.Config{
-		Policy: connlimit.Policy{
-			Permits: w.PerClient,
-		},
+		Policy:             connlimit.Policy{Permits: w.PerClient},
 		Keyer:              keyer,
 		ProxyProtocol:      w.ProxyProtocol,
 		ProxyHeaderTimeout: time.Duration(w.ProxyHeaderTimeout),

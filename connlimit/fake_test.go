@@ -352,9 +352,7 @@ func TestStoreSkippedForUncappedClients(t *testing.T) {
 		f := newFakeListener()
 		capped := netip.MustParsePrefix("192.0.2.0/24")
 		l := newTestListener(t, f, Config{
-			Policy: Policy{
-				Permits: -1,
-			},
+			Policy:          Policy{Permits: -1},
 			Levels:          []Level{{IPv6Bits: 48, Max: 4}}, // IPv6 only: IPv4 clients stay uncapped
 			PrefixOverrides: []Override{{Prefix: capped, Max: 2}},
 			Store:           store,

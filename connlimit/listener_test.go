@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/seed-a07d1050/portcullis/clientkey"
 )
 
 // The model case: one host fills its budget and is refused, before any byte
@@ -143,9 +145,7 @@ func TestLevels(t *testing.T) {
 }
 
 func TestOverrides(t *testing.T) {
-	l := newTestListener(t, nil, Config{Policy: Policy{
-		Permits: 1,
-	}, PrefixOverrides: []Override{
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 1}, PrefixOverrides: []Override{
 		{Prefix: netip.MustParsePrefix("127.0.0.0/24"), Max: 2},
 		{Prefix: netip.MustParsePrefix("127.0.0.4/32"), Max: 3},
 		{Prefix: netip.MustParsePrefix("127.0.0.8/29"), Max: -1},
@@ -170,6 +170,49 @@ func TestOverrides(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A client key's cap is its Policy.Overrides entry, else the longest
+// prefix override holding it, else PermitsFor's answer, else Permits.
+func TestPolicyKeyOverrides(t *testing.T) {
+	l := newTestListener(t, nil, Config{
+		Policy: Policy{
+			Permits:   1,
+			Overrides: map[clientkey.Key]int{mustKey("127.0.0.3"): 3, mustKey("127.0.1.3"): 0},
+			PermitsFor: func(k clientkey.Key) int {
+				if k == mustKey("127.0.1.3") || k == mustKey("127.0.2.3") || k == mustKey("127.0.0.4") {
+					return 2
+				}
+				return 0
+			},
+		},
+		PrefixOverrides: []Override{{Prefix: netip.MustParsePrefix("127.0.0.0/24"), Max: 4}},
+	})
+	echoServer(t, l)
+	for _, tc := range []struct {
+		src   string
+		allow int
+	}{
+		{"127.0.0.3", 3}, // its own key beats the /24
+		{"127.0.0.4", 4}, // the /24 beats PermitsFor
+		{"127.0.1.3", 1}, // a zero override means Permits
+		{"127.0.2.3", 2}, // PermitsFor
+		{"127.0.3.3", 1}, // Permits
+	} {
+		t.Run(tc.src, func(t *testing.T) {
+			var conns []net.Conn
+			for range tc.allow {
+				c := dialFrom(t, tc.src, l.Addr())
+				mustServe(t, c, tc.src)
+				conns = append(conns, c)
+			}
+			mustBeRefused(t, dialFrom(t, tc.src, l.Addr()))
+			for _, c := range conns {
+				c.Close()
+			}
+		})
+	}
+	waitFor(t, "every slot to be given back", func() bool { return len(l.Snapshot(0).Keys) == 0 })
 }
 
 func TestEnforceAbove(t *testing.T) {
@@ -299,6 +342,12 @@ func TestNewListenerErrors(t *testing.T) {
 		{"override narrower than key", Config{PrefixOverrides: []Override{{Prefix: netip.MustParsePrefix("2001:db8::1/128"), Max: 1}}}, "narrower"},
 		{"override zero max", Config{PrefixOverrides: []Override{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}}, "Overrides[0].Max"},
 		{"override invalid", Config{PrefixOverrides: []Override{{Max: 1}}}, "invalid prefix"},
+		{"permits below -1", Config{Policy: Policy{Permits: -2}}, "Permits must be ≥ -1"},
+		{"key override below -1", Config{Policy: Policy{Overrides: map[clientkey.Key]int{mustKey("127.0.0.2"): -5}}}, "Overrides[127.0.0.2]"},
+		{"queue", Config{Policy: Policy{QueueSize: 4}}, "QueueSize"},
+		{"queue timeout", Config{Policy: Policy{QueueTimeout: time.Second}}, "QueueTimeout"},
+		{"shadow", Config{Policy: Policy{Shadow: true}}, "Shadow"},
+		{"reclaim", Config{Policy: Policy{ReclaimAfter: time.Minute}}, "ReclaimAfter"},
 		{"syn filter with enforce above", Config{SYNFilter: true, EnforceAbove: 10}, "SYNFilter"},
 		{"syn filter with store", Config{SYNFilter: true, Store: &fakeStore{}}, "SYNFilter"},
 		{"syn filter with proxy protocol", Config{SYNFilter: true, ProxyProtocol: true, Trusted: mustProxySet("127.0.0.1")}, "SYNFilter"},

@@ -79,9 +79,7 @@ func TestSYNFilterFamilies(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := newTestListener(t, listenPlainTCP(t, "[::]:0"), Config{
-		Policy: Policy{
-			Permits: 1,
-		}, SYNFilter: true, Keyer: keyer,
+		Policy: Policy{Permits: 1}, SYNFilter: true, Keyer: keyer,
 		PrefixOverrides: []Override{{Prefix: netip.MustParsePrefix("127.0.9.0/24"), Max: 2}},
 	})
 	echoServer(t, l)

@@ -199,9 +199,7 @@ func TestHTTPIdleTimeoutReleases(t *testing.T) {
 func TestNoLeakedSlot(t *testing.T) {
 	var handshakes atomic.Int64
 	l := newTestListener(t, nil, Config{
-		Policy: Policy{
-			Permits: 8,
-		}, MaxConns: 64, Levels: []Level{{IPv4Bits: 24, Max: 40}},
+		Policy: Policy{Permits: 8}, MaxConns: 64, Levels: []Level{{IPv4Bits: 24, Max: 40}},
 		Trusted: mustProxySet("127.0.0.5"), ProxyProtocol: true,
 	})
 	mux := http.NewServeMux()

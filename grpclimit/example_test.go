@@ -30,10 +30,8 @@ func Example() {
 	}
 	defer perClient.Close()
 	export, err := grpclimit.New(grpclimit.Config{
-		Key: grpclimit.ByMethod(),
-		Policy: grpclimit.Policy{
-			Permits: 2,
-		},
+		Key:     grpclimit.ByMethod(),
+		Policy:  grpclimit.Policy{Permits: 2},
 		Methods: []string{"/reports.Reports/Export"},
 		Name:    "export",
 	})

@@ -219,9 +219,7 @@ func bindFrontOn(raw net.Listener, lc config.Listener, log *slog.Logger, cl *clu
 func (f *front) connConfig(log *slog.Logger) connlimit.Config {
 	lc := &f.cfg
 	c := connlimit.Config{
-		Policy: connlimit.Policy{
-			Permits: lc.MaxConnsPerClient,
-		},
+		Policy:             connlimit.Policy{Permits: lc.MaxConnsPerClient},
 		Keyer:              f.id.keyer,
 		EnforceAbove:       lc.EnforceAbove,
 		MaxConns:           lc.MaxConns,
