@@ -66,10 +66,10 @@ type Policy = limit.Policy[clientkey.Key]
 
 // Config configures a [Listener]: its [Policy] of per-client caps,
 // embedded, and what is the listener's own (levels, network overrides,
-// connection rate, PROXY protocol, SYN filter). The zero Config is valid: 64 connections
-// per client (IPv4 address or IPv6 /64), always enforced, no global cap, no
-// trusted proxies, no PROXY protocol, refusals closed with FIN and not
-// logged. [NewListener] copies the Config; changing it
+// connection rate, PROXY protocol, SYN filter). The zero Config is valid:
+// 64 connections per client (IPv4 address or IPv6 /64), always enforced, no
+// global cap, no trusted proxies, no PROXY protocol, refusals closed with
+// FIN and not logged. [NewListener] copies the Config; changing it
 // afterwards has no effect, and NewListener never modifies it.
 type Config struct {
 	// Policy is what each client key is allowed, with the meanings

@@ -22,14 +22,13 @@ const (
 // see [limit.Policy].
 type Policy = limit.Policy[string]
 
-// Config configures a [Limiter]: its [Policy], embedded, and what is
-// gRPC's own (the key, the methods, the retry hint, hooks). The zero
-// Config is valid: 64 calls at once
-// per client address (IPv4 /32, IPv6 /64, no proxy trusted), on every
-// method, no queue, refusals answered RESOURCE_EXHAUSTED with a retry hint
-// of one second, unary calls' permits reclaimed after 10 minutes. New
-// copies the Config, its map and slice included; changing it afterwards
-// has no effect.
+// Config configures a [Limiter]: its [Policy], embedded, and what is gRPC's
+// own (the key, the methods, the retry hint, hooks). The zero Config is
+// valid: 64 calls at once per client address (IPv4 /32, IPv6 /64, no proxy
+// trusted), on every method, no queue, refusals answered RESOURCE_EXHAUSTED
+// with a retry hint of one second, unary calls' permits reclaimed after 10
+// minutes. New copies the Config, its map and slice included; changing it
+// afterwards has no effect.
 type Config struct {
 	// Policy is what each key is allowed: Permits (calls of one key at
 	// once through the Limiter), Overrides and PermitsFor, the queue,

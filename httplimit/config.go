@@ -22,14 +22,14 @@ const (
 // see [limit.Policy].
 type Policy = limit.Policy[string]
 
-// Config configures a [Limiter]: its [Policy], embedded, and what is
-// HTTP's own (the key, the refusal's response, tunnels, hooks). The zero
-// Config is valid: 64 exchanges at
-// once per client address (IPv4 /32, IPv6 /64), no queue, refusals answered
-// with 429 and Retry-After: 1, tunnels counted with the other exchanges
-// and holding their permit until they close, permits held for more than
-// 10 minutes reclaimed (established tunnels exempt). New copies the
-// Config, its map included; changing it afterwards has no effect.
+// Config configures a [Limiter]: its [Policy], embedded, and what is HTTP's
+// own (the key, the refusal's response, tunnels, hooks). The zero Config is
+// valid: 64 exchanges at once per client address (IPv4 /32, IPv6 /64), no
+// queue, refusals answered with 429 and Retry-After: 1, tunnels counted
+// with the other exchanges and holding their permit until they close,
+// permits held for more than 10 minutes reclaimed (established tunnels
+// exempt). New copies the Config, its map included; changing it afterwards
+// has no effect.
 type Config struct {
 	// Policy is what each key is allowed: Permits (exchanges of one key
 	// at once through the Limiter), Overrides and PermitsFor, the queue,

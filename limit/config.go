@@ -46,10 +46,10 @@ type Config[K comparable] struct {
 	Hash func(key K) uint64
 
 	// Store shares the counts with other processes (limit/redisstore).
-	// Only keys with a limit are asked: a key whose permits are unlimited
-	// (Unlimited, from Permits, Overrides or PermitsFor) is counted in this process alone
-	// and never costs a Store call, whatever the Store's state. Nil means
-	// the counts are this process's only.
+	// Only keys with a limit are asked: a key whose permits are Unlimited
+	// (from Permits, Overrides or PermitsFor) is counted in this process
+	// alone and never costs a Store call, whatever the Store's state. Nil
+	// means the counts are this process's only.
 	Store Store[K]
 
 	// Clock tells the time. Nil means the real clock.
