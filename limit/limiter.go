@@ -166,7 +166,7 @@ func (l *Limiter[K]) acquireQuiet(key K, onReclaim func()) (Permit[K], error) {
 		sh.mu.Unlock()
 		return Permit[K]{}, ErrGlobalLimited
 	}
-	ph, _ := sh.grantLocked(e, onReclaim, false)
+	ph := sh.grantLocked(e, onReclaim).handle(false)
 	sh.mu.Unlock()
 	l.observe(key, Granted, 0)
 	return ph, nil
@@ -235,7 +235,8 @@ func (l *Limiter[K]) acquireLocal(ctx context.Context, key K, mayWait bool, star
 			l.observe(key, Refused, 0)
 			return Permit[K]{}, grant{}, ErrGlobalLimited
 		}
-		h, g := sh.grantLocked(e, onReclaim, false)
+		p := sh.grantLocked(e, onReclaim)
+		h, g := p.handle(false), p.grant()
 		sh.mu.Unlock()
 		l.observe(key, Granted, 0)
 		return h, g, nil
@@ -255,7 +256,8 @@ func (l *Limiter[K]) overLimit(ctx context.Context, sh *shard[K], e *entry[K], m
 			l.observe(key, Refused, 0)
 			return Permit[K]{}, grant{}, ErrGlobalLimited
 		}
-		h, g := sh.grantLocked(e, onReclaim, true)
+		p := sh.grantLocked(e, onReclaim)
+		h, g := p.handle(true), p.grant()
 		e.refused++
 		sh.stats.shadowRefused++
 		sh.mu.Unlock()
@@ -292,19 +294,47 @@ func (l *Limiter[K]) overLimit(ctx context.Context, sh *shard[K], e *entry[K], m
 	return p, g, err
 }
 
-// grantLocked is the one place a permit of e is granted: it takes the
-// permit, dates it, sets its reclaim hook, counts the grant and returns the
-// holder's handle with what the Store is to be told. It is called with
-// sh.mu held, after the caller took the global cap's unit. The handle is
-// made under the lock because, once the lock is released, a reclaim may
-// recycle the permit's record for another holder.
-func (sh *shard[K]) grantLocked(e *entry[K], onReclaim func(), shadow bool) (Permit[K], grant) {
-	g := grant{limit: e.limit, local: e.inUse}
-	p := sh.take(e, sh.l.now.Load())
+// grantLocked is the one place a permit of e is granted: it takes a
+// record (recycled if one is free), dates it, lists it for reclaim, sets
+// its reclaim hook and counts the grant. It is called with sh.mu held,
+// after the caller took the global cap's unit; the caller makes the
+// holder's handle ([permit.handle]) and the Store's record
+// ([permit.grant]) under the same lock, because once the lock is released
+// a reclaim may recycle the record for another holder. It returns the
+// record alone so that the hot path passes one register back.
+func (sh *shard[K]) grantLocked(e *entry[K], onReclaim func()) *permit[K] {
+	p := sh.freePermits
+	if p != nil {
+		sh.freePermits = p.next
+		sh.nFreePermits--
+		p.next = nil
+	} else {
+		p = &permit[K]{sh: sh}
+	}
+	e.inUse++
+	p.entry = e
+	p.granted = sh.l.now.Load()
 	p.onReclaim = onReclaim
-	g.stored = p.stored
+	// A key without a limit has nothing to count cluster-wide: its
+	// permits never reach the Store (no round trip, and a Store that
+	// refuses while it is down cannot refuse it).
+	p.stored = sh.l.s.Store != nil && e.limit != unlimited
+	sh.list(p)
 	sh.stats.granted++
-	return Permit[K]{p: p, gen: p.gen, key: e.key, shadow: shadow}, g
+	return p
+}
+
+// handle is the holder's handle of p, just granted; called under the
+// shard's lock.
+func (p *permit[K]) handle(shadow bool) Permit[K] {
+	return Permit[K]{p: p, gen: p.gen, key: p.entry.key, shadow: shadow}
+}
+
+// grant is what the Store is told of p, just granted: its key's limit and
+// how many permits the key held here before it. Called under the shard's
+// lock.
+func (p *permit[K]) grant() grant {
+	return grant{limit: p.entry.limit, local: p.entry.inUse - 1, stored: p.stored}
 }
 
 // takeGlobal takes one unit of the global cap, if there is one.
@@ -422,8 +452,9 @@ func (l *Limiter[K]) AcquireOver(key K) Permit[K] {
 	sh, h := l.shard(key)
 	sh.mu.Lock()
 	e := sh.lookup(h, key, limit)
-	handle, _ := sh.grantLocked(e, nil, false)
-	handle.p.stored = false // never asked of the Store, so never released there
+	p := sh.grantLocked(e, nil)
+	handle := p.handle(false)
+	p.stored = false // never asked of the Store, so never released there
 	sh.mu.Unlock()
 	l.observe(key, Granted, 0)
 	return handle

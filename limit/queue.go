@@ -49,7 +49,8 @@ func (sh *shard[K]) admitWaiters(e *entry[K]) {
 		}
 		w := e.head
 		e.remove(w)
-		w.permit, w.grant = sh.grantLocked(e, nil, false)
+		p := sh.grantLocked(e, nil)
+		w.permit, w.grant = p.handle(false), p.grant()
 		w.handed = true
 		w.ready <- struct{}{}
 	}
