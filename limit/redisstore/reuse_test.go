@@ -20,8 +20,8 @@ import (
 func TestReleaseHoldReusesPermitsExactly(t *testing.T) {
 	srv := startRedis(t)
 	const hold = 50 * time.Millisecond
-	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a", ReleaseHold: hold}, limit.Config[string]{Permits: 1})
-	b := newNode(t, srv.Addr(), redisstore.Config{NodeID: "b"}, limit.Config[string]{Permits: 1})
+	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a", ReleaseHold: hold}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 1}})
+	b := newNode(t, srv.Addr(), redisstore.Config{NodeID: "b"}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 1}})
 	ctx := context.Background()
 	const n = 200
 	calls := a.st.Stats().Acquire.Calls
@@ -66,8 +66,8 @@ func TestReleaseHoldReusesPermitsExactly(t *testing.T) {
 func TestSpareShareKeepsBusyPermitsExactly(t *testing.T) {
 	srv := startRedis(t)
 	const hold = 20 * time.Millisecond
-	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a", ReleaseHold: hold, SpareShare: 0.5}, limit.Config[string]{Permits: 4})
-	b := newNode(t, srv.Addr(), redisstore.Config{NodeID: "b"}, limit.Config[string]{Permits: 4})
+	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a", ReleaseHold: hold, SpareShare: 0.5}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 4}})
+	b := newNode(t, srv.Addr(), redisstore.Config{NodeID: "b"}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 4}})
 	ctx := context.Background()
 	const rounds = 300
 	for i := range rounds {
