@@ -122,17 +122,19 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.wait = promlimit.NewWaitHistogram(promlimit.Opts{Subsystem: "http_exchanges", ConstLabels: prometheus.Labels{"limiter": h.name}}, nil)
 	h.lim, err = httplimit.New(httplimit.Config{
-		Key:          key,
-		Permits:      h.Permits,
-		Overrides:    h.Overrides,
-		QueueSize:    h.QueueSize,
-		QueueTimeout: time.Duration(h.QueueTimeout),
-		Shadow:       h.Shadow,
-		Status:       h.Status,
-		Reject:       h.reject,
-		Observer:     promlimit.ObserverFor[string](h.wait),
-		Logger:       ctx.Slogger(),
-		Name:         "portcullis_limit " + h.name,
+		Key: key,
+		Policy: httplimit.Policy{
+			Permits:      h.Permits,
+			Overrides:    h.Overrides,
+			QueueSize:    h.QueueSize,
+			QueueTimeout: time.Duration(h.QueueTimeout),
+			Shadow:       h.Shadow,
+		},
+		Status:   h.Status,
+		Reject:   h.reject,
+		Observer: promlimit.ObserverFor[string](h.wait),
+		Logger:   ctx.Slogger(),
+		Name:     "portcullis_limit " + h.name,
 	})
 	if err != nil {
 		return fmt.Errorf("portcullis_limit: %w", err)

@@ -160,7 +160,7 @@ func (w *ListenerWrapper) connConfig() (connlimit.Config, error) {
 		return cfg, fmt.Errorf("portcullis listener: %w", err)
 	}
 	cfg = connlimit.Config{
-		PerClient:          w.PerClient,
+		Policy:             connlimit.Policy{Permits: w.PerClient},
 		Keyer:              keyer,
 		ProxyProtocol:      w.ProxyProtocol,
 		ProxyHeaderTimeout: time.Duration(w.ProxyHeaderTimeout),
@@ -179,7 +179,7 @@ func (w *ListenerWrapper) connConfig() (connlimit.Config, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("portcullis listener: overrides[%d]: %w", i, err)
 		}
-		cfg.Overrides = append(cfg.Overrides, connlimit.Override{Prefix: p, Max: o.Max})
+		cfg.PrefixOverrides = append(cfg.PrefixOverrides, connlimit.Override{Prefix: p, Max: o.Max})
 	}
 	if len(w.TrustedProxies) > 0 {
 		if cfg.Trusted, err = clientkey.ParseProxySet(w.TrustedProxies); err != nil {

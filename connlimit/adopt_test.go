@@ -32,7 +32,7 @@ func TestAdoptCarriesCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{PerClient: 2, Levels: []Level{{IPv4Bits: 24, Max: 3}}}
+	cfg := Config{Policy: Policy{Permits: 2}, Levels: []Level{{IPv4Bits: 24, Max: 3}}}
 	first := newTestListener(t, inner, cfg)
 	echoServer(t, first)
 	held := []net.Conn{dialFrom(t, "127.0.0.2", first.Addr()), dialFrom(t, "127.0.0.2", first.Addr())}
@@ -78,7 +78,7 @@ func TestAdoptRacesClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := newTestListener(t, inner, Config{PerClient: 64})
+	first := newTestListener(t, inner, Config{Policy: Policy{Permits: 64}})
 	echoServer(t, first)
 	var clients []net.Conn
 	for range 40 {
@@ -86,7 +86,7 @@ func TestAdoptRacesClose(t *testing.T) {
 		mustServe(t, c, "127.0.0.2")
 		clients = append(clients, c)
 	}
-	second := newTestListener(t, dupListener(t, inner), Config{PerClient: 64})
+	second := newTestListener(t, dupListener(t, inner), Config{Policy: Policy{Permits: 64}})
 	first.Close()
 	var wg sync.WaitGroup
 	for _, c := range clients {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -15,7 +16,7 @@ import (
 
 // Defaults applied where a [Config] field is zero.
 const (
-	DefaultPerClient          = 64
+	DefaultPermits            = limit.DefaultPermits // per client key
 	DefaultProxyHeaderTimeout = 3 * time.Second
 	DefaultStoreTimeout       = time.Second
 )
@@ -41,7 +42,7 @@ type Level struct {
 }
 
 // Override gives the clients inside a prefix their own per-client cap,
-// instead of Config.PerClient: a known office NAT gets 512, a scanner 4, a
+// instead of Config.Permits: a known office NAT gets 512, a scanner 4, a
 // health checker -1 (unlimited). When overrides overlap, the longest prefix
 // wins. An override changes only the per-client cap, not the caps of
 // [Level]s.
@@ -53,20 +54,36 @@ type Override struct {
 	// the IPv4 prefix it maps.
 	Prefix netip.Prefix
 	// Max is the per-client cap of the clients inside Prefix: positive, or
-	// -1 for unlimited. Zero is an error.
+	// -1 (limit.Unlimited) for unlimited, as in limit.Policy. Zero, which
+	// in a Policy's Overrides means Permits, is an error here: an override
+	// of a whole network that changes nothing is a mistake.
 	Max int
 }
 
-// Config configures a [Listener]. The zero Config is valid: 64 connections
-// per client (IPv4 address or IPv6 /64), always enforced, no global cap, no
-// trusted proxies, no PROXY protocol, refusals closed with FIN and not
-// logged. [NewListener] copies the Config; changing it
+// Policy is the shape of a limit shared by every layer of Portcullis;
+// see [limit.Policy]. Its keys here are client keys.
+type Policy = limit.Policy[clientkey.Key]
+
+// Config configures a [Listener]: its [Policy] of per-client caps,
+// embedded, and what is the listener's own (levels, network overrides,
+// connection rate, PROXY protocol, SYN filter). The zero Config is valid:
+// 64 connections per client (IPv4 address or IPv6 /64), always enforced, no
+// global cap, no trusted proxies, no PROXY protocol, refusals closed with
+// FIN and not logged. [NewListener] copies the Config; changing it
 // afterwards has no effect, and NewListener never modifies it.
 type Config struct {
-	// PerClient is how many connections one client key may hold at once.
-	// Zero means 64. -1 (any negative) means unlimited, which still counts
-	// connections per key for [Listener.Snapshot].
-	PerClient int
+	// Policy is what each client key is allowed, with the meanings
+	// [limit.Policy] gives its fields: Permits is how many connections one
+	// client key may hold at once (zero means 64, limit.Unlimited (-1)
+	// means unlimited, which still counts connections per key for
+	// [Listener.Snapshot], other negative values are invalid); Overrides
+	// gives single client keys their own cap and PermitsFor computes it
+	// (see PrefixOverrides for whole networks). A connection is admitted
+	// or refused at accept and holds its slot until it is closed, so the
+	// queue, shadow mode and reclaim do not apply: QueueSize,
+	// QueueTimeout, Shadow and ReclaimAfter must be left zero (EnforceAbove
+	// is the listener's way to let a lightly loaded server be generous).
+	Policy
 
 	// Keyer turns a client address into its key. The zero Keyer keys IPv4
 	// by address (/32) and IPv6 by /64.
@@ -78,9 +95,11 @@ type Config struct {
 	// distinct keys.
 	Levels []Level
 
-	// Overrides give some networks their own per-client cap. Nil means
-	// every client gets PerClient.
-	Overrides []Override
+	// PrefixOverrides give the client keys inside some networks their own
+	// per-client cap. A key's cap is its Overrides entry if it has one,
+	// else the Max of the longest prefix here that contains it, else
+	// PermitsFor's answer, else Permits. Nil means none.
+	PrefixOverrides []Override
 
 	// ConnRate, when its Rate is set, limits how fast each client key may
 	// open connections, as HAProxy's conn_rate or g3proxy's
@@ -197,7 +216,7 @@ type Config struct {
 	// (limit/redisstore). Keys of different levels are different prefixes,
 	// so one Store holds them all apart. With a Store, admission waits for
 	// its answer, on the connection's own goroutine, never in Accept. A
-	// connection whose client no finite cap applies to (PerClient or its
+	// connection whose client no finite cap applies to (Permits or its
 	// override unlimited, and no Level for its family) is admitted inline
 	// and never reaches the Store, so an uncapped listener costs no round
 	// trip and is not refused while the Store is down. Nil means the counts
@@ -245,9 +264,10 @@ func (c Config) settings() (settings, error) {
 		return s, err
 	}
 	s.overrides = ov
+	s.Overrides = maps.Clone(c.Overrides)
 	s.Levels = slices.Clone(c.Levels)
-	if s.PerClient == 0 {
-		s.PerClient = DefaultPerClient
+	if s.Permits == 0 {
+		s.Permits = DefaultPermits
 	}
 	if s.ProxyHeaderTimeout == 0 {
 		s.ProxyHeaderTimeout = DefaultProxyHeaderTimeout
@@ -265,7 +285,16 @@ func (c Config) settings() (settings, error) {
 }
 
 func (c Config) checkScalars() error {
+	if err := c.Policy.Validate(); err != nil {
+		return fmt.Errorf("connlimit: %w", err)
+	}
 	switch {
+	case c.QueueSize != 0 || c.QueueTimeout != 0:
+		return fmt.Errorf("connlimit: QueueSize and QueueTimeout must be zero: a connection is admitted or refused at accept, never queued (got %d, %v)", c.QueueSize, c.QueueTimeout)
+	case c.Shadow:
+		return fmt.Errorf("connlimit: Shadow is not supported: a listener enforces its caps (EnforceAbove relaxes them under light load)")
+	case c.ReclaimAfter != 0:
+		return fmt.Errorf("connlimit: ReclaimAfter must be zero: a connection holds its slot until it is closed (got %v)", c.ReclaimAfter)
 	case c.EnforceAbove < 0:
 		return fmt.Errorf("connlimit: EnforceAbove must not be negative (got %d)", c.EnforceAbove)
 	case c.MaxConns < 0:
@@ -324,8 +353,8 @@ func (c Config) checkLevels() error {
 // sortedOverrides checks the overrides and returns them unmapped and
 // sorted longest prefix first, so that the first match is the longest.
 func (c Config) sortedOverrides() ([]Override, error) {
-	out := make([]Override, 0, len(c.Overrides))
-	for i, o := range c.Overrides {
+	out := make([]Override, 0, len(c.PrefixOverrides))
+	for i, o := range c.PrefixOverrides {
 		p := o.Prefix
 		if p.Addr().Is4In6() && p.Bits() >= 96 {
 			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
@@ -336,15 +365,15 @@ func (c Config) sortedOverrides() ([]Override, error) {
 		}
 		switch {
 		case !p.IsValid():
-			return nil, fmt.Errorf("connlimit: Overrides[%d]: invalid prefix %v", i, o.Prefix)
+			return nil, fmt.Errorf("connlimit: PrefixOverrides[%d]: invalid prefix %v", i, o.Prefix)
 		case p.Masked() != p:
-			return nil, fmt.Errorf("connlimit: Overrides[%d]: prefix %v has host bits set (the network is %v)", i, o.Prefix, p.Masked())
+			return nil, fmt.Errorf("connlimit: PrefixOverrides[%d]: prefix %v has host bits set (the network is %v)", i, o.Prefix, p.Masked())
 		case p.Addr().Zone() != "":
-			return nil, fmt.Errorf("connlimit: Overrides[%d]: prefix %v has a zone", i, o.Prefix)
+			return nil, fmt.Errorf("connlimit: PrefixOverrides[%d]: prefix %v has a zone", i, o.Prefix)
 		case p.Bits() > keyBits:
-			return nil, fmt.Errorf("connlimit: Overrides[%d]: prefix %v is narrower than the client key (/%d)", i, o.Prefix, keyBits)
+			return nil, fmt.Errorf("connlimit: PrefixOverrides[%d]: prefix %v is narrower than the client key (/%d)", i, o.Prefix, keyBits)
 		case o.Max == 0 || o.Max < -1:
-			return nil, fmt.Errorf("connlimit: Overrides[%d].Max must be positive or -1 for unlimited (got %d)", i, o.Max)
+			return nil, fmt.Errorf("connlimit: PrefixOverrides[%d].Max must be positive or -1 for unlimited (got %d)", i, o.Max)
 		}
 		out = append(out, Override{Prefix: p, Max: o.Max})
 	}
@@ -355,8 +384,13 @@ func (c Config) sortedOverrides() ([]Override, error) {
 // anyCap reports whether some client can meet a finite cap: without one,
 // a Store has nothing to count and is never asked.
 func (s *settings) anyCap() bool {
-	if s.PerClient >= 0 || len(s.Levels) > 0 {
+	if s.Permits >= 0 || len(s.Levels) > 0 || s.PermitsFor != nil {
 		return true
+	}
+	for _, n := range s.Overrides {
+		if n > 0 {
+			return true
+		}
 	}
 	for _, o := range s.overrides {
 		if o.Max > 0 {
@@ -366,25 +400,38 @@ func (s *settings) anyCap() bool {
 	return false
 }
 
-// capOf returns key's per-client cap: its override, or PerClient;
+// capOf returns key's per-client cap: its override, or Permits;
 // negative means unlimited.
 func (s *settings) capOf(key clientkey.Key) int {
 	if c := s.permitsFor(key); c != 0 {
 		return c
 	}
-	return s.PerClient
+	return s.Permits
 }
 
-// permitsFor is the limiter's PermitsFor for the per-client level: the Max
-// of the longest override containing key, or 0 (PerClient) when none does.
-// A key's prefix is never shorter than an override's, so containing its
+// hasPermitsFor reports whether some key may have a cap other than
+// Permits, so that the per-client limiter needs permitsFor.
+func (s *settings) hasPermitsFor() bool {
+	return len(s.overrides) > 0 || len(s.Overrides) > 0 || s.PermitsFor != nil
+}
+
+// permitsFor is the limiter's PermitsFor for the per-client level: the
+// key's Overrides entry, else the Max of the longest prefix override
+// containing key, else PermitsFor's answer, else 0 (Permits). A key's
+// prefix is never shorter than a prefix override's, so containing its
 // address means containing the whole key.
 func (s *settings) permitsFor(key clientkey.Key) int {
+	if n, ok := s.Overrides[key]; ok {
+		return n
+	}
 	a := key.Prefix().Addr()
 	for _, o := range s.overrides {
 		if o.Prefix.Contains(a) {
 			return o.Max
 		}
+	}
+	if s.PermitsFor != nil {
+		return s.PermitsFor(key)
 	}
 	return 0
 }

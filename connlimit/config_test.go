@@ -18,11 +18,11 @@ func TestConfigFieldsDocumentZero(t *testing.T) {
 func TestNewListenerDoesNotMutateConfig(t *testing.T) {
 	cfg := Config{Levels: []Level{{IPv4Bits: 24, Max: 9}}}
 	l := newTestListener(t, nil, cfg)
-	if cfg.PerClient != 0 || cfg.Logger != nil || cfg.Name != "" {
+	if cfg.Permits != 0 || cfg.Logger != nil || cfg.Name != "" {
 		t.Fatalf("caller's Config changed: %+v", cfg)
 	}
 	cfg.Levels[0].Max = 1
-	if l.s.Levels[0].Max != 9 || l.s.PerClient != DefaultPerClient || l.s.ProxyHeaderTimeout != DefaultProxyHeaderTimeout {
+	if l.s.Levels[0].Max != 9 || l.s.Permits != DefaultPermits || l.s.ProxyHeaderTimeout != DefaultProxyHeaderTimeout {
 		t.Fatalf("listener settings = %+v", l.s)
 	}
 }

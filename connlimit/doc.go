@@ -21,7 +21,7 @@
 //     (a dual-stack socket's IPv4 peer) as its IPv4 address, IPv6 masked to
 //     /64. A Trusted peer is exempt, unless with ProxyProtocol its PROXY
 //     header names the real client, which is then keyed instead.
-//  3. The client takes one slot of its key (PerClient, or an Override for
+//  3. The client takes one slot of its key (Permits, or an Override for
 //     its network) and one at every [Level] that applies, and, with
 //     Config.ConnRate, one connection of its rate (new connections per
 //     second, package rate). If any refuses, the others are given back, the

@@ -16,7 +16,7 @@ func ExampleNewListener() {
 	if err != nil {
 		panic(err)
 	}
-	l, err := connlimit.NewListener(inner, connlimit.Config{PerClient: 2})
+	l, err := connlimit.NewListener(inner, connlimit.Config{Policy: connlimit.Policy{Permits: 2}})
 	if err != nil {
 		panic(err)
 	}

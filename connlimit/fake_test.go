@@ -220,7 +220,7 @@ func TestRefusalLogRateLimited(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := &captureHandler{}
 		f := newFakeListener()
-		l := newTestListener(t, f, Config{PerClient: 1, Logger: slog.New(h), LogLevel: slog.LevelWarn})
+		l := newTestListener(t, f, Config{Policy: Policy{Permits: 1}, Logger: slog.New(h), LogLevel: slog.LevelWarn})
 		f.push("192.0.2.1")
 		held := (<-acceptAsync(l)).c
 		defer held.Close()
@@ -352,10 +352,10 @@ func TestStoreSkippedForUncappedClients(t *testing.T) {
 		f := newFakeListener()
 		capped := netip.MustParsePrefix("192.0.2.0/24")
 		l := newTestListener(t, f, Config{
-			PerClient: -1,
-			Levels:    []Level{{IPv6Bits: 48, Max: 4}}, // IPv6 only: IPv4 clients stay uncapped
-			Overrides: []Override{{Prefix: capped, Max: 2}},
-			Store:     store,
+			Policy:          Policy{Permits: -1},
+			Levels:          []Level{{IPv6Bits: 48, Max: 4}}, // IPv6 only: IPv4 clients stay uncapped
+			PrefixOverrides: []Override{{Prefix: capped, Max: 2}},
+			Store:           store,
 		})
 		var open []net.Conn
 		for range 3 {
@@ -389,7 +389,7 @@ func TestStoreSkippedForUncappedClients(t *testing.T) {
 		<-next
 		checkDrained(t, l)
 
-		none := newTestListener(t, newFakeListener(), Config{PerClient: -1, Store: store})
+		none := newTestListener(t, newFakeListener(), Config{Policy: Policy{Permits: -1}, Store: store})
 		if none.async {
 			t.Fatal("a listener without any finite cap admits asynchronously, for a Store it never asks")
 		}

@@ -29,7 +29,7 @@ func denyFilter(calls *atomic.Int64, deny ...string) func(netip.Addr) error {
 // the raw accept path after the first) count as filtered only.
 func TestFilterRefusesBeforeCaps(t *testing.T) {
 	var calls atomic.Int64
-	l := newTestListener(t, nil, Config{PerClient: 1, MaxConns: 2, Filter: denyFilter(&calls, "127.0.0.2")})
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 1}, MaxConns: 2, Filter: denyFilter(&calls, "127.0.0.2")})
 	echoServer(t, l)
 	for range 5 {
 		mustBeRefused(t, dialFrom(t, "127.0.0.2", l.Addr()))
@@ -55,7 +55,7 @@ func TestFilterRefusesBeforeCaps(t *testing.T) {
 // client (LOCAL) is not asked about.
 func TestFilterProxyProtocolClient(t *testing.T) {
 	var calls atomic.Int64
-	l := newTestListener(t, nil, Config{PerClient: 1, Trusted: mustProxySet("127.0.0.5"), ProxyProtocol: true,
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 1}, Trusted: mustProxySet("127.0.0.5"), ProxyProtocol: true,
 		Filter: denyFilter(&calls, "192.0.2.66", "127.0.0.5", "127.0.0.6")})
 	denied := dialFrom(t, "127.0.0.5", l.Addr())
 	if _, err := denied.Write(append(proxyHeader(t, 1, "192.0.2.66:1234", "198.51.100.1:443"), "x"...)); err != nil {

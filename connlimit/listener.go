@@ -187,16 +187,18 @@ func (l *Listener) closeLimiters() {
 
 func (l *Listener) buildLevels() error {
 	base := limit.Config[clientkey.Key]{
-		Shadow:       l.s.EnforceAbove > 0, // refusals are decided here, against the open count
-		ReclaimAfter: -1,                   // a slot lives as long as its connection
-		Hash:         clientkey.Key.Hash,   // the default hash allocates for netip keys
-		Store:        l.s.Store,
-		Logger:       l.s.Logger,
+		Policy: Policy{
+			Shadow:       l.s.EnforceAbove > 0, // refusals are decided here, against the open count
+			ReclaimAfter: -1,                   // a slot lives as long as its connection
+		},
+		Hash:   clientkey.Key.Hash, // the default hash allocates for netip keys
+		Store:  l.s.Store,
+		Logger: l.s.Logger,
 	}
 	client := base
-	client.Permits = l.s.PerClient
+	client.Permits = l.s.Permits
 	client.Name = l.s.Name + " client"
-	if len(l.s.overrides) > 0 {
+	if l.s.hasPermitsFor() {
 		client.PermitsFor = l.s.permitsFor
 	}
 	lim, err := limit.New(client)

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/seed-a07d1050/portcullis/clientkey"
 )
 
 // The model case: one host fills its budget and is refused, before any byte
@@ -22,7 +24,7 @@ func TestPerClientCap(t *testing.T) {
 	echoServer(t, l)
 
 	var held []net.Conn
-	for range DefaultPerClient {
+	for range DefaultPermits {
 		c := dialFrom(t, "127.0.0.2", l.Addr())
 		mustServe(t, c, "127.0.0.2")
 		held = append(held, c)
@@ -36,15 +38,15 @@ func TestPerClientCap(t *testing.T) {
 	mustServe(t, dialFrom(t, "127.0.0.3", l.Addr()), "127.0.0.3")
 
 	s := l.Stats()
-	if s.Refused.ClientCap != 1 || s.Accepted != DefaultPerClient+1 {
-		t.Fatalf("stats = %+v; want 1 client-cap refusal, %d accepted", s, DefaultPerClient+1)
+	if s.Refused.ClientCap != 1 || s.Accepted != DefaultPermits+1 {
+		t.Fatalf("stats = %+v; want 1 client-cap refusal, %d accepted", s, DefaultPermits+1)
 	}
-	if got := l.levels[0].lim.InUse(mustKey("127.0.0.2")); got != DefaultPerClient {
-		t.Fatalf("127.0.0.2 holds %d slots, want %d", got, DefaultPerClient)
+	if got := l.levels[0].lim.InUse(mustKey("127.0.0.2")); got != DefaultPermits {
+		t.Fatalf("127.0.0.2 holds %d slots, want %d", got, DefaultPermits)
 	}
 	snap := l.Snapshot(1)
-	if len(snap.Keys) != 1 || snap.Keys[0].Key != mustKey("127.0.0.2") || snap.Keys[0].InUse != DefaultPerClient {
-		t.Fatalf("Snapshot(1).Keys = %+v; want 127.0.0.2 with %d", snap.Keys, DefaultPerClient)
+	if len(snap.Keys) != 1 || snap.Keys[0].Key != mustKey("127.0.0.2") || snap.Keys[0].InUse != DefaultPermits {
+		t.Fatalf("Snapshot(1).Keys = %+v; want 127.0.0.2 with %d", snap.Keys, DefaultPermits)
 	}
 
 	for _, c := range held {
@@ -62,7 +64,7 @@ func TestPerClientCap(t *testing.T) {
 }
 
 func TestResetOnRefuse(t *testing.T) {
-	l := newTestListener(t, nil, Config{PerClient: 1, ResetOnRefuse: true})
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 1}, ResetOnRefuse: true})
 	echoServer(t, l)
 	mustServe(t, dialFrom(t, "127.0.0.2", l.Addr()), "127.0.0.2")
 	// The reset may beat the dialer's own check of the connect.
@@ -87,7 +89,7 @@ func TestDualStackKeysIPv4(t *testing.T) {
 		t.Fatalf("dual-stack listen: %v", err)
 	}
 	counting := &countingListener{Listener: inner}
-	l := newTestListener(t, counting, Config{PerClient: 2})
+	l := newTestListener(t, counting, Config{Policy: Policy{Permits: 2}})
 	echoServer(t, l)
 	port := l.Addr().(*net.TCPAddr).Port
 	target := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port}
@@ -103,7 +105,7 @@ func TestDualStackKeysIPv4(t *testing.T) {
 }
 
 func TestTrustedPeerExempt(t *testing.T) {
-	l := newTestListener(t, nil, Config{PerClient: 1, Trusted: mustProxySet("127.0.0.5")})
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 1}, Trusted: mustProxySet("127.0.0.5")})
 	echoServer(t, l)
 	for range 3 {
 		mustServe(t, dialFrom(t, "127.0.0.5", l.Addr()), "127.0.0.5")
@@ -122,7 +124,7 @@ func TestTrustedPeerExempt(t *testing.T) {
 }
 
 func TestLevels(t *testing.T) {
-	l := newTestListener(t, nil, Config{PerClient: 2, Levels: []Level{{IPv4Bits: 24, Max: 3}}})
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 2}, Levels: []Level{{IPv4Bits: 24, Max: 3}}})
 	echoServer(t, l)
 	mustServe(t, dialFrom(t, "127.0.0.2", l.Addr()), "127.0.0.2")
 	mustServe(t, dialFrom(t, "127.0.0.2", l.Addr()), "127.0.0.2")
@@ -143,7 +145,7 @@ func TestLevels(t *testing.T) {
 }
 
 func TestOverrides(t *testing.T) {
-	l := newTestListener(t, nil, Config{PerClient: 1, Overrides: []Override{
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 1}, PrefixOverrides: []Override{
 		{Prefix: netip.MustParsePrefix("127.0.0.0/24"), Max: 2},
 		{Prefix: netip.MustParsePrefix("127.0.0.4/32"), Max: 3},
 		{Prefix: netip.MustParsePrefix("127.0.0.8/29"), Max: -1},
@@ -170,8 +172,51 @@ func TestOverrides(t *testing.T) {
 	}
 }
 
+// A client key's cap is its Policy.Overrides entry, else the longest
+// prefix override holding it, else PermitsFor's answer, else Permits.
+func TestPolicyKeyOverrides(t *testing.T) {
+	l := newTestListener(t, nil, Config{
+		Policy: Policy{
+			Permits:   1,
+			Overrides: map[clientkey.Key]int{mustKey("127.0.0.3"): 3, mustKey("127.0.1.3"): 0},
+			PermitsFor: func(k clientkey.Key) int {
+				if k == mustKey("127.0.1.3") || k == mustKey("127.0.2.3") || k == mustKey("127.0.0.4") {
+					return 2
+				}
+				return 0
+			},
+		},
+		PrefixOverrides: []Override{{Prefix: netip.MustParsePrefix("127.0.0.0/24"), Max: 4}},
+	})
+	echoServer(t, l)
+	for _, tc := range []struct {
+		src   string
+		allow int
+	}{
+		{"127.0.0.3", 3}, // its own key beats the /24
+		{"127.0.0.4", 4}, // the /24 beats PermitsFor
+		{"127.0.1.3", 1}, // a zero override means Permits
+		{"127.0.2.3", 2}, // PermitsFor
+		{"127.0.3.3", 1}, // Permits
+	} {
+		t.Run(tc.src, func(t *testing.T) {
+			var conns []net.Conn
+			for range tc.allow {
+				c := dialFrom(t, tc.src, l.Addr())
+				mustServe(t, c, tc.src)
+				conns = append(conns, c)
+			}
+			mustBeRefused(t, dialFrom(t, tc.src, l.Addr()))
+			for _, c := range conns {
+				c.Close()
+			}
+		})
+	}
+	waitFor(t, "every slot to be given back", func() bool { return len(l.Snapshot(0).Keys) == 0 })
+}
+
 func TestEnforceAbove(t *testing.T) {
-	l := newTestListener(t, nil, Config{PerClient: 1, EnforceAbove: 3})
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 1}, EnforceAbove: 3})
 	echoServer(t, l)
 	for range 4 { // open before each: 0, 1, 2, 3: never more than 3
 		mustServe(t, dialFrom(t, "127.0.0.2", l.Addr()), "127.0.0.2")
@@ -185,7 +230,7 @@ func TestEnforceAbove(t *testing.T) {
 
 // A Conn closed many times, concurrently, gives its slot back once.
 func TestConnCloseReleasesOnce(t *testing.T) {
-	l := newTestListener(t, nil, Config{PerClient: 3})
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 3}})
 	var accepted []net.Conn
 	done := make(chan struct{})
 	go func() {
@@ -293,10 +338,16 @@ func TestNewListenerErrors(t *testing.T) {
 		{"level bits out of range", Config{Levels: []Level{{IPv4Bits: 33, Max: 1}}}, "Levels[0]"},
 		{"level repeats key", Config{Levels: []Level{{IPv6Bits: 64, Max: 1}}}, "Levels[0].IPv6Bits /64 repeats"},
 		{"levels repeat", Config{Levels: []Level{{IPv4Bits: 24, Max: 1}, {IPv4Bits: 24, Max: 2}}}, "Levels[1].IPv4Bits"},
-		{"override host bits", Config{Overrides: []Override{{Prefix: netip.MustParsePrefix("10.1.2.3/8"), Max: 1}}}, "host bits"},
-		{"override narrower than key", Config{Overrides: []Override{{Prefix: netip.MustParsePrefix("2001:db8::1/128"), Max: 1}}}, "narrower"},
-		{"override zero max", Config{Overrides: []Override{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}}, "Overrides[0].Max"},
-		{"override invalid", Config{Overrides: []Override{{Max: 1}}}, "invalid prefix"},
+		{"override host bits", Config{PrefixOverrides: []Override{{Prefix: netip.MustParsePrefix("10.1.2.3/8"), Max: 1}}}, "host bits"},
+		{"override narrower than key", Config{PrefixOverrides: []Override{{Prefix: netip.MustParsePrefix("2001:db8::1/128"), Max: 1}}}, "narrower"},
+		{"override zero max", Config{PrefixOverrides: []Override{{Prefix: netip.MustParsePrefix("10.0.0.0/8")}}}, "Overrides[0].Max"},
+		{"override invalid", Config{PrefixOverrides: []Override{{Max: 1}}}, "invalid prefix"},
+		{"permits below -1", Config{Policy: Policy{Permits: -2}}, "Permits must be ≥ -1"},
+		{"key override below -1", Config{Policy: Policy{Overrides: map[clientkey.Key]int{mustKey("127.0.0.2"): -5}}}, "Overrides[127.0.0.2]"},
+		{"queue", Config{Policy: Policy{QueueSize: 4}}, "QueueSize"},
+		{"queue timeout", Config{Policy: Policy{QueueTimeout: time.Second}}, "QueueTimeout"},
+		{"shadow", Config{Policy: Policy{Shadow: true}}, "Shadow"},
+		{"reclaim", Config{Policy: Policy{ReclaimAfter: time.Minute}}, "ReclaimAfter"},
 		{"syn filter with enforce above", Config{SYNFilter: true, EnforceAbove: 10}, "SYNFilter"},
 		{"syn filter with store", Config{SYNFilter: true, Store: &fakeStore{}}, "SYNFilter"},
 		{"syn filter with proxy protocol", Config{SYNFilter: true, ProxyProtocol: true, Trusted: mustProxySet("127.0.0.1")}, "SYNFilter"},
@@ -340,7 +391,7 @@ func indexOf(s, sub string) int {
 }
 
 func TestPermitsFor(t *testing.T) {
-	s, err := Config{Overrides: []Override{
+	s, err := Config{PrefixOverrides: []Override{
 		{Prefix: netip.MustParsePrefix("10.0.0.0/8"), Max: 100},
 		{Prefix: netip.MustParsePrefix("10.1.0.0/16"), Max: 5},
 		{Prefix: netip.MustParsePrefix("::ffff:10.1.2.0/120"), Max: -1}, // mapped: read as 10.1.2.0/24
@@ -373,7 +424,7 @@ func TestPermitsFor(t *testing.T) {
 // caps are admitted, refusals at the /24 give back their per-client slots,
 // and everything drains.
 func TestConcurrentCaps(t *testing.T) {
-	l := newTestListener(t, nil, Config{PerClient: 10, Levels: []Level{{IPv4Bits: 24, Max: 15}}})
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 10}, Levels: []Level{{IPv4Bits: 24, Max: 15}}})
 	var mu sync.Mutex
 	var held []net.Conn
 	go func() {

@@ -20,7 +20,7 @@ func TestRefusalLoggedOnlyToAGivenLogger(t *testing.T) {
 	}{{"nil Logger", nil}, {"given Logger", slog.New(given)}} {
 		t.Run(tc.name, func(t *testing.T) {
 			def := logtest.CaptureDefault(t)
-			l := newTestListener(t, nil, Config{PerClient: 1, Logger: tc.logger})
+			l := newTestListener(t, nil, Config{Policy: Policy{Permits: 1}, Logger: tc.logger})
 			echoServer(t, l)
 			dialFrom(t, "127.0.0.5", l.Addr())
 			waitFor(t, "the first connection", func() bool { return l.Stats().Open == 1 })

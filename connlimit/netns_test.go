@@ -80,7 +80,7 @@ func ipv6Scenario(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := newTestListener(t, inner, Config{PerClient: 2, Levels: []Level{{IPv6Bits: 48, Max: 3}}})
+	l := newTestListener(t, inner, Config{Policy: Policy{Permits: 2}, Levels: []Level{{IPv6Bits: 48, Max: 3}}})
 	echoServer(t, l)
 	port := l.Addr().(*net.TCPAddr).Port
 	v6 := &net.TCPAddr{IP: net.ParseIP("2001:db8:1:1::1"), Port: port}

@@ -63,7 +63,7 @@ func readN(t testing.TB, c net.Conn, n int) string {
 }
 
 func TestProxyProtocolKeying(t *testing.T) {
-	l := newTestListener(t, nil, Config{PerClient: 1, Trusted: mustProxySet("127.0.0.5"), ProxyProtocol: true})
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 1}, Trusted: mustProxySet("127.0.0.5"), ProxyProtocol: true})
 	tests := []struct {
 		name    string
 		src     string

@@ -46,7 +46,7 @@ func TestConnRate(t *testing.T) {
 // The rate applies after the caps: a connection refused by the cap does
 // not spend the rate, and a rate refusal gives the cap's slot back.
 func TestConnRateAfterCap(t *testing.T) {
-	l := newTestListener(t, nil, Config{PerClient: 1, ConnRate: rate.Limit{Rate: rate.PerMinute(1), Burst: 1}})
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 1}, ConnRate: rate.Limit{Rate: rate.PerMinute(1), Burst: 1}})
 	echoServer(t, l)
 	held := dialFrom(t, "127.0.0.33", l.Addr())
 	mustServe(t, held, "127.0.0.33")

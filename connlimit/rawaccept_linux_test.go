@@ -53,7 +53,7 @@ func TestRawPathAfterRefusal(t *testing.T) {
 			name = "reset"
 		}
 		t.Run(name, func(t *testing.T) {
-			l := newTestListener(t, nil, Config{PerClient: 1, MaxConns: 10, ResetOnRefuse: reset})
+			l := newTestListener(t, nil, Config{Policy: Policy{Permits: 1}, MaxConns: 10, ResetOnRefuse: reset})
 			first := dialFrom(t, "127.0.0.2", l.Addr())
 			s1 := acceptOne(t, l)
 			sameConn(t, s1, first)
@@ -98,7 +98,7 @@ func TestRawPathAfterRefusal(t *testing.T) {
 // A raw-path refusal with ResetOnRefuse resets the client, as the poller
 // path does.
 func TestRawPathReset(t *testing.T) {
-	l := newTestListener(t, nil, Config{PerClient: 1, ResetOnRefuse: true})
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 1}, ResetOnRefuse: true})
 	dialFrom(t, "127.0.0.2", l.Addr())
 	s1 := acceptOne(t, l)
 	defer s1.Close()
@@ -119,7 +119,7 @@ func TestRawPathReset(t *testing.T) {
 // Once refusals stop, the raw path turns itself off within rawRunLength
 // accepts, so that admitted connections go back to the poller.
 func TestRawPathTurnsOff(t *testing.T) {
-	l := newTestListener(t, nil, Config{PerClient: 1})
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 1}})
 	echoServer(t, l)
 	mustServe(t, dialFrom(t, "127.0.0.2", l.Addr()), "127.0.0.2")
 	mustBeRefused(t, dialFrom(t, "127.0.0.2", l.Addr()))
@@ -155,7 +155,7 @@ func itoa(i int) string {
 func BenchmarkRefuse(b *testing.B) {
 	for _, path := range []string{"poller", "raw"} {
 		b.Run(path, func(b *testing.B) {
-			l := newTestListener(b, nil, Config{PerClient: 1})
+			l := newTestListener(b, nil, Config{Policy: Policy{Permits: 1}})
 			if path == "poller" {
 				l.raw = nil
 			}

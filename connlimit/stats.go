@@ -29,7 +29,7 @@ type Stats struct {
 
 // Refused counts refusals by reason.
 type Refused struct {
-	// ClientCap: the client's key held its cap (PerClient or an override).
+	// ClientCap: the client's key held its cap (Permits or an override).
 	ClientCap uint64 `json:"client_cap"`
 	// Level: a wider prefix ([Level]) held its cap.
 	Level uint64 `json:"level"`

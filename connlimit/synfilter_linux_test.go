@@ -53,7 +53,7 @@ func mustHang(t testing.TB, src string, addr net.Addr) {
 // A client at its cap cannot even complete a handshake; other clients
 // can; once it closes a connection it gets in again, on its SYN's retry.
 func TestSYNFilterDropsAtCap(t *testing.T) {
-	l := newTestListener(t, listenPlainTCP(t, "127.0.0.1:0"), Config{PerClient: 2, SYNFilter: true})
+	l := newTestListener(t, listenPlainTCP(t, "127.0.0.1:0"), Config{Policy: Policy{Permits: 2}, SYNFilter: true})
 	echoServer(t, l)
 	first := dialFrom(t, "127.0.0.2", l.Addr())
 	mustServe(t, first, "127.0.0.2")
@@ -79,8 +79,8 @@ func TestSYNFilterFamilies(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := newTestListener(t, listenPlainTCP(t, "[::]:0"), Config{
-		PerClient: 1, SYNFilter: true, Keyer: keyer,
-		Overrides: []Override{{Prefix: netip.MustParsePrefix("127.0.9.0/24"), Max: 2}},
+		Policy: Policy{Permits: 1}, SYNFilter: true, Keyer: keyer,
+		PrefixOverrides: []Override{{Prefix: netip.MustParsePrefix("127.0.9.0/24"), Max: 2}},
 	})
 	echoServer(t, l)
 	port := l.Addr().(*net.TCPAddr).Port
@@ -106,7 +106,7 @@ func TestSYNFilterFamilies(t *testing.T) {
 // The filter follows the counts under churn: when every connection has
 // closed, no key is filtered and nothing is held.
 func TestSYNFilterChurn(t *testing.T) {
-	l := newTestListener(t, listenPlainTCP(t, "127.0.0.1:0"), Config{PerClient: 3, SYNFilter: true})
+	l := newTestListener(t, listenPlainTCP(t, "127.0.0.1:0"), Config{Policy: Policy{Permits: 3}, SYNFilter: true})
 	echoServer(t, l)
 	var wg sync.WaitGroup
 	for i := range 8 {

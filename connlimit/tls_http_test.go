@@ -48,7 +48,7 @@ func tlsDialFrom(t testing.TB, src string, addr net.Addr) (*tls.Conn, error) {
 // handshake: the server never sees its ClientHello.
 func TestTLSRefusedBeforeHandshake(t *testing.T) {
 	var handshakes atomic.Int64
-	l := newTestListener(t, nil, Config{PerClient: 2})
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 2}})
 	tl := tls.NewListener(l, serverTLS(&handshakes))
 	go func() {
 		for {
@@ -103,7 +103,7 @@ func keyInUse(l *Listener, key string) int { return l.levels[0].lim.InUse(mustKe
 // Idle keep-alive connections count; closing them frees their slots; a
 // hijacked connection holds its slot until the hijacker closes it.
 func TestHTTPKeepAliveAndHijack(t *testing.T) {
-	l := newTestListener(t, nil, Config{PerClient: 3})
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 3}})
 	arrived := make(chan struct{}, 3)
 	release := make(chan struct{})
 	hijacked := make(chan net.Conn, 1)
@@ -181,7 +181,7 @@ func TestHTTPKeepAliveAndHijack(t *testing.T) {
 // http.Server's idle timeout closes keep-alive connections, and with them
 // go their slots.
 func TestHTTPIdleTimeoutReleases(t *testing.T) {
-	l := newTestListener(t, nil, Config{PerClient: 3})
+	l := newTestListener(t, nil, Config{Policy: Policy{Permits: 3}})
 	startHTTP(t, l, &http.Server{IdleTimeout: 50 * time.Millisecond, Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})})
 	client := httpClientFrom("127.0.0.2")
 	resp, err := client.Get("http://" + l.Addr().String())
@@ -199,7 +199,7 @@ func TestHTTPIdleTimeoutReleases(t *testing.T) {
 func TestNoLeakedSlot(t *testing.T) {
 	var handshakes atomic.Int64
 	l := newTestListener(t, nil, Config{
-		PerClient: 8, MaxConns: 64, Levels: []Level{{IPv4Bits: 24, Max: 40}},
+		Policy: Policy{Permits: 8}, MaxConns: 64, Levels: []Level{{IPv4Bits: 24, Max: 40}},
 		Trusted: mustProxySet("127.0.0.5"), ProxyProtocol: true,
 	})
 	mux := http.NewServeMux()

@@ -31,7 +31,7 @@ var benchSetups = []struct {
 func BenchmarkUnaryCall(b *testing.B) {
 	for _, s := range benchSetups {
 		b.Run(s.name, func(b *testing.B) {
-			l := newLimiter(b, grpclimit.Config{Permits: 1 << 20})
+			l := newLimiter(b, grpclimit.Config{Policy: grpclimit.Policy{Permits: 1 << 20}})
 			cc := dialFrom(b, "127.0.0.2", serve(b, newService(), nil, s.opts(l)...))
 			client := testpb.NewTestServiceClient(cc)
 			ctx := context.Background()

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"reflect"
 	"strings"
 	"time"
 
@@ -19,13 +18,34 @@ const (
 	DefaultLogEvery   = time.Second
 )
 
-// Config configures a [Limiter]. The zero Config is valid: 64 calls at once
-// per client address (IPv4 /32, IPv6 /64, no proxy trusted), on every
-// method, no queue, refusals answered RESOURCE_EXHAUSTED with a retry hint
-// of one second, unary calls' permits reclaimed after 10 minutes. New
-// copies the Config, its map and slice included; changing it afterwards
-// has no effect.
+// Policy is the shape of a limit shared by every layer of Portcullis;
+// see [limit.Policy].
+type Policy = limit.Policy[string]
+
+// Config configures a [Limiter]: its [Policy], embedded, and what is gRPC's
+// own (the key, the methods, the retry hint, hooks). The zero Config is
+// valid: 64 calls at once per client address (IPv4 /32, IPv6 /64, no proxy
+// trusted), on every method, no queue, refusals answered RESOURCE_EXHAUSTED
+// with a retry hint of one second, unary calls' permits reclaimed after 10
+// minutes. New copies the Config, its map and slice included; changing it
+// afterwards has no effect.
 type Config struct {
+	// Policy is what each key is allowed: Permits (calls of one key at
+	// once through the Limiter), Overrides and PermitsFor, the queue,
+	// Shadow and ReclaimAfter, with the meanings [limit.Policy] gives them
+	// (zero means the default, limit.Unlimited (-1) no limit, other
+	// negative values are invalid). Here Overrides keys are written as the
+	// Key function produces them ({"/pkg.Service/Export": 2} with
+	// ByMethod, {"batch-key": 32}), an empty one being invalid; PermitsFor
+	// may be called from the tap handle; with no queue a call over the
+	// limit is refused by the tap handle when it is installed, and a
+	// queued call waits until a permit comes or its context ends
+	// (deadline, cancel, disconnect); shadow refusals are reported to
+	// OnReject with ErrShadowRefused and counted in Totals.ShadowRefused;
+	// only unary calls are reclaimed, since streaming calls may
+	// legitimately last for hours.
+	Policy
+
 	// Key names what a call is counted under: each distinct key has its
 	// own permits. It is called once per call, from the tap handle when it
 	// is installed (on the transport's reader goroutine: it must not
@@ -40,52 +60,11 @@ type Config struct {
 	// another form makes New fail.
 	Methods []string
 
-	// Permits is how many calls of one key may run at once through the
-	// Limiter. Zero means 64; -1 means unlimited (still counted); other
-	// negative values are invalid.
-	Permits int
-
-	// Overrides gives keys their own number of permits, for example
-	// {"/pkg.Service/Export": 2} with ByMethod, or {"batch-key": 32}. A value
-	// of zero means Permits; -1 means unlimited; other negative values are
-	// invalid. Nil means none.
-	Overrides map[string]int
-
-	// PermitsFor computes a key's permits when the key is not in
-	// Overrides. Its answer means what an Overrides value means. It is
-	// called when a key becomes busy, possibly from the tap handle: it must
-	// be fast and must not block. Nil means Permits.
-	PermitsFor func(key string) int
-
-	// QueueSize is how many calls of one key may wait, in FIFO order, for
-	// a permit. Zero means none: a call over the limit is refused at once,
-	// by the tap handle when it is installed. It must not be negative.
-	QueueSize int
-
-	// QueueTimeout is the longest a call waits in the queue before it is
-	// refused. Zero means it waits until a permit comes or its context
-	// ends (deadline, cancel, disconnect). It must not be negative.
-	QueueTimeout time.Duration
-
-	// Shadow lets every call through, even over the limit, counting
-	// (Totals.ShadowRefused) and reporting (OnReject with
-	// ErrShadowRefused, and the log) those the limit would have refused.
-	// Calls never wait in shadow mode. False, the zero value, enforces the
-	// limit.
-	Shadow bool
-
 	// RetryAfter is the retry hint of a RESOURCE_EXHAUSTED or UNAVAILABLE
 	// refusal: a google.rpc.RetryInfo detail and, from the interceptors, a
 	// grpc-retry-pushback-ms trailer. Zero means 1s; negative means no
 	// hint.
 	RetryAfter time.Duration
-
-	// ReclaimAfter is how long a unary call may hold its permit before the
-	// Limiter takes it back and logs it at WARN, as
-	// limit.Config.ReclaimAfter. Streaming calls, which may legitimately
-	// last for hours, are exempt. Zero means 10 minutes; negative means
-	// never.
-	ReclaimAfter time.Duration
 
 	// Store shares the counts with other processes (limit/redisstore). The
 	// tap handle asks it without blocking (its cached view); the
@@ -139,6 +118,8 @@ func (c Config) settings() (settings, error) {
 	if err := c.validate(); err != nil {
 		return s, err
 	}
+	// The call limiter copies the Policy's map; the stream limiter's
+	// permits read this copy.
 	s.Overrides = maps.Clone(c.Overrides)
 	s.Methods = append([]string(nil), c.Methods...)
 	if len(c.Methods) > 0 {
@@ -170,23 +151,11 @@ func (c Config) settings() (settings, error) {
 }
 
 func (c Config) validate() error {
-	switch {
-	case c.Key != nil && reflect.ValueOf(c.Key).Pointer() == reflect.ValueOf(invalidKey).Pointer():
-		return errInvalidKeyFunc
-	case c.Permits < -1:
-		return fmt.Errorf("grpclimit: Permits must be ≥ -1 (got %d)", c.Permits)
-	case c.QueueSize < 0:
-		return fmt.Errorf("grpclimit: QueueSize must not be negative (got %d)", c.QueueSize)
-	case c.QueueTimeout < 0:
-		return fmt.Errorf("grpclimit: QueueTimeout must not be negative (got %v)", c.QueueTimeout)
+	if err := c.Policy.Validate(); err != nil {
+		return fmt.Errorf("grpclimit: %w", err)
 	}
-	for key, n := range c.Overrides {
-		if n < -1 {
-			return fmt.Errorf("grpclimit: Overrides[%q] must be ≥ -1 (got %d)", key, n)
-		}
-		if key == "" {
-			return fmt.Errorf("grpclimit: Overrides has an empty key, which is never limited")
-		}
+	if _, ok := c.Overrides[""]; ok {
+		return fmt.Errorf("grpclimit: Overrides has an empty key, which is never limited")
 	}
 	for i, m := range c.Methods {
 		if err := checkMethod(m); err != nil {
@@ -229,8 +198,8 @@ func (s *settings) applies(m string) bool {
 	return false
 }
 
-// callPermits returns the per-key permits function of the call limiter:
-// Overrides first, then PermitsFor; nil when neither is set.
+// callPermits returns a key's permits as the call limiter reads its
+// Policy: Overrides first, then PermitsFor; nil when neither is set.
 func (s *settings) callPermits() func(string) int {
 	overrides, permitsFor := s.Overrides, s.PermitsFor
 	switch {

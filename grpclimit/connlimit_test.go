@@ -18,11 +18,11 @@ func TestConnlimitUnderServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	capped, err := connlimit.NewListener(inner, connlimit.Config{PerClient: 2, Logger: quietLogger})
+	capped, err := connlimit.NewListener(inner, connlimit.Config{Policy: connlimit.Policy{Permits: 2}, Logger: quietLogger})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := newLimiter(t, grpclimit.Config{Permits: 8})
+	l := newLimiter(t, grpclimit.Config{Policy: grpclimit.Policy{Permits: 8}})
 	svc := newService()
 	addr := serve(t, svc, capped, grpclimit.ServerOptions(l)...)
 

@@ -7,7 +7,3 @@ import "errors"
 // not match limit.ErrLimited under [errors.Is], so that code counting real
 // refusals does not count it.
 var ErrShadowRefused = errors.New("grpclimit: over the limit (shadow mode, let through)")
-
-// errInvalidKeyFunc is returned by New when Config.Key is the function that
-// ByMetadata returned for an invalid name.
-var errInvalidKeyFunc = errors.New("grpclimit: Key is the result of ByMetadata with an invalid metadata key")

@@ -18,10 +18,12 @@ import (
 // over all clients, and the limiters' metrics in a Prometheus registry.
 func Example() {
 	perClient, err := grpclimit.New(grpclimit.Config{
-		Permits:      16,
-		QueueSize:    8,
-		QueueTimeout: 500 * time.Millisecond,
-		Name:         "per-client",
+		Policy: grpclimit.Policy{
+			Permits:      16,
+			QueueSize:    8,
+			QueueTimeout: 500 * time.Millisecond,
+		},
+		Name: "per-client",
 	})
 	if err != nil {
 		panic(err)
@@ -29,7 +31,7 @@ func Example() {
 	defer perClient.Close()
 	export, err := grpclimit.New(grpclimit.Config{
 		Key:     grpclimit.ByMethod(),
-		Permits: 2,
+		Policy:  grpclimit.Policy{Permits: 2},
 		Methods: []string{"/reports.Reports/Export"},
 		Name:    "export",
 	})
@@ -53,7 +55,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	capped, err := connlimit.NewListener(ln, connlimit.Config{PerClient: 8})
+	capped, err := connlimit.NewListener(ln, connlimit.Config{Policy: connlimit.Policy{Permits: 8}})
 	if err != nil {
 		panic(err)
 	}

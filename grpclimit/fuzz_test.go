@@ -15,7 +15,7 @@ func FuzzMethods(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		l, err := grpclimit.New(grpclimit.Config{Methods: []string{s}, Logger: quietLogger, ReclaimAfter: -1})
+		l, err := grpclimit.New(grpclimit.Config{Methods: []string{s}, Logger: quietLogger, Policy: grpclimit.Policy{ReclaimAfter: -1}})
 		if err == nil {
 			l.Close()
 			rest, ok := strings.CutPrefix(s, "/")
@@ -26,9 +26,11 @@ func FuzzMethods(f *testing.F) {
 		} else if !strings.HasPrefix(err.Error(), "grpclimit: Methods[0]") {
 			t.Fatalf("error %q does not name the entry", err)
 		}
-		l, err = grpclimit.New(grpclimit.Config{Key: grpclimit.ByMetadata(s), Logger: quietLogger, ReclaimAfter: -1})
+		key, err := grpclimit.ByMetadata(s)
 		if err == nil {
-			l.Close()
+			if key == nil {
+				t.Fatalf("ByMetadata(%q) returned neither a KeyFunc nor an error", s)
+			}
 			if s == "" || strings.ToLower(s) != strings.Map(func(r rune) rune {
 				if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
 					return r
@@ -37,6 +39,8 @@ func FuzzMethods(f *testing.F) {
 			}, strings.ToLower(s)) {
 				t.Fatalf("metadata key %q accepted", s)
 			}
+		} else if key != nil {
+			t.Fatalf("ByMetadata(%q) returned a KeyFunc with its error", s)
 		}
 	})
 }

@@ -23,6 +23,15 @@ import (
 	"github.com/seed-a07d1050/portcullis/limit"
 )
 
+// mustKey returns the KeyFunc of a constructor given input the test knows
+// is valid; an error there is a bug in the test, so it panics.
+func mustKey(k grpclimit.KeyFunc, err error) grpclimit.KeyFunc {
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
 // waitTimeout bounds every wait in these tests.
 const waitTimeout = 10 * time.Second
 

@@ -2,6 +2,7 @@ package grpclimit
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -40,11 +41,6 @@ func (c Call) Metadata(key string) []string {
 // called from the tap handle, on the transport's reader goroutine: it must
 // not block.
 type KeyFunc func(c Call) string
-
-// invalidKey is what the KeyFunc constructors return for bad input; New
-// recognises it and fails, so that a mistake is an error at start-up rather
-// than a limit that silently never applies.
-func invalidKey(Call) string { return "" }
 
 // ByPeer keys a call by its client: the peer address of its connection,
 // masked by res.Keyer (IPv4 /32, IPv6 /64 by default). When the peer is in
@@ -116,18 +112,19 @@ func addrOf(a net.Addr) netip.Addr {
 // forge, or that something in front verifies (an API key checked by an
 // interceptor or proxy before the limit applies), or a client could spread
 // its calls over any number of made-up keys. A name that is not a valid
-// metadata key (letters, digits, '-', '_', '.') makes New fail.
-func ByMetadata(name string) KeyFunc {
-	name = strings.ToLower(name)
-	if !validMetadataKey(name) {
-		return invalidKey
+// metadata key (letters, digits, '-', '_', '.') is an error, and no KeyFunc
+// is returned.
+func ByMetadata(name string) (KeyFunc, error) {
+	lower := strings.ToLower(name)
+	if !validMetadataKey(lower) {
+		return nil, fmt.Errorf("grpclimit: ByMetadata(%q): not a valid metadata key (letters, digits, '-', '_', '.')", name)
 	}
 	return func(c Call) string {
-		if v := c.Metadata(name); len(v) > 0 {
+		if v := c.Metadata(lower); len(v) > 0 {
 			return v[0]
 		}
 		return ""
-	}
+	}, nil
 }
 
 func validMetadataKey(k string) bool {

@@ -39,17 +39,12 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, err
 	}
 	l.calls, err = limit.New(limit.Config[string]{
-		Permits:      s.Permits,
-		PermitsFor:   s.callPermits(),
-		QueueSize:    s.QueueSize,
-		QueueTimeout: s.QueueTimeout,
-		Shadow:       s.Shadow,
-		ReclaimAfter: s.ReclaimAfter,
-		Store:        s.Store,
-		Clock:        s.Clock,
-		Observer:     s.Observer,
-		Logger:       s.Logger,
-		Name:         s.Name,
+		Policy:   s.Policy,
+		Store:    s.Store,
+		Clock:    s.Clock,
+		Observer: s.Observer,
+		Logger:   s.Logger,
+		Name:     s.Name,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("grpclimit: call limiter: %w", err)
@@ -57,15 +52,18 @@ func New(cfg Config) (*Limiter, error) {
 	if s.QueueSize > 0 && !s.Shadow {
 		permits, permitsFor := s.streamPermits()
 		l.streams, err = limit.New(limit.Config[string]{
-			Permits:    permits,
-			PermitsFor: permitsFor,
-			// Every stream permit is given back when its stream's
-			// context ends, which grpc-go guarantees: nothing to reclaim.
-			ReclaimAfter: -1,
-			Clock:        s.Clock,
-			Observer:     streamObserver(s.Observer),
-			Logger:       s.Logger,
-			Name:         s.Name + "/streams",
+			Policy: limit.Policy[string]{
+				Permits:    permits,
+				PermitsFor: permitsFor,
+				// Every stream permit is given back when its stream's
+				// context ends, which grpc-go guarantees: nothing to
+				// reclaim.
+				ReclaimAfter: -1,
+			},
+			Clock:    s.Clock,
+			Observer: streamObserver(s.Observer),
+			Logger:   s.Logger,
+			Name:     s.Name + "/streams",
 		})
 		if err != nil {
 			l.calls.Close()

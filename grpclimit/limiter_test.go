@@ -42,7 +42,7 @@ func TestManyStreamsOnOneConnection(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			svc := newService()
-			l := newLimiter(t, grpclimit.Config{Permits: 3})
+			l := newLimiter(t, grpclimit.Config{Policy: grpclimit.Policy{Permits: 3}})
 			accepted := &countingListener{}
 			addr := serve(t, svc, accepted.listen(t), m.opts(l)...)
 			cc := dialFrom(t, "127.0.0.2", addr)
@@ -105,8 +105,8 @@ func TestPermitsComeBack(t *testing.T) {
 		name string
 		cfg  grpclimit.Config
 	}{
-		{"no queue", grpclimit.Config{Permits: 2}},
-		{"queue", grpclimit.Config{Permits: 2, QueueSize: 2}},
+		{"no queue", grpclimit.Config{Policy: grpclimit.Policy{Permits: 2}}},
+		{"queue", grpclimit.Config{Policy: grpclimit.Policy{Permits: 2, QueueSize: 2}}},
 	}
 	for _, q := range queues {
 		for _, m := range modes {
@@ -228,7 +228,7 @@ func TestPermitsComeBack(t *testing.T) {
 // its handler or the interceptor runs; a waiter gives up at the queue
 // timeout.
 func TestQueue(t *testing.T) {
-	l := newLimiter(t, grpclimit.Config{Permits: 1, QueueSize: 2, QueueTimeout: 5 * time.Second})
+	l := newLimiter(t, grpclimit.Config{Policy: grpclimit.Policy{Permits: 1, QueueSize: 2, QueueTimeout: 5 * time.Second}})
 	svc := newService()
 	addr := serve(t, svc, nil, grpclimit.ServerOptions(l)...)
 	cc := dialFrom(t, "127.0.0.2", addr)
@@ -268,7 +268,7 @@ func TestQueue(t *testing.T) {
 func TestQueueTimeout(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			l := newLimiter(t, grpclimit.Config{Permits: 1, QueueSize: 1, QueueTimeout: 50 * time.Millisecond})
+			l := newLimiter(t, grpclimit.Config{Policy: grpclimit.Policy{Permits: 1, QueueSize: 1, QueueTimeout: 50 * time.Millisecond}})
 			svc := newService()
 			addr := serve(t, svc, nil, m.opts(l)...)
 			cc := dialFrom(t, "127.0.0.2", addr)
@@ -295,7 +295,10 @@ func TestQueueTimeout(t *testing.T) {
 func TestShadow(t *testing.T) {
 	var mu sync.Mutex
 	var rejected []error
-	l := newLimiter(t, grpclimit.Config{Permits: 1, Shadow: true, OnReject: func(_ context.Context, method, key string, err error) {
+	l := newLimiter(t, grpclimit.Config{Policy: grpclimit.Policy{
+		Permits: 1,
+		Shadow:  true,
+	}, OnReject: func(_ context.Context, method, key string, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if method != methodUnary || key != "127.0.0.2" {
@@ -333,7 +336,7 @@ func TestShadow(t *testing.T) {
 func TestByMetadata(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			l := newLimiter(t, grpclimit.Config{Permits: 1, Key: grpclimit.ByMetadata("X-Api-Key")})
+			l := newLimiter(t, grpclimit.Config{Policy: grpclimit.Policy{Permits: 1}, Key: mustKey(grpclimit.ByMetadata("X-Api-Key"))})
 			svc := newService()
 			addr := serve(t, svc, nil, m.opts(l)...)
 			cc := dialFrom(t, "127.0.0.2", addr)
@@ -363,9 +366,9 @@ func TestByMetadata(t *testing.T) {
 // Overrides gives methods their own limits; several Limiters guard one
 // server, and a refusal by one gives back what the others took.
 func TestPerMethodLimits(t *testing.T) {
-	perClient := newLimiter(t, grpclimit.Config{Permits: 10, QueueSize: 4, Methods: []string{"/grpc.testing.TestService/"}})
-	unaryOnly := newLimiter(t, grpclimit.Config{Permits: 1, Methods: []string{methodUnary}})
-	byMethod := newLimiter(t, grpclimit.Config{Key: grpclimit.ByMethod(), Permits: -1, Overrides: map[string]int{methodDuplex: 1}})
+	perClient := newLimiter(t, grpclimit.Config{Policy: grpclimit.Policy{Permits: 10, QueueSize: 4}, Methods: []string{"/grpc.testing.TestService/"}})
+	unaryOnly := newLimiter(t, grpclimit.Config{Policy: grpclimit.Policy{Permits: 1}, Methods: []string{methodUnary}})
+	byMethod := newLimiter(t, grpclimit.Config{Key: grpclimit.ByMethod(), Policy: grpclimit.Policy{Permits: -1, Overrides: map[string]int{methodDuplex: 1}}})
 	svc := newService()
 	addr := serve(t, svc, nil, grpclimit.ServerOptions(perClient, unaryOnly, byMethod)...)
 	cc := dialFrom(t, "127.0.0.2", addr)
@@ -417,7 +420,7 @@ func TestByPeerTrustedProxy(t *testing.T) {
 	res := &clientkey.Resolver{Trusted: clientkey.MustParseProxySet("127.0.0.2"), Header: clientkey.HeaderXForwardedFor}
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			l := newLimiter(t, grpclimit.Config{Permits: 1, Key: grpclimit.ByPeer(res)})
+			l := newLimiter(t, grpclimit.Config{Policy: grpclimit.Policy{Permits: 1}, Key: grpclimit.ByPeer(res)})
 			svc := newService()
 			addr := serve(t, svc, nil, m.opts(l)...)
 			proxy, direct := dialFrom(t, "127.0.0.2", addr), dialFrom(t, "127.0.0.3", addr)
@@ -454,7 +457,7 @@ func TestByPeerTrustedProxy(t *testing.T) {
 func TestClosed(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			l := newLimiter(t, grpclimit.Config{Permits: 4, RetryAfter: 2500 * time.Millisecond})
+			l := newLimiter(t, grpclimit.Config{Policy: grpclimit.Policy{Permits: 4}, RetryAfter: 2500 * time.Millisecond})
 			svc := newService()
 			addr := serve(t, svc, nil, m.opts(l)...)
 			cc := dialFrom(t, "127.0.0.2", addr)
@@ -481,7 +484,7 @@ func TestClosed(t *testing.T) {
 
 // A negative RetryAfter sends no hint at all.
 func TestNoRetryHint(t *testing.T) {
-	l := newLimiter(t, grpclimit.Config{Permits: 1, RetryAfter: -1})
+	l := newLimiter(t, grpclimit.Config{Policy: grpclimit.Policy{Permits: 1}, RetryAfter: -1})
 	svc := newService()
 	addr := serve(t, svc, nil,
 		grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor()))
@@ -506,13 +509,11 @@ func TestConfigErrors(t *testing.T) {
 		cfg  grpclimit.Config
 		want string
 	}{
-		{"permits", grpclimit.Config{Permits: -2}, "Permits"},
-		{"queue size", grpclimit.Config{QueueSize: -1}, "QueueSize"},
-		{"queue timeout", grpclimit.Config{QueueTimeout: -time.Second}, "QueueTimeout"},
-		{"override", grpclimit.Config{Overrides: map[string]int{"k": -3}}, "Overrides"},
-		{"empty override key", grpclimit.Config{Overrides: map[string]int{"": 3}}, "empty key"},
-		{"metadata key", grpclimit.Config{Key: grpclimit.ByMetadata("x api key")}, "ByMetadata"},
-		{"empty metadata key", grpclimit.Config{Key: grpclimit.ByMetadata("")}, "ByMetadata"},
+		{"permits", grpclimit.Config{Policy: grpclimit.Policy{Permits: -2}}, "Permits"},
+		{"queue size", grpclimit.Config{Policy: grpclimit.Policy{QueueSize: -1}}, "QueueSize"},
+		{"queue timeout", grpclimit.Config{Policy: grpclimit.Policy{QueueTimeout: -time.Second}}, "QueueTimeout"},
+		{"override", grpclimit.Config{Policy: grpclimit.Policy{Overrides: map[string]int{"k": -3}}}, "Overrides"},
+		{"empty override key", grpclimit.Config{Policy: grpclimit.Policy{Overrides: map[string]int{"": 3}}}, "empty key"},
 		{"method without slash", grpclimit.Config{Methods: []string{"pkg.Svc/M"}}, "Methods[0]"},
 		{"method without service", grpclimit.Config{Methods: []string{"//M"}}, "Methods[0]"},
 		{"method with three slashes", grpclimit.Config{Methods: []string{"/a/b/c"}}, "Methods[0]"},
@@ -540,10 +541,24 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
+// ByMetadata given a name that is not a metadata key returns an error
+// naming it and no function.
+func TestByMetadataRejectsBadName(t *testing.T) {
+	for _, name := range []string{"x api key", ""} {
+		k, err := grpclimit.ByMetadata(name)
+		if err == nil || k != nil {
+			t.Fatalf("ByMetadata(%q) = (%v, %v), want only an error", name, k != nil, err)
+		}
+		if !strings.HasPrefix(err.Error(), "grpclimit: ") || !strings.Contains(err.Error(), "ByMetadata") {
+			t.Errorf("error %q does not name ByMetadata", err)
+		}
+	}
+}
+
 // New copies the Config: changing the caller's map and slice afterwards
 // changes nothing.
 func TestConfigCopied(t *testing.T) {
-	cfg := grpclimit.Config{Key: grpclimit.ByMethod(), Permits: 5, Overrides: map[string]int{methodUnary: 1}, Methods: []string{methodUnary}}
+	cfg := grpclimit.Config{Key: grpclimit.ByMethod(), Policy: grpclimit.Policy{Permits: 5, Overrides: map[string]int{methodUnary: 1}}, Methods: []string{methodUnary}}
 	l := newLimiter(t, cfg)
 	cfg.Overrides[methodUnary] = 10
 	cfg.Methods[0] = methodEmpty

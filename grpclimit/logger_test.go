@@ -23,7 +23,7 @@ func TestRefusalLoggedOnlyToAGivenLogger(t *testing.T) {
 	}{{"nil Logger", nil}, {"given Logger", slog.New(given)}} {
 		t.Run(tc.name, func(t *testing.T) {
 			def := logtest.CaptureDefault(t)
-			l, err := grpclimit.New(grpclimit.Config{Permits: 1, Logger: tc.logger, LogEvery: -1})
+			l, err := grpclimit.New(grpclimit.Config{Policy: grpclimit.Policy{Permits: 1}, Logger: tc.logger, LogEvery: -1})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,7 +14,7 @@ import (
 // refusals of the tap handle show as queue-full refusals.
 func TestMetrics(t *testing.T) {
 	wait := promlimit.NewWaitHistogram(promlimit.Opts{Subsystem: "grpc_calls"}, nil)
-	l := newLimiter(t, grpclimit.Config{Permits: 1, QueueSize: 1, Observer: promlimit.ObserverFor[string](wait)})
+	l := newLimiter(t, grpclimit.Config{Policy: grpclimit.Policy{Permits: 1, QueueSize: 1}, Observer: promlimit.ObserverFor[string](wait)})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(promlimit.NewCollector(l, promlimit.Opts{Subsystem: "grpc_calls", ConstLabels: prometheus.Labels{"limiter": "test"}}), wait)
 

@@ -31,8 +31,8 @@ func BenchmarkMiddleware(b *testing.B) {
 	}{
 		{"bare", nil},
 		{"ByClientIP", &httplimit.Config{}},
-		{"ByHeader", &httplimit.Config{Key: httplimit.ByHeader("X-Tenant")}},
-		{"ByClientIP/queue", &httplimit.Config{QueueSize: 8}},
+		{"ByHeader", &httplimit.Config{Key: mustKey(httplimit.ByHeader("X-Tenant"))}},
+		{"ByClientIP/queue", &httplimit.Config{Policy: httplimit.Policy{QueueSize: 8}}},
 	}
 	// The counting alone, for reference: what package limit costs per
 	// request without any HTTP around it.

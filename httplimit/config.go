@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"reflect"
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/limit"
@@ -19,13 +18,34 @@ const (
 	DefaultLogEvery   = time.Second
 )
 
-// Config configures a [Limiter]. The zero Config is valid: 64 exchanges at
-// once per client address (IPv4 /32, IPv6 /64), no queue, refusals answered
-// with 429 and Retry-After: 1, tunnels counted with the other exchanges
-// and holding their permit until they close, permits held for more than
-// 10 minutes reclaimed (established tunnels exempt). New copies the
-// Config, its map included; changing it afterwards has no effect.
+// Policy is the shape of a limit shared by every layer of Portcullis;
+// see [limit.Policy].
+type Policy = limit.Policy[string]
+
+// Config configures a [Limiter]: its [Policy], embedded, and what is HTTP's
+// own (the key, the refusal's response, tunnels, hooks). The zero Config is
+// valid: 64 exchanges at once per client address (IPv4 /32, IPv6 /64), no
+// queue, refusals answered with 429 and Retry-After: 1, tunnels counted
+// with the other exchanges and holding their permit until they close,
+// permits held for more than 10 minutes reclaimed (established tunnels
+// exempt). New copies the Config, its map included; changing it afterwards
+// has no effect.
 type Config struct {
+	// Policy is what each key is allowed: Permits (exchanges of one key
+	// at once through the Limiter), Overrides and PermitsFor, the queue,
+	// Shadow and ReclaimAfter, with the meanings [limit.Policy] gives them
+	// (zero means the default, limit.Unlimited (-1) no limit, other
+	// negative values are invalid). Here a waiting request blocks only its
+	// own goroutine and leaves the queue as soon as its context ends (the
+	// client went away); shadow refusals are reported to OnReject with
+	// ErrShadowRefused and counted in Totals.ShadowRefused; established
+	// tunnels are never reclaimed. Override keys are written as the Key
+	// function produces them (for ByClientIP, the clientkey.Key String
+	// form: "192.0.2.7", "2001:db8:1:2::/64"); an empty one is invalid,
+	// since an empty key is never limited. With TunnelPermits set,
+	// Overrides and PermitsFor apply to exchanges only.
+	Policy
+
 	// Key names what is limited: each distinct key has its own permits.
 	// It is called once per request, on the request's goroutine, before
 	// anything else; an empty key means the request is not limited (it is
@@ -33,44 +53,6 @@ type Config struct {
 	// one namespace in a Limiter. Nil means ByClientIP(nil): the peer
 	// address.
 	Key KeyFunc
-
-	// Permits is how many exchanges of one key may run at once through the
-	// Limiter. Zero means 64; -1 means unlimited (still counted); other
-	// negative values are invalid.
-	Permits int
-
-	// Overrides gives keys their own number of permits, for example
-	// {"batch": 32}. A value of zero means Permits; -1 means unlimited;
-	// other negative values are invalid. Keys are written as the Key
-	// function produces them (for ByClientIP, the clientkey.Key String
-	// form: "192.0.2.7", "2001:db8:1:2::/64").
-	Overrides map[string]int
-
-	// PermitsFor computes a key's permits when the key is not in
-	// Overrides: Overrides wins for the keys it lists. Its answer means
-	// what an Overrides value means. It is called when a key becomes busy,
-	// with no lock held; it must be fast and must not block. Nil means
-	// Permits for every key not in Overrides.
-	PermitsFor func(key string) int
-
-	// QueueSize is how many requests of one key may wait, in FIFO order,
-	// for a permit. Zero means none: a request over the limit is refused at
-	// once. A waiting request blocks only its own goroutine and leaves the
-	// queue as soon as its context ends (the client went away). It must
-	// not be negative.
-	QueueSize int
-
-	// QueueTimeout is the longest a request waits in the queue before it is
-	// refused. Zero means it waits until a permit comes or the client
-	// leaves. It must not be negative.
-	QueueTimeout time.Duration
-
-	// Shadow lets every request through, even over the limit, while
-	// counting (Totals.ShadowRefused) and reporting (OnReject, with
-	// ErrShadowRefused, and the log) those the limit would have refused.
-	// Requests never wait in shadow mode. False, the zero value, enforces
-	// the limit.
-	Shadow bool
 
 	// Status is the status code of a refusal by the limit (over the limit,
 	// queue full, wait limit reached). Zero means 429 Too Many Requests.
@@ -138,11 +120,6 @@ type Config struct {
 	// instead of when it closes, so that only tunnels being set up are
 	// limited. False means a tunnel holds its permit until it closes.
 	ReleaseTunnels bool
-
-	// ReclaimAfter is how long a permit may be held before it is taken back
-	// and logged at WARN, as limit.Config.ReclaimAfter. Established tunnels
-	// are exempt. Zero means 10 minutes; negative means never.
-	ReclaimAfter time.Duration
 
 	// Store shares the counts with other processes (limit/redisstore).
 	// Separate tunnel permits are kept in the same Store under keys
@@ -213,68 +190,41 @@ func (c Config) settings() (settings, error) {
 }
 
 func (c Config) validate() error {
+	if err := c.Policy.Validate(); err != nil {
+		return fmt.Errorf("httplimit: %w", err)
+	}
 	switch {
-	case c.Key != nil && reflect.ValueOf(c.Key).Pointer() == reflect.ValueOf(invalidKey).Pointer():
-		return errInvalidKeyFunc
-	case c.Permits < -1:
-		return fmt.Errorf("httplimit: Permits must be ≥ -1 (got %d)", c.Permits)
-	case c.TunnelPermits < -1:
-		return fmt.Errorf("httplimit: TunnelPermits must be ≥ -1 (got %d)", c.TunnelPermits)
-	case c.QueueSize < 0:
-		return fmt.Errorf("httplimit: QueueSize must not be negative (got %d)", c.QueueSize)
-	case c.QueueTimeout < 0:
-		return fmt.Errorf("httplimit: QueueTimeout must not be negative (got %v)", c.QueueTimeout)
+	case c.TunnelPermits < limit.Unlimited:
+		return fmt.Errorf("httplimit: TunnelPermits must be ≥ -1 (limit.Unlimited) (got %d)", c.TunnelPermits)
 	case c.Status != 0 && (c.Status < 400 || c.Status > 599):
 		return fmt.Errorf("httplimit: Status must be in 400..599 (got %d)", c.Status)
 	case c.TunnelPermitsFor != nil && c.TunnelPermits == 0:
 		return fmt.Errorf("httplimit: TunnelPermitsFor needs TunnelPermits set")
 	}
-	for key, n := range c.Overrides {
-		if n < -1 {
-			return fmt.Errorf("httplimit: Overrides[%q] must be ≥ -1 (got %d)", key, n)
-		}
-		if key == "" {
-			return fmt.Errorf("httplimit: Overrides has an empty key, which is never limited")
-		}
+	if _, ok := c.Overrides[""]; ok {
+		return fmt.Errorf("httplimit: Overrides has an empty key, which is never limited")
 	}
 	return nil
 }
 
-// exchangePermits returns the per-key permits function of the exchange
-// limiter: Overrides first, then PermitsFor.
-func (s *settings) exchangePermits() func(string) int {
-	overrides, permitsFor := s.Overrides, s.PermitsFor
-	if permitsFor == nil && len(overrides) == 0 {
-		return nil
+// limitConfig is the limit.Config of the exchange limiter (tunnels false)
+// or the tunnel limiter: the same Policy, except that the tunnel limiter
+// has TunnelPermits and TunnelPermitsFor for permits.
+func (s *settings) limitConfig(tunnels bool) limit.Config[string] {
+	c := limit.Config[string]{
+		Policy:   s.Policy,
+		Store:    s.Store,
+		Clock:    s.Clock,
+		Observer: s.Observer,
+		Logger:   s.Logger,
+		Name:     s.Name,
 	}
-	if len(overrides) == 0 {
-		return permitsFor
-	}
-	return func(key string) int {
-		if n, ok := overrides[key]; ok {
-			return n
+	if tunnels {
+		c.Permits, c.Overrides, c.PermitsFor = s.TunnelPermits, nil, s.TunnelPermitsFor
+		c.Name += "/tunnels"
+		if s.Store != nil {
+			c.Store = prefixed{s: s.Store, prefix: "tunnel:"}
 		}
-		if permitsFor != nil {
-			return permitsFor(key)
-		}
-		return 0
 	}
-}
-
-// limitConfig is the limit.Config shared by the exchange and tunnel
-// limiters.
-func (s *settings) limitConfig(name string, permits int, permitsFor func(string) int, store limit.Store[string]) limit.Config[string] {
-	return limit.Config[string]{
-		Permits:      permits,
-		PermitsFor:   permitsFor,
-		QueueSize:    s.QueueSize,
-		QueueTimeout: s.QueueTimeout,
-		Shadow:       s.Shadow,
-		ReclaimAfter: s.ReclaimAfter,
-		Store:        store,
-		Clock:        s.Clock,
-		Observer:     s.Observer,
-		Logger:       s.Logger,
-		Name:         name,
-	}
+	return c
 }

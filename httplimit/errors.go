@@ -12,7 +12,3 @@ var ErrShadowRefused = errors.New("httplimit: over the limit (shadow mode, let t
 // for a request the rate would have delayed and that went through at
 // once. Like ErrShadowRefused it does not match limit.ErrLimited.
 var ErrShadowDelayed = errors.New("httplimit: over the rate (shadow mode, not delayed)")
-
-// errInvalidKeyFunc is returned by New when Config.Key is the function that
-// ByUser(nil) or ByHeader with an invalid name returned.
-var errInvalidKeyFunc = errors.New("httplimit: Key is the result of ByUser(nil) or ByHeader with an invalid header name")

@@ -50,7 +50,7 @@ func TestHTTP2ExtendedConnect(t *testing.T) {
 }
 
 func testExtendedConnect(t *testing.T, releaseTunnels bool) {
-	l := newLimiter(t, httplimit.Config{Permits: 1, ReleaseTunnels: releaseTunnels})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 1}, ReleaseTunnels: releaseTunnels})
 	ts, _ := startTLSServer(t, l.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodConnect || r.Header.Get(":protocol") != "echo" {
 			http.Error(w, "want extended CONNECT", http.StatusBadRequest)

@@ -14,6 +14,15 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
+// mustKey returns the KeyFunc of a constructor given input the test knows
+// is valid; an error there is a bug in the test, so it panics.
+func mustKey(k httplimit.KeyFunc, err error) httplimit.KeyFunc {
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
 // waitLimit bounds every wait in these tests.
 const waitLimit = 10 * time.Second
 

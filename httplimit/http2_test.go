@@ -47,7 +47,7 @@ func h2ClientFrom(t *testing.T, ts *httptest.Server, ip string) *http.Client {
 // run and three are refused, while another client is unaffected. A stream
 // the client resets gives its permit back and the connection lives on.
 func TestHTTP2StreamsAreExchanges(t *testing.T) {
-	l := newLimiter(t, httplimit.Config{Permits: 3})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 3}})
 	g := newGate()
 	var protos sync.Map
 	ts, conns := startTLSServer(t, l.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

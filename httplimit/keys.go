@@ -1,6 +1,8 @@
 package httplimit
 
 import (
+	"errors"
+	"fmt"
 	"hash/maphash"
 	"net/http"
 	"net/textproto"
@@ -17,11 +19,6 @@ import (
 // goroutine. An empty result means the request is not limited. It must not
 // block and should not allocate more than the key string.
 type KeyFunc func(r *http.Request) string
-
-// invalidKey is returned by the KeyFunc constructors given bad input. New
-// recognises it and fails, so that a mistake is an error at start-up
-// rather than a limit that silently never applies.
-func invalidKey(*http.Request) string { return "" }
 
 // ByClientIP keys a request by its client, as res finds it: the peer
 // address, or behind trusted proxies the address in Forwarded or
@@ -57,12 +54,13 @@ func ByClientIP(res *clientkey.Resolver) KeyFunc {
 // middleware placed before the limiter stored in the request's context. An
 // empty user means not limited, so requests that were not authenticated
 // are not counted: place the limiter after the middleware that refuses
-// them. A nil user makes New fail.
-func ByUser(user func(*http.Request) string) KeyFunc {
+// them. A nil user is an error, and no KeyFunc is returned: a limit keyed
+// by nothing would silently never apply.
+func ByUser(user func(*http.Request) string) (KeyFunc, error) {
 	if user == nil {
-		return invalidKey
+		return nil, errors.New("httplimit: ByUser(nil): no function gives the user")
 	}
-	return KeyFunc(user)
+	return KeyFunc(user), nil
 }
 
 // ByBasicAuthUser keys a request by the user name of its
@@ -126,10 +124,11 @@ func lowerASCII(s string) string {
 // as is (not trimmed or case-folded). A request without the header, or
 // with an empty value, is not limited. Use it only for a header that a
 // trusted component in front sets or overwrites: a client can write any
-// header. A name that is not a valid header field name makes New fail.
-func ByHeader(name string) KeyFunc {
+// header. A name that is not a valid header field name is an error, and no
+// KeyFunc is returned.
+func ByHeader(name string) (KeyFunc, error) {
 	if !httpguts.ValidHeaderFieldName(name) {
-		return invalidKey
+		return nil, fmt.Errorf("httplimit: ByHeader(%q): not a valid header field name", name)
 	}
 	canonical := textproto.CanonicalMIMEHeaderKey(name)
 	return func(r *http.Request) string {
@@ -137,7 +136,7 @@ func ByHeader(name string) KeyFunc {
 			return v[0]
 		}
 		return ""
-	}
+	}, nil
 }
 
 // keyCache is a small direct-mapped table from client keys to their

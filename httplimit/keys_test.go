@@ -40,11 +40,11 @@ func TestKeyFuncs(t *testing.T) {
 		{"host IPv6 literal", httplimit.ByHost(), "", "[2001:DB8::1]:443", nil, "2001:db8::1"},
 		{"host bare IPv6", httplimit.ByHost(), "", "2001:db8::1", nil, "2001:db8::1"},
 		{"no host: not limited", httplimit.ByHost(), "", "", nil, ""},
-		{"header", httplimit.ByHeader("x-tenant"), "", "", http.Header{"X-Tenant": {"acme", "other"}}, "acme"},
-		{"header absent", httplimit.ByHeader("X-Tenant"), "", "", nil, ""},
+		{"header", mustKey(httplimit.ByHeader("x-tenant")), "", "", http.Header{"X-Tenant": {"acme", "other"}}, "acme"},
+		{"header absent", mustKey(httplimit.ByHeader("X-Tenant")), "", "", nil, ""},
 		{"basic auth", httplimit.ByBasicAuthUser(), "", "", http.Header{"Authorization": {"Basic YWxpY2U6c2VjcmV0"}}, "alice"},
 		{"no basic auth", httplimit.ByBasicAuthUser(), "", "", http.Header{"Authorization": {"Bearer xyz"}}, ""},
-		{"user from context", httplimit.ByUser(user), "", "", nil, "bob"},
+		{"user from context", mustKey(httplimit.ByUser(user)), "", "", nil, "bob"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest(http.MethodGet, "/", nil)
@@ -124,7 +124,7 @@ func TestByClientIPRemembersOnlyWhatThePeerDecides(t *testing.T) {
 }
 
 func TestUnkeyedRequestIsNotLimited(t *testing.T) {
-	l := newLimiter(t, httplimit.Config{Key: httplimit.ByHeader("X-Tenant"), Permits: 1})
+	l := newLimiter(t, httplimit.Config{Key: mustKey(httplimit.ByHeader("X-Tenant")), Policy: httplimit.Policy{Permits: 1}})
 	g := newGate()
 	ts := startServer(t, l.Wrap(g))
 	c := clientFrom(t, "127.0.0.2")

@@ -31,7 +31,7 @@ func TestPanicReleasesAndRepanics(t *testing.T) {
 		{"connect", http.MethodConnect, nil, http.ErrAbortHandler},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newLimiter(t, httplimit.Config{Permits: 1})
+			l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 1}})
 			var inUse int
 			h := l.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				inUse = l.Totals().InUse
@@ -62,7 +62,7 @@ func TestPanicReleasesAndRepanics(t *testing.T) {
 // that panics, one that aborts, a client that resets the connection in the
 // middle of a response. Counts return to zero after each.
 func TestNoLeakOverTheWire(t *testing.T) {
-	l := newLimiter(t, httplimit.Config{Permits: 2, QueueSize: 2})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 2, QueueSize: 2}})
 	writing := make(chan struct{}, 1)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/panic", func(w http.ResponseWriter, r *http.Request) { panic("boom") })
@@ -114,7 +114,7 @@ func TestNoLeakOverTheWire(t *testing.T) {
 // run; Close cuts the connections, handlers and waiters end, and every
 // count returns to zero.
 func TestShutdownReleasesEverything(t *testing.T) {
-	l := newLimiter(t, httplimit.Config{Permits: 2, QueueSize: 8})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 2, QueueSize: 8}})
 	g := newGate()
 	ts := startServer(t, l.Wrap(g))
 	var done []<-chan int
@@ -149,7 +149,7 @@ func TestShutdownReleasesEverything(t *testing.T) {
 // waiter gets 503, the holder keeps its permit until it ends, and a later
 // request is refused with 503.
 func TestCloseRefusesWaiters(t *testing.T) {
-	l := newLimiter(t, httplimit.Config{Permits: 1, QueueSize: 1})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 1, QueueSize: 1}})
 	g := newGate()
 	ts := startServer(t, l.Wrap(g))
 	c := clientFrom(t, "127.0.0.2")

@@ -30,16 +30,12 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	l := &Limiter{s: s}
 	l.log.init(&l.s)
-	l.exchanges, err = limit.New(s.limitConfig(s.Name, s.Permits, s.exchangePermits(), s.Store))
+	l.exchanges, err = limit.New(s.limitConfig(false))
 	if err != nil {
 		return nil, fmt.Errorf("httplimit: exchange limiter: %w", err)
 	}
 	if s.TunnelPermits != 0 {
-		var store limit.Store[string]
-		if s.Store != nil {
-			store = prefixed{s: s.Store, prefix: "tunnel:"}
-		}
-		l.tunnels, err = limit.New(s.limitConfig(s.Name+"/tunnels", s.TunnelPermits, s.TunnelPermitsFor, store))
+		l.tunnels, err = limit.New(s.limitConfig(true))
 		if err != nil {
 			l.exchanges.Close()
 			return nil, fmt.Errorf("httplimit: tunnel limiter: %w", err)
@@ -59,7 +55,7 @@ func MaxConcurrentPerClient(n int) (func(http.Handler) http.Handler, error) {
 	if n < 1 {
 		return nil, errors.New("httplimit: MaxConcurrentPerClient needs n ≥ 1")
 	}
-	l, err := New(Config{Permits: n, Name: "max-concurrent-per-client"})
+	l, err := New(Config{Policy: Policy{Permits: n}, Name: "max-concurrent-per-client"})
 	if err != nil {
 		return nil, err
 	}

@@ -23,7 +23,7 @@ import (
 func TestLimitExactPerKey(t *testing.T) {
 	const permits, perClient = 3, 8
 	overrides := map[string]int{"127.0.0.5": 5}
-	l := newLimiter(t, httplimit.Config{Permits: permits, Overrides: overrides})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: permits, Overrides: overrides}})
 	g := newGate()
 	ts := startServer(t, l.Wrap(g))
 
@@ -86,7 +86,7 @@ func TestLimitExactPerKey(t *testing.T) {
 // permits at once.
 func TestConcurrencyNeverExceeded(t *testing.T) {
 	const permits, workers, rounds = 2, 6, 15
-	l := newLimiter(t, httplimit.Config{Permits: permits, QueueSize: workers})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: permits, QueueSize: workers}})
 	var mu sync.Mutex
 	inFlight, peak := map[string]int{}, map[string]int{}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -143,7 +143,7 @@ func holdOne(t *testing.T, c *http.Client, url string, g *gate) <-chan int {
 }
 
 func TestQueueFIFO(t *testing.T) {
-	l := newLimiter(t, httplimit.Config{Permits: 1, QueueSize: 3})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 1, QueueSize: 3}})
 	g := newGate()
 	ts := startServer(t, l.Wrap(g))
 	c := clientFrom(t, "127.0.0.2")
@@ -180,8 +180,13 @@ func TestQueueTimeoutAndFull(t *testing.T) {
 	var mu sync.Mutex
 	var events []string
 	l := newLimiter(t, httplimit.Config{
-		Permits: 1, QueueSize: 1, QueueTimeout: 2 * time.Second,
-		RetryAfter: 1500 * time.Millisecond, Clock: clock, ReclaimAfter: -1,
+		Policy: httplimit.Policy{
+			Permits:      1,
+			QueueSize:    1,
+			QueueTimeout: 2 * time.Second,
+			ReclaimAfter: -1,
+		},
+		RetryAfter: 1500 * time.Millisecond, Clock: clock,
 		Observer: limit.ObserverFunc[string](func(e limit.Event[string]) {
 			mu.Lock()
 			events = append(events, fmt.Sprintf("%s %s %v", e.Kind, e.Key, e.Wait))
@@ -241,7 +246,10 @@ func TestQueueTimeoutAndFull(t *testing.T) {
 func TestCancelWhileWaiting(t *testing.T) {
 	var rejected atomic.Value
 	l := newLimiter(t, httplimit.Config{
-		Permits: 1, QueueSize: 4,
+		Policy: httplimit.Policy{
+			Permits:   1,
+			QueueSize: 4,
+		},
 		OnReject: func(key string, r *http.Request, err error) { rejected.Store(err) },
 	})
 	g := newGate()
@@ -279,8 +287,8 @@ func TestCancelWhileWaiting(t *testing.T) {
 // /hoge request, because a Limiter counts only what passes through it. A
 // server-wide limit is an explicit outer middleware, and that one refuses.
 func TestScopeModLimitIPConn(t *testing.T) {
-	hoge := newLimiter(t, httplimit.Config{Permits: 3})
-	server := newLimiter(t, httplimit.Config{Permits: 3})
+	hoge := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 3}})
+	server := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 3}})
 	g := newGate()
 	mux := http.NewServeMux()
 	mux.Handle("/fuga/", g)
@@ -330,8 +338,11 @@ func TestScopeModLimitIPConn(t *testing.T) {
 // enforced one (2) on the same route: each keeps its own counts.
 func TestShadowBesideEnforced(t *testing.T) {
 	var shadowReports atomic.Int64
-	enforced := newLimiter(t, httplimit.Config{Permits: 2})
-	shadow := newLimiter(t, httplimit.Config{Permits: 1, Shadow: true,
+	enforced := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 2}})
+	shadow := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{
+		Permits: 1,
+		Shadow:  true,
+	},
 		OnReject: func(key string, r *http.Request, err error) {
 			if key == "127.0.0.2" && errors.Is(err, httplimit.ErrShadowRefused) && !errors.Is(err, limit.ErrLimited) {
 				shadowReports.Add(1)
@@ -380,8 +391,8 @@ func TestOnAdmit(t *testing.T) {
 		cfg  httplimit.Config
 		want []admission
 	}{
-		{"queued", httplimit.Config{Permits: 1, QueueSize: 1}, []admission{{"127.0.0.2", false, false}, {"127.0.0.2", true, false}}},
-		{"shadow", httplimit.Config{Permits: 1, Shadow: true}, []admission{{"127.0.0.2", false, false}, {"127.0.0.2", false, true}}},
+		{"queued", httplimit.Config{Policy: httplimit.Policy{Permits: 1, QueueSize: 1}}, []admission{{"127.0.0.2", false, false}, {"127.0.0.2", true, false}}},
+		{"shadow", httplimit.Config{Policy: httplimit.Policy{Permits: 1, Shadow: true}}, []admission{{"127.0.0.2", false, false}, {"127.0.0.2", false, true}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var mu sync.Mutex

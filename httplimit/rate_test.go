@@ -32,16 +32,14 @@ func TestRateConfigFieldsDocumentZero(t *testing.T) {
 func TestRateConfigErrors(t *testing.T) {
 	ok := httplimit.RateConfig{Rate: rate.PerSecond(1)}
 	for name, mod := range map[string]func(*httplimit.RateConfig){
-		"no rate":       func(c *httplimit.RateConfig) { c.Rate = rate.Rate{} },
-		"burst":         func(c *httplimit.RateConfig) { c.Burst = -1 },
-		"delay":         func(c *httplimit.RateConfig) { c.Delay = -2 },
-		"status":        func(c *httplimit.RateConfig) { c.Status = 200 },
-		"headers":       func(c *httplimit.RateConfig) { c.Headers = 7 },
-		"policy name":   func(c *httplimit.RateConfig) { c.PolicyName = "é" },
-		"override":      func(c *httplimit.RateConfig) { c.Overrides = map[string]rate.Limit{"x": {}} },
-		"empty key":     func(c *httplimit.RateConfig) { c.Overrides = map[string]rate.Limit{"": {Rate: rate.PerSecond(1)}} },
-		"bad key func":  func(c *httplimit.RateConfig) { c.Key = httplimit.ByHeader("bad header") },
-		"bad key func2": func(c *httplimit.RateConfig) { c.Key = httplimit.ByUser(nil) },
+		"no rate":     func(c *httplimit.RateConfig) { c.Rate = rate.Rate{} },
+		"burst":       func(c *httplimit.RateConfig) { c.Burst = -1 },
+		"delay":       func(c *httplimit.RateConfig) { c.Delay = -2 },
+		"status":      func(c *httplimit.RateConfig) { c.Status = 200 },
+		"headers":     func(c *httplimit.RateConfig) { c.Headers = 7 },
+		"policy name": func(c *httplimit.RateConfig) { c.PolicyName = "é" },
+		"override":    func(c *httplimit.RateConfig) { c.Overrides = map[string]rate.Limit{"x": {}} },
+		"empty key":   func(c *httplimit.RateConfig) { c.Overrides = map[string]rate.Limit{"": {Rate: rate.PerSecond(1)}} },
 	} {
 		cfg := ok
 		mod(&cfg)
@@ -236,7 +234,7 @@ func TestRateShadow(t *testing.T) {
 // Per-key overrides, and requests with an empty key go unlimited.
 func TestRateOverridesAndEmptyKey(t *testing.T) {
 	l, _ := newRate(t, httplimit.RateConfig{Rate: rate.PerSecond(1), Delay: rate.NoDelay,
-		Key:       httplimit.ByHeader("X-User"),
+		Key:       mustKey(httplimit.ByHeader("X-User")),
 		Overrides: map[string]rate.Limit{"batch": {Rate: rate.PerSecond(1), Burst: 4, Delay: rate.NoDelay}}})
 	ts := startServer(t, l.Wrap(okHandler()))
 	c := clientFrom(t, "127.0.0.26")

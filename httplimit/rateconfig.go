@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"reflect"
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/limit"
@@ -180,8 +179,6 @@ func (c RateConfig) settings() (rateSettings, error) {
 
 func (c RateConfig) validate() error {
 	switch {
-	case c.Key != nil && reflect.ValueOf(c.Key).Pointer() == reflect.ValueOf(invalidKey).Pointer():
-		return errInvalidKeyFunc
 	case c.Status != 0 && (c.Status < 400 || c.Status > 599):
 		return fmt.Errorf("httplimit: Status must be in 400..599 (got %d)", c.Status)
 	case c.Headers > RateHeadersNever:

@@ -19,7 +19,7 @@ import (
 // the key cannot run more exchanges than its limit.
 func TestReclaimEndsTheExchange(t *testing.T) {
 	clock := limittest.NewClock()
-	l := newLimiter(t, httplimit.Config{Permits: 2, ReclaimAfter: time.Minute, Clock: clock})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 2, ReclaimAfter: time.Minute}, Clock: clock})
 	causes := make(chan error, 2)
 	writing := make(chan struct{})
 	mux := http.NewServeMux()

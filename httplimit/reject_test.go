@@ -93,7 +93,7 @@ func TestOnRejectAndLog(t *testing.T) {
 // is logged, and the next one says how many were left out.
 func TestRefusalLogIsRateLimited(t *testing.T) {
 	var logs bytes.Buffer
-	l := newLimiter(t, httplimit.Config{Permits: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil)), LogEvery: time.Hour})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 1}, Logger: slog.New(slog.NewTextHandler(&logs, nil)), LogEvery: time.Hour})
 	g := newGate()
 	ts := startServer(t, l.Wrap(g))
 	c := clientFrom(t, "127.0.0.2")

@@ -44,8 +44,8 @@ func TestReleaseTunnelPermitsHTTP1(t *testing.T) {
 		name string
 		cfg  httplimit.Config
 	}{
-		{"shared permits", httplimit.Config{Permits: 1}},
-		{"separate tunnel permits", httplimit.Config{Permits: 1, TunnelPermits: 1}},
+		{"shared permits", httplimit.Config{Policy: httplimit.Policy{Permits: 1}}},
+		{"separate tunnel permits", httplimit.Config{Policy: httplimit.Policy{Permits: 1}, TunnelPermits: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			outer := newLimiter(t, tc.cfg)
@@ -99,7 +99,7 @@ func TestReleaseTunnelPermitsHTTP1(t *testing.T) {
 // An ordinary exchange is no tunnel: ReleaseTunnelPermits leaves its permit
 // alone, and the exchange keeps counting until it ends.
 func TestReleaseTunnelPermitsOrdinaryExchange(t *testing.T) {
-	l := newLimiter(t, httplimit.Config{Permits: 1})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 1}})
 	got := make(chan string, 1)
 	ts := startServer(t, l.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := httplimit.ReleaseTunnelPermits(w)
@@ -120,7 +120,7 @@ func TestReleaseTunnelPermitsOrdinaryExchange(t *testing.T) {
 // Over HTTP/2 a CONNECT is a stream, never hijacked: the permits come back
 // while the stream stays open.
 func TestReleaseTunnelPermitsHTTP2(t *testing.T) {
-	l := newLimiter(t, httplimit.Config{Permits: 1})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 1}})
 	released := make(chan int, 2)
 	ts, _ := startTLSServer(t, l.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)

@@ -16,7 +16,7 @@ import (
 // once.
 func TestTryAdmit(t *testing.T) {
 	byHeader := func(r *http.Request) string { return r.Header.Get("X-Who") }
-	l := newLimiter(t, httplimit.Config{Permits: 1, QueueSize: 1, QueueTimeout: time.Minute, Key: byHeader})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 1, QueueSize: 1, QueueTimeout: time.Minute}, Key: byHeader})
 	req := func(who string, upgrade bool) *http.Request {
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
 		r.Header.Set("X-Who", who)
@@ -77,7 +77,7 @@ func TestTryAdmit(t *testing.T) {
 // TestTryAdmitReclaim checks that the hook TryAdmit is given runs when the
 // permit is reclaimed, and that the reclaimed permit no longer counts.
 func TestTryAdmitReclaim(t *testing.T) {
-	l := newLimiter(t, httplimit.Config{Permits: 1, ReclaimAfter: 20 * time.Millisecond})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 1, ReclaimAfter: 20 * time.Millisecond}})
 	var calls atomic.Int32
 	_, p, ok := l.TryAdmit(httptest.NewRequest(http.MethodGet, "/", nil), func() { calls.Add(1) })
 	if !ok {
@@ -93,7 +93,7 @@ func TestTryAdmitReclaim(t *testing.T) {
 // given, as TryAdmit counts under the Key function's: the same limit,
 // tunnels declined, an empty key not limited.
 func TestTryAdmitKey(t *testing.T) {
-	l := newLimiter(t, httplimit.Config{Permits: 1, Key: httplimit.ByClientIP(nil)})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 1}, Key: httplimit.ByClientIP(nil)})
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.RemoteAddr = "192.0.2.7:4000"
 	p, ok := l.TryAdmitKey(r, "192.0.2.7", nil)

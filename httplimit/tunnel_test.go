@@ -61,7 +61,7 @@ func wsAndPlain(l *httplimit.Limiter) http.Handler {
 }
 
 func TestWebSocketHoldsPermitUntilClose(t *testing.T) {
-	l := newLimiter(t, httplimit.Config{Permits: 1})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 1}})
 	ts := startServer(t, wsAndPlain(l))
 	ws := mustDialWS(t, ts.URL, "127.0.0.2")
 	// The handler has long passed the 101; the socket still holds the permit.
@@ -81,7 +81,7 @@ func TestWebSocketHoldsPermitUntilClose(t *testing.T) {
 }
 
 func TestWebSocketReleaseTunnels(t *testing.T) {
-	l := newLimiter(t, httplimit.Config{Permits: 1, ReleaseTunnels: true})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 1}, ReleaseTunnels: true})
 	ts := startServer(t, wsAndPlain(l))
 	ws := mustDialWS(t, ts.URL, "127.0.0.2")
 	expectIdle(t, l) // released after the 101, the socket still open
@@ -97,7 +97,7 @@ func TestWebSocketReleaseTunnels(t *testing.T) {
 // Origin): the tunnel is never established, and its permit comes back when
 // the server closes the connection.
 func TestWebSocketFailedHandshakeNotEstablished(t *testing.T) {
-	l := newLimiter(t, httplimit.Config{Permits: 1, ReleaseTunnels: true})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 1}, ReleaseTunnels: true})
 	ts := startServer(t, wsAndPlain(l))
 	conn, err := dialerFrom("127.0.0.2").Dial("tcp", ts.Listener.Addr().String())
 	if err != nil {
@@ -115,7 +115,7 @@ func TestWebSocketFailedHandshakeNotEstablished(t *testing.T) {
 }
 
 func TestTunnelPermitsSeparate(t *testing.T) {
-	l := newLimiter(t, httplimit.Config{Permits: 1, TunnelPermits: 1})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 1}, TunnelPermits: 1})
 	ts := startServer(t, wsAndPlain(l))
 	ws := mustDialWS(t, ts.URL, "127.0.0.2")
 	c := clientFrom(t, "127.0.0.2")
@@ -145,7 +145,7 @@ func TestTunnelPermitsSeparate(t *testing.T) {
 // around it, and gives its tunnel permit back as soon as its answer shows
 // it is no tunnel.
 func TestFakeUpgradeCountsAsExchange(t *testing.T) {
-	l := newLimiter(t, httplimit.Config{Permits: 1, TunnelPermits: 8})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 1}, TunnelPermits: 8})
 	answered := make(chan struct{})
 	release := make(chan struct{})
 	h := l.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -186,7 +186,7 @@ func TestFakeUpgradeCountsAsExchange(t *testing.T) {
 // is reclaimed, and its exchange ended; the socket lives on.
 func TestEstablishedTunnelExemptFromReclaim(t *testing.T) {
 	clock := limittest.NewClock()
-	l := newLimiter(t, httplimit.Config{Permits: 2, ReclaimAfter: time.Minute, Clock: clock})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 2, ReclaimAfter: time.Minute}, Clock: clock})
 	g := newGate()
 	mux := http.NewServeMux()
 	mux.Handle("/ws", echoWS)
@@ -253,7 +253,7 @@ func dialCONNECT(t *testing.T, addr, ip, host string) (net.Conn, *bufio.Reader, 
 }
 
 func TestCONNECTTunnelHeldUntilClose(t *testing.T) {
-	l := newLimiter(t, httplimit.Config{Permits: 1, ReclaimAfter: time.Minute})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 1, ReclaimAfter: time.Minute}})
 	ts := startServer(t, l.Wrap(http.HandlerFunc(connectEcho)))
 	addr := ts.Listener.Addr().String()
 
@@ -286,7 +286,7 @@ func TestCONNECTTunnelHeldUntilClose(t *testing.T) {
 // writer a tunnel handler gets still flushes, reads from, and answers
 // ResponseController calls.
 func TestTunnelWriterKeepsInterfaces(t *testing.T) {
-	l := newLimiter(t, httplimit.Config{Permits: 1})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 1}})
 	result := make(chan string, 1)
 	ts := startServer(t, l.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, isFlusher := w.(http.Flusher)
@@ -322,7 +322,7 @@ func TestTunnelWriterKeepsInterfaces(t *testing.T) {
 // then hijacks, as some WebSocket libraries do: with ReleaseTunnels the
 // permit comes back at the 101.
 func TestUpgradeAnsweredBeforeHijack(t *testing.T) {
-	l := newLimiter(t, httplimit.Config{Permits: 1, ReleaseTunnels: true})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 1}, ReleaseTunnels: true})
 	ts := startServer(t, l.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Upgrade", "echo")
 		w.Header().Set("Connection", "Upgrade")
@@ -365,7 +365,7 @@ func TestUpgradeAnsweredBeforeHijack(t *testing.T) {
 // drops the connection without closing it, a handler bug: the permit comes
 // back when the connection is garbage collected.
 func TestForgottenHijackedConnReleased(t *testing.T) {
-	l := newLimiter(t, httplimit.Config{Permits: 1})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 1}})
 	ts := startServer(t, l.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, brw, err := http.NewResponseController(w).Hijack()
 		if err != nil {
@@ -395,7 +395,7 @@ func TestForgottenHijackedConnReleased(t *testing.T) {
 // from the client side: the server's read fails, the handler ends, the
 // hijacked connection is closed and the permit comes back.
 func TestWebSocketClientResetReleases(t *testing.T) {
-	l := newLimiter(t, httplimit.Config{Permits: 1})
+	l := newLimiter(t, httplimit.Config{Policy: httplimit.Policy{Permits: 1}})
 	ts := startServer(t, wsAndPlain(l))
 	cfg, err := websocket.NewConfig(strings.Replace(ts.URL, "http", "ws", 1)+"/ws", "http://localhost/")
 	if err != nil {

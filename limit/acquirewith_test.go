@@ -26,7 +26,7 @@ func TestAcquireWithSetsOnReclaim(t *testing.T) {
 		// taken on the way to it, and the hook's call count.
 		get func(t *testing.T, l *limit.Limiter[string]) (limit.Permit[string], []limit.Permit[string], *atomic.Int32)
 	}{
-		{"granted at once", limit.Config[string]{Permits: 1}, func(t *testing.T, l *limit.Limiter[string]) (limit.Permit[string], []limit.Permit[string], *atomic.Int32) {
+		{"granted at once", limit.Config[string]{Policy: limit.Policy[string]{Permits: 1}}, func(t *testing.T, l *limit.Limiter[string]) (limit.Permit[string], []limit.Permit[string], *atomic.Int32) {
 			var n atomic.Int32
 			p, err := l.AcquireWith(context.Background(), "k", limit.AcquireOptions{NoWait: true, OnReclaim: func() { n.Add(1) }})
 			if err != nil {
@@ -34,7 +34,7 @@ func TestAcquireWithSetsOnReclaim(t *testing.T) {
 			}
 			return p, nil, &n
 		}},
-		{"handed over after waiting", limit.Config[string]{Permits: 1, QueueSize: 1}, func(t *testing.T, l *limit.Limiter[string]) (limit.Permit[string], []limit.Permit[string], *atomic.Int32) {
+		{"handed over after waiting", limit.Config[string]{Policy: limit.Policy[string]{Permits: 1, QueueSize: 1}}, func(t *testing.T, l *limit.Limiter[string]) (limit.Permit[string], []limit.Permit[string], *atomic.Int32) {
 			var n atomic.Int32
 			first, _ := l.TryAcquire("k")
 			got := make(chan limit.Permit[string], 1)
@@ -49,7 +49,7 @@ func TestAcquireWithSetsOnReclaim(t *testing.T) {
 			first.Release()
 			return <-got, nil, &n
 		}},
-		{"shadow over the limit", limit.Config[string]{Permits: 1, Shadow: true}, func(t *testing.T, l *limit.Limiter[string]) (limit.Permit[string], []limit.Permit[string], *atomic.Int32) {
+		{"shadow over the limit", limit.Config[string]{Policy: limit.Policy[string]{Permits: 1, Shadow: true}}, func(t *testing.T, l *limit.Limiter[string]) (limit.Permit[string], []limit.Permit[string], *atomic.Int32) {
 			var n atomic.Int32
 			first, _ := l.TryAcquire("k")
 			p, err := l.AcquireWith(context.Background(), "k", limit.AcquireOptions{NoWait: true, OnReclaim: func() { n.Add(1) }})
@@ -101,7 +101,7 @@ func TestAcquireWithSetsOnReclaim(t *testing.T) {
 		})
 	}
 
-	l := newLimiter(t, limit.Config[string]{Permits: 1})
+	l := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: 1}})
 	held, _ := l.TryAcquire("k")
 	if _, err := l.AcquireWith(context.Background(), "k", limit.AcquireOptions{NoWait: true, OnReclaim: func() {}}); !errors.Is(err, limit.ErrLimited) {
 		t.Errorf("at the limit without waiting: %v, want ErrLimited", err)
@@ -113,7 +113,7 @@ func TestAcquireWithSetsOnReclaim(t *testing.T) {
 // TestAcquireWithAllocatesNothing checks that setting the hook at the
 // grant costs no allocation.
 func TestAcquireWithAllocatesNothing(t *testing.T) {
-	l := newLimiter(t, limit.Config[string]{Permits: 4})
+	l := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: 4}})
 	hook := func() {}
 	allocs := testing.AllocsPerRun(1000, func() {
 		p, err := l.AcquireWith(context.Background(), "client", limit.AcquireOptions{NoWait: true, OnReclaim: hook})
@@ -136,7 +136,7 @@ func TestAcquireWithAllocatesNothing(t *testing.T) {
 // it, the counts must still come back to zero.
 func TestGrantRacingAReclaim(t *testing.T) {
 	clock := limittest.NewClock()
-	l := newLimiter(t, limit.Config[string]{Permits: 1000, Clock: clock, Logger: slog.New(slog.DiscardHandler)})
+	l := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: 1000}, Clock: clock, Logger: slog.New(slog.DiscardHandler)})
 	stop := make(chan struct{})
 	reclaimed := make(chan struct{})
 	go func() {

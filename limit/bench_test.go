@@ -44,7 +44,7 @@ func (m *mutexMap) release(k string) {
 }
 
 func newBenchLimiter(b *testing.B) *limit.Limiter[string] {
-	l, err := limit.New(limit.Config[string]{Permits: 1 << 20})
+	l, err := limit.New(limit.Config[string]{Policy: limit.Policy[string]{Permits: 1 << 20}})
 	if err != nil {
 		b.Fatal(err)
 	}

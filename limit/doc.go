@@ -3,15 +3,18 @@
 // exchanges per client or user on an HTTP route, QUIC connections per
 // proven client.
 //
-// A [Limiter] gives each key a number of permits (Config.Permits, default
-// 64, or a per-key answer from Config.PermitsFor). [Limiter.Acquire] takes
+// A [Limiter] gives each key a number of permits, as its [Policy] says
+// (Permits, default 64, or a per-key number from Overrides or PermitsFor).
+// The same Policy type is embedded by httplimit, grpclimit and connlimit,
+// so that a limit reads the same in every layer. [Limiter.Acquire] takes
 // one, waiting in the key's bounded FIFO queue when the key is at its limit
 // and the configuration allows a queue; [Limiter.TryAcquire] never waits.
 // Both return a [Permit] whose Release gives it back exactly once, however
 // often and from however many goroutines it is called.
 //
 // Defaults, all taken where a Config field is zero:
-//   - 64 permits per key; a negative count means unlimited;
+//   - 64 permits per key; [Unlimited] (-1) means no limit, and a count
+//     below it is an error;
 //   - no global cap over all keys;
 //   - no queue: a request over the limit is refused at once with
 //     [ErrLimited]; with a queue, waiters are admitted in arrival order and

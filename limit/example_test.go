@@ -10,12 +10,14 @@ import (
 
 func Example() {
 	l, err := limit.New(limit.Config[string]{
-		Permits: 2,
-		PermitsFor: func(user string) int {
-			if user == "batch" {
-				return 32
-			}
-			return 0 // the default above
+		Policy: limit.Policy[string]{
+			Permits: 2,
+			PermitsFor: func(user string) int {
+				if user == "batch" {
+					return 32
+				}
+				return 0 // the default above
+			},
 		},
 	})
 	if err != nil {
@@ -35,4 +37,34 @@ func Example() {
 	// Output:
 	// true
 	// 0 0
+}
+
+// A two-tier admission: a fast path takes a permit only when one is free
+// now and leaves no trace when there is none; the request it cannot take
+// goes on to the full path, which refuses, queues or grants in shadow mode
+// and counts that once.
+func ExampleAcquireOptions_quiet() {
+	l, err := limit.New(limit.Config[string]{Policy: limit.Policy[string]{Permits: 1}})
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	held, _ := l.TryAcquire("alice")
+
+	// The fast path finds no free permit: refused, and nothing counted.
+	_, err = l.AcquireWith(ctx, "alice", limit.AcquireOptions{Quiet: true})
+	fmt.Println(errors.Is(err, limit.ErrLimited), l.Totals().Refused)
+	// The full path asks again and counts the refusal once.
+	_, err = l.TryAcquire("alice")
+	fmt.Println(errors.Is(err, limit.ErrLimited), l.Totals().Refused)
+
+	held.Release()
+	p, err := l.AcquireWith(ctx, "alice", limit.AcquireOptions{Quiet: true})
+	fmt.Println(err == nil, l.Totals().Granted) // a quiet grant counts as any other
+	p.Release()
+	// Output:
+	// true 0
+	// true 1
+	// true 2
 }

@@ -150,7 +150,7 @@ func (l *Limiter[K]) acquireQuiet(key K, onReclaim func()) (Permit[K], error) {
 		return Permit[K]{}, ErrQuietStore
 	}
 	limit := l.s.permits
-	if l.s.PermitsFor != nil {
+	if l.s.permitsFor != nil {
 		limit = l.s.limitFor(key)
 	}
 	sh, h := l.shard(key)
@@ -166,10 +166,7 @@ func (l *Limiter[K]) acquireQuiet(key K, onReclaim func()) (Permit[K], error) {
 		sh.mu.Unlock()
 		return Permit[K]{}, ErrGlobalLimited
 	}
-	p := sh.take(e, l.now.Load())
-	p.onReclaim = onReclaim
-	ph := Permit[K]{p: p, gen: p.gen, key: key} // under the lock, as in acquireLocal
-	sh.stats.granted++
+	ph := sh.grantLocked(e, onReclaim).handle(false)
 	sh.mu.Unlock()
 	l.observe(key, Granted, 0)
 	return ph, nil
@@ -223,7 +220,7 @@ func (l *Limiter[K]) askStore(ctx context.Context, key K, g grant, mayWait bool)
 // the global cap, shadow mode and the queue.
 func (l *Limiter[K]) acquireLocal(ctx context.Context, key K, mayWait bool, start *time.Time, onReclaim func()) (Permit[K], grant, error) {
 	limit := l.s.permits
-	if l.s.PermitsFor != nil {
+	if l.s.permitsFor != nil {
 		limit = l.s.limitFor(key) // called with no lock held, as documented
 	}
 	sh, h := l.shard(key)
@@ -238,14 +235,8 @@ func (l *Limiter[K]) acquireLocal(ctx context.Context, key K, mayWait bool, star
 			l.observe(key, Refused, 0)
 			return Permit[K]{}, grant{}, ErrGlobalLimited
 		}
-		g := grant{limit: e.limit, local: e.inUse}
-		p := sh.take(e, l.now.Load())
-		p.onReclaim = onReclaim
-		g.stored = p.stored
-		// The handle is made under the lock: once it is released, a
-		// reclaim may recycle the record for another holder.
-		h := Permit[K]{p: p, gen: p.gen, key: key}
-		sh.stats.granted++
+		p := sh.grantLocked(e, onReclaim)
+		h, g := p.handle(false), p.grant()
 		sh.mu.Unlock()
 		l.observe(key, Granted, 0)
 		return h, g, nil
@@ -265,13 +256,9 @@ func (l *Limiter[K]) overLimit(ctx context.Context, sh *shard[K], e *entry[K], m
 			l.observe(key, Refused, 0)
 			return Permit[K]{}, grant{}, ErrGlobalLimited
 		}
-		g := grant{limit: e.limit, local: e.inUse}
-		p := sh.take(e, l.now.Load())
-		p.onReclaim = onReclaim
-		g.stored = p.stored
-		h := Permit[K]{p: p, gen: p.gen, key: key, shadow: true} // under the lock, as above
+		p := sh.grantLocked(e, onReclaim)
+		h, g := p.handle(true), p.grant()
 		e.refused++
-		sh.stats.granted++
 		sh.stats.shadowRefused++
 		sh.mu.Unlock()
 		l.observe(key, ShadowRefused, 0)
@@ -305,6 +292,49 @@ func (l *Limiter[K]) overLimit(ctx context.Context, sh *shard[K], e *entry[K], m
 		p.OnReclaim(onReclaim)
 	}
 	return p, g, err
+}
+
+// grantLocked is the one place a permit of e is granted: it takes a
+// record (recycled if one is free), dates it, lists it for reclaim, sets
+// its reclaim hook and counts the grant. It is called with sh.mu held,
+// after the caller took the global cap's unit; the caller makes the
+// holder's handle ([permit.handle]) and the Store's record
+// ([permit.grant]) under the same lock, because once the lock is released
+// a reclaim may recycle the record for another holder. It returns the
+// record alone so that the hot path passes one register back.
+func (sh *shard[K]) grantLocked(e *entry[K], onReclaim func()) *permit[K] {
+	p := sh.freePermits
+	if p != nil {
+		sh.freePermits = p.next
+		sh.nFreePermits--
+		p.next = nil
+	} else {
+		p = &permit[K]{sh: sh}
+	}
+	e.inUse++
+	p.entry = e
+	p.granted = sh.l.now.Load()
+	p.onReclaim = onReclaim
+	// A key without a limit has nothing to count cluster-wide: its
+	// permits never reach the Store (no round trip, and a Store that
+	// refuses while it is down cannot refuse it).
+	p.stored = sh.l.s.Store != nil && e.limit != unlimited
+	sh.list(p)
+	sh.stats.granted++
+	return p
+}
+
+// handle is the holder's handle of p, just granted; called under the
+// shard's lock.
+func (p *permit[K]) handle(shadow bool) Permit[K] {
+	return Permit[K]{p: p, gen: p.gen, key: p.entry.key, shadow: shadow}
+}
+
+// grant is what the Store is told of p, just granted: its key's limit and
+// how many permits the key held here before it. Called under the shard's
+// lock.
+func (p *permit[K]) grant() grant {
+	return grant{limit: p.entry.limit, local: p.entry.inUse - 1, stored: p.stored}
 }
 
 // takeGlobal takes one unit of the global cap, if there is one.
@@ -413,7 +443,7 @@ func (l *Limiter[K]) count(key K, kind EventKind) {
 // elsewhere is already counted there. After Close it still grants.
 func (l *Limiter[K]) AcquireOver(key K) Permit[K] {
 	limit := l.s.permits
-	if l.s.PermitsFor != nil {
+	if l.s.permitsFor != nil {
 		limit = l.s.limitFor(key)
 	}
 	if l.s.globalPermits != 0 {
@@ -422,10 +452,9 @@ func (l *Limiter[K]) AcquireOver(key K) Permit[K] {
 	sh, h := l.shard(key)
 	sh.mu.Lock()
 	e := sh.lookup(h, key, limit)
-	p := sh.take(e, l.now.Load())
-	p.stored = false
-	handle := Permit[K]{p: p, gen: p.gen, key: key} // under the lock, as in acquireLocal
-	sh.stats.granted++
+	p := sh.grantLocked(e, nil)
+	handle := p.handle(false)
+	p.stored = false // never asked of the Store, so never released there
 	sh.mu.Unlock()
 	l.observe(key, Granted, 0)
 	return handle

@@ -52,9 +52,9 @@ func TestConfigErrors(t *testing.T) {
 		want string
 	}{
 		{"negative global", limit.Config[string]{GlobalPermits: -1}, "GlobalPermits must not be negative (got -1)"},
-		{"negative queue", limit.Config[string]{QueueSize: -2}, "QueueSize must not be negative (got -2)"},
-		{"negative timeout", limit.Config[string]{QueueTimeout: -time.Second}, "QueueTimeout must not be negative (got -1s)"},
-		{"too many permits", limit.Config[string]{Permits: 1 << 40}, "Permits must be at most"},
+		{"negative queue", limit.Config[string]{Policy: limit.Policy[string]{QueueSize: -2}}, "QueueSize must not be negative (got -2)"},
+		{"negative timeout", limit.Config[string]{Policy: limit.Policy[string]{QueueTimeout: -time.Second}}, "QueueTimeout must not be negative (got -1s)"},
+		{"too many permits", limit.Config[string]{Policy: limit.Policy[string]{Permits: 1 << 40}}, "Permits must be at most"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -67,7 +67,7 @@ func TestConfigErrors(t *testing.T) {
 }
 
 func TestPermitsPerKey(t *testing.T) {
-	l := newLimiter(t, limit.Config[string]{Permits: 3})
+	l := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: 3}})
 	var held []limit.Permit[string]
 	for i := range 3 {
 		p, err := l.TryAcquire("a")
@@ -123,7 +123,7 @@ func TestDefaultPermitsIs64(t *testing.T) {
 }
 
 func TestReleaseCountsOnce(t *testing.T) {
-	l := newLimiter(t, limit.Config[string]{Permits: 2})
+	l := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: 2}})
 	p1, _ := l.TryAcquire("k")
 	p2, _ := l.TryAcquire("k")
 	copyOfP1 := p1
@@ -159,15 +159,17 @@ func TestReleaseCountsOnce(t *testing.T) {
 
 func TestOverrides(t *testing.T) {
 	l := newLimiter(t, limit.Config[string]{
-		Permits: 2,
-		PermitsFor: func(k string) int {
-			switch k {
-			case "batch":
-				return 32
-			case "health":
-				return -1
-			}
-			return 0
+		Policy: limit.Policy[string]{
+			Permits: 2,
+			PermitsFor: func(k string) int {
+				switch k {
+				case "batch":
+					return 32
+				case "health":
+					return -1
+				}
+				return 0
+			},
 		},
 	})
 	cases := []struct {
@@ -196,7 +198,7 @@ func TestOverrides(t *testing.T) {
 }
 
 func TestUnlimited(t *testing.T) {
-	l := newLimiter(t, limit.Config[string]{Permits: -1})
+	l := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: -1}})
 	var held []limit.Permit[string]
 	for range 10000 {
 		p, err := l.TryAcquire("k")
@@ -212,7 +214,7 @@ func TestUnlimited(t *testing.T) {
 }
 
 func TestGlobalCap(t *testing.T) {
-	l := newLimiter(t, limit.Config[int]{Permits: 2, GlobalPermits: 5, QueueSize: 4})
+	l := newLimiter(t, limit.Config[int]{Policy: limit.Policy[int]{Permits: 2, QueueSize: 4}, GlobalPermits: 5})
 	var held []limit.Permit[int]
 	for k := range 3 {
 		for range 2 {
@@ -246,7 +248,7 @@ func TestGlobalCap(t *testing.T) {
 }
 
 func TestQueueFIFO(t *testing.T) {
-	l := newLimiter(t, limit.Config[string]{Permits: 1, QueueSize: 5})
+	l := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: 1, QueueSize: 5}})
 	first, _ := l.TryAcquire("k")
 	order := make(chan int, 5)
 	var wg sync.WaitGroup
@@ -277,7 +279,7 @@ func TestQueueFIFO(t *testing.T) {
 }
 
 func TestQueueFull(t *testing.T) {
-	l := newLimiter(t, limit.Config[string]{Permits: 1, QueueSize: 1})
+	l := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: 1, QueueSize: 1}})
 	held, _ := l.TryAcquire("k")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -313,7 +315,8 @@ func TestQueueTimeoutWithFakeClock(t *testing.T) {
 		var events []limit.Event[string]
 		var mu sync.Mutex
 		l := newLimiter(t, limit.Config[string]{
-			Permits: 1, QueueSize: 2, QueueTimeout: 2 * time.Second, ReclaimAfter: -1, Clock: clock,
+			Policy: limit.Policy[string]{Permits: 1, QueueSize: 2, QueueTimeout: 2 * time.Second, ReclaimAfter: -1},
+			Clock:  clock,
 			Observer: limit.ObserverFunc[string](func(e limit.Event[string]) {
 				mu.Lock()
 				events = append(events, e)
@@ -359,7 +362,11 @@ func TestWaiterGetsPermitAfterWaiting(t *testing.T) {
 	clock := limittest.NewClock()
 	var waited time.Duration
 	l := newLimiter(t, limit.Config[string]{
-		Permits: 1, QueueSize: 1, ReclaimAfter: -1, Clock: clock,
+		Policy: limit.Policy[string]{
+			Permits:      1,
+			QueueSize:    1,
+			ReclaimAfter: -1,
+		}, Clock: clock,
 		Observer: limit.ObserverFunc[string](func(e limit.Event[string]) {
 			if e.Kind == limit.Granted && e.Wait > 0 {
 				waited = e.Wait
@@ -396,7 +403,7 @@ func TestWaiterGetsPermitAfterWaiting(t *testing.T) {
 }
 
 func TestShadowMode(t *testing.T) {
-	l := newLimiter(t, limit.Config[string]{Permits: 2, Shadow: true, QueueSize: 3})
+	l := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: 2, Shadow: true, QueueSize: 3}})
 	var held []limit.Permit[string]
 	for i := range 5 {
 		p, err := l.Acquire(context.Background(), "k")
@@ -424,7 +431,10 @@ func TestReclaim(t *testing.T) {
 	var mu sync.Mutex
 	logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
 	l := newLimiter(t, limit.Config[string]{
-		Permits: 2, QueueSize: 1, Clock: clock, Logger: logger, Name: "test",
+		Policy: limit.Policy[string]{
+			Permits:   2,
+			QueueSize: 1,
+		}, Clock: clock, Logger: logger, Name: "test",
 	})
 	stuck, _ := l.TryAcquire("k")
 	tunnel, _ := l.TryAcquire("k")
@@ -467,7 +477,10 @@ func TestReclaim(t *testing.T) {
 }
 
 func TestReclaimRunsByItself(t *testing.T) {
-	l := newLimiter(t, limit.Config[string]{Permits: 1, ReclaimAfter: 20 * time.Millisecond,
+	l := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{
+		Permits:      1,
+		ReclaimAfter: 20 * time.Millisecond,
+	},
 		Logger: slog.New(slog.DiscardHandler)})
 	p, _ := l.TryAcquire("k")
 	waitFor(t, "reclaim", func() bool { return l.Totals().Reclaimed == 1 })
@@ -476,7 +489,7 @@ func TestReclaimRunsByItself(t *testing.T) {
 }
 
 func TestCloseFailsWaiters(t *testing.T) {
-	l, err := limit.New(limit.Config[string]{Permits: 1, QueueSize: 1})
+	l, err := limit.New(limit.Config[string]{Policy: limit.Policy[string]{Permits: 1, QueueSize: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -500,7 +513,7 @@ func TestCloseFailsWaiters(t *testing.T) {
 }
 
 func TestSteadyStateAllocatesNothing(t *testing.T) {
-	l := newLimiter(t, limit.Config[string]{Permits: 4})
+	l := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: 4}})
 	allocs := testing.AllocsPerRun(1000, func() {
 		p, err := l.TryAcquire("client")
 		if err != nil {
@@ -529,7 +542,7 @@ func (w *lockedWriter) Write(b []byte) (int, error) {
 // theirs, even from a recycled record.
 func TestOnReclaim(t *testing.T) {
 	clock := limittest.NewClock()
-	l := newLimiter(t, limit.Config[string]{Permits: 3, Clock: clock, Logger: slog.New(slog.DiscardHandler)})
+	l := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: 3}, Clock: clock, Logger: slog.New(slog.DiscardHandler)})
 	var stuckCalls, releasedCalls, exemptCalls atomic.Int32
 	stuck, _ := l.TryAcquire("k")
 	stuck.OnReclaim(func() {
@@ -568,13 +581,13 @@ func TestOnReclaim(t *testing.T) {
 // TestIdle checks that Idle's channel closes when the last permit returns
 // and the last waiter leaves, and not before.
 func TestIdle(t *testing.T) {
-	l := newLimiter(t, limit.Config[string]{Permits: 1, QueueSize: 1})
+	l := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: 1, QueueSize: 1}})
 	select {
 	case <-l.Idle():
 	case <-time.After(10 * time.Second):
 		t.Fatal("an unused limiter is not idle")
 	}
-	l2 := newLimiter(t, limit.Config[string]{Permits: 1, QueueSize: 1})
+	l2 := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: 1, QueueSize: 1}})
 	a, _ := l2.TryAcquire("a")
 	b, _ := l2.TryAcquire("b")
 	got := make(chan limit.Permit[string], 1)
@@ -609,7 +622,7 @@ func TestIdle(t *testing.T) {
 // and that the Store never hears of it.
 func TestAcquireOver(t *testing.T) {
 	store := newClusterStore()
-	l := newLimiter(t, limit.Config[string]{Permits: 1, GlobalPermits: 1, Store: store})
+	l := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: 1}, GlobalPermits: 1, Store: store})
 	first, err := l.TryAcquire("k")
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ func TestReclaimLoggedOnlyToAGivenLogger(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			def := logtest.CaptureDefault(t)
 			clock := limittest.NewClock()
-			l := newLimiter(t, limit.Config[string]{Permits: 1, Clock: clock, Logger: tc.logger})
+			l := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: 1}, Clock: clock, Logger: tc.logger})
 			stuck, err := l.TryAcquire("k")
 			if err != nil {
 				t.Fatal(err)

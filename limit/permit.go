@@ -55,7 +55,7 @@ func (p Permit[K]) Shadowed() bool { return p.shadow }
 func (p Permit[K]) Waited() time.Duration { return p.waited }
 
 // OnReclaim arranges for f to be called if the limiter reclaims the permit
-// (see [Config.ReclaimAfter]), so that its holder can end the work the
+// (see [Policy.ReclaimAfter]), so that its holder can end the work the
 // permit no longer counts: a reclaimed permit is free for others, and work
 // that carried on under it would run over the limit. f is called once, on
 // the goroutine running [Limiter.Reclaim], after the permit was taken back

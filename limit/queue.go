@@ -49,11 +49,8 @@ func (sh *shard[K]) admitWaiters(e *entry[K]) {
 		}
 		w := e.head
 		e.remove(w)
-		w.grant = grant{limit: e.limit, local: e.inUse}
-		p := sh.take(e, sh.l.now.Load())
-		w.grant.stored = p.stored
-		sh.stats.granted++
-		w.permit = Permit[K]{p: p, gen: p.gen, key: e.key}
+		p := sh.grantLocked(e, nil)
+		w.permit, w.grant = p.handle(false), p.grant()
 		w.handed = true
 		w.ready <- struct{}{}
 	}

@@ -44,22 +44,22 @@ func TestQuietRefusalLeavesNoTrace(t *testing.T) {
 		fill func(t *testing.T, l *limit.Limiter[string])
 		want error
 	}{
-		{"key at its limit", limit.Config[string]{Permits: 1}, takeOne, limit.ErrLimited},
-		{"shadow limit at its limit", limit.Config[string]{Permits: 1, Shadow: true}, takeOne, limit.ErrLimited},
-		{"others queued", limit.Config[string]{Permits: 1, QueueSize: 4, QueueTimeout: time.Minute}, func(t *testing.T, l *limit.Limiter[string]) {
+		{"key at its limit", limit.Config[string]{Policy: limit.Policy[string]{Permits: 1}}, takeOne, limit.ErrLimited},
+		{"shadow limit at its limit", limit.Config[string]{Policy: limit.Policy[string]{Permits: 1, Shadow: true}}, takeOne, limit.ErrLimited},
+		{"others queued", limit.Config[string]{Policy: limit.Policy[string]{Permits: 1, QueueSize: 4, QueueTimeout: time.Minute}}, func(t *testing.T, l *limit.Limiter[string]) {
 			takeOne(t, l)
 			ctx, cancel := context.WithCancel(context.Background())
 			t.Cleanup(cancel)
 			go func() { _, _ = l.Acquire(ctx, "k") }()
 			waitFor(t, "the waiter", func() bool { return l.Totals().Waiting == 1 })
 		}, limit.ErrLimited},
-		{"global cap", limit.Config[string]{Permits: 5, GlobalPermits: 1}, func(t *testing.T, l *limit.Limiter[string]) {
+		{"global cap", limit.Config[string]{Policy: limit.Policy[string]{Permits: 5}, GlobalPermits: 1}, func(t *testing.T, l *limit.Limiter[string]) {
 			if _, err := l.TryAcquire("other"); err != nil {
 				t.Fatal(err)
 			}
 		}, limit.ErrGlobalLimited},
-		{"store", limit.Config[string]{Permits: 5, Store: newClusterStore()}, func(*testing.T, *limit.Limiter[string]) {}, limit.ErrQuietStore},
-		{"closed", limit.Config[string]{Permits: 5}, func(_ *testing.T, l *limit.Limiter[string]) { _ = l.Close() }, limit.ErrClosed},
+		{"store", limit.Config[string]{Policy: limit.Policy[string]{Permits: 5}, Store: newClusterStore()}, func(*testing.T, *limit.Limiter[string]) {}, limit.ErrQuietStore},
+		{"closed", limit.Config[string]{Policy: limit.Policy[string]{Permits: 5}}, func(_ *testing.T, l *limit.Limiter[string]) { _ = l.Close() }, limit.ErrClosed},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -106,7 +106,7 @@ func TestQuietRefusalLeavesNoTrace(t *testing.T) {
 // hook and gives the permit back on release.
 func TestQuietGrant(t *testing.T) {
 	obs := &eventLog{}
-	l := newLimiter(t, limit.Config[string]{Permits: 2, Shadow: true, Observer: obs})
+	l := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: 2, Shadow: true}, Observer: obs})
 	p, err := l.AcquireWith(context.Background(), "k", limit.AcquireOptions{Quiet: true, OnReclaim: func() {}})
 	if err != nil || !p.Valid() || p.Shadowed() || p.Waited() != 0 {
 		t.Fatalf("quiet grant: valid %v, shadowed %v, waited %v, error %v", p.Valid(), p.Shadowed(), p.Waited(), err)

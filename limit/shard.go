@@ -119,27 +119,6 @@ func (sh *shard[K]) forgetIfIdle(e *entry[K]) {
 	}
 }
 
-// take hands out a permit of e, dated now.
-func (sh *shard[K]) take(e *entry[K], now int64) *permit[K] {
-	p := sh.freePermits
-	if p != nil {
-		sh.freePermits = p.next
-		sh.nFreePermits--
-		p.next = nil
-	} else {
-		p = &permit[K]{sh: sh}
-	}
-	e.inUse++
-	p.entry = e
-	p.granted = now
-	// A key without a limit has nothing to count cluster-wide: its
-	// permits never reach the Store (no round trip, and a Store that
-	// refuses while it is down cannot refuse it).
-	p.stored = sh.l.s.Store != nil && e.limit != unlimited
-	sh.list(p)
-	return p
-}
-
 // give takes back permit p (whose gen the caller checked) and recycles it.
 // It does not touch e's waiters or the table; see settle.
 func (sh *shard[K]) give(p *permit[K]) {

@@ -13,7 +13,7 @@ import (
 // permits (1 to 8) and refusals, and the permits, to release.
 func busyLimiter(tb testing.TB, n int, seed uint64) (*limit.Limiter[string], []limit.Permit[string]) {
 	tb.Helper()
-	l, err := limit.New(limit.Config[string]{Permits: 8})
+	l, err := limit.New(limit.Config[string]{Policy: limit.Policy[string]{Permits: 8}})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -79,8 +79,8 @@ func (s *clusterStore) total() int {
 
 func TestStoreHoldsClusterLimit(t *testing.T) {
 	store := newClusterStore()
-	a := newLimiter(t, limit.Config[string]{Permits: 2, Store: store, QueueSize: 1})
-	b := newLimiter(t, limit.Config[string]{Permits: 2, Store: store, QueueSize: 1})
+	a := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: 2, QueueSize: 1}, Store: store})
+	b := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: 2, QueueSize: 1}, Store: store})
 	pa, err := a.Acquire(context.Background(), "k")
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +128,7 @@ func TestStoreHoldsClusterLimit(t *testing.T) {
 
 func TestStoreLocalLimitFirst(t *testing.T) {
 	store := newClusterStore()
-	l := newLimiter(t, limit.Config[string]{Permits: 1, Store: store})
+	l := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: 1}, Store: store})
 	p, _ := l.TryAcquire("k")
 	before := store.tryCalls
 	if _, err := l.TryAcquire("k"); !errors.Is(err, limit.ErrLimited) {
@@ -143,7 +143,7 @@ func TestStoreLocalLimitFirst(t *testing.T) {
 
 func TestStoreFailure(t *testing.T) {
 	store := newClusterStore()
-	l := newLimiter(t, limit.Config[string]{Permits: 4, Store: store})
+	l := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: 4}, Store: store})
 	boom := errors.New("redis away")
 	store.fail = boom
 	_, err := l.Acquire(context.Background(), "k")
@@ -172,12 +172,14 @@ func TestStoreNotAskedForUnlimitedKeys(t *testing.T) {
 	st := newClusterStore()
 	st.fail = errors.New("redis down")
 	l, err := limit.New(limit.Config[string]{
-		Permits: -1,
-		PermitsFor: func(key string) int {
-			if key == "capped" {
-				return 1
-			}
-			return 0 // Permits: unlimited
+		Policy: limit.Policy[string]{
+			Permits: -1,
+			PermitsFor: func(key string) int {
+				if key == "capped" {
+					return 1
+				}
+				return 0 // Permits: unlimited
+			},
 		},
 		Store: st,
 	})

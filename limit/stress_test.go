@@ -26,10 +26,12 @@ func TestStress(t *testing.T) {
 func stress(t *testing.T, nkeys int) {
 	permitsOf := func(k int) int { return k%4 + 1 } // 1..4 permits per key
 	l := newLimiter(t, limit.Config[int]{
-		PermitsFor:   permitsOf,
-		QueueSize:    3,
-		QueueTimeout: 2 * time.Millisecond,
-		ReclaimAfter: -1,
+		Policy: limit.Policy[int]{
+			PermitsFor:   permitsOf,
+			QueueSize:    3,
+			QueueTimeout: 2 * time.Millisecond,
+			ReclaimAfter: -1,
+		},
 	})
 	holders := make([]atomic.Int32, nkeys)
 	var granted, failed atomic.Int64

@@ -62,7 +62,7 @@ func value(t *testing.T, fams map[string]*dto.MetricFamily, name string) float64
 }
 
 func TestCollectorReportsTotals(t *testing.T) {
-	l := newLimiter(t, limit.Config[string]{Permits: 1})
+	l := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: 1}})
 	p, err := l.TryAcquire("a")
 	if err != nil {
 		t.Fatal(err)
@@ -131,10 +131,12 @@ func TestCollectorTotalsFunc(t *testing.T) {
 func TestWaitHistogramRecordsQueueWaitsOnly(t *testing.T) {
 	w := promlimit.NewWaitHistogram(promlimit.Opts{}, []float64{0.01, 1})
 	l := newLimiter(t, limit.Config[string]{
-		Permits:      1,
-		QueueSize:    4,
-		QueueTimeout: 20 * time.Millisecond,
-		Observer:     promlimit.ObserverFor[string](w),
+		Policy: limit.Policy[string]{
+			Permits:      1,
+			QueueSize:    4,
+			QueueTimeout: 20 * time.Millisecond,
+		},
+		Observer: promlimit.ObserverFor[string](w),
 	})
 	first, err := l.TryAcquire("k") // no wait: not recorded
 	if err != nil {

@@ -18,6 +18,6 @@
 // Typical use, one limiter with its queue histogram:
 //
 //	wait := promlimit.NewWaitHistogram(promlimit.Opts{ConstLabels: prometheus.Labels{"route": "api"}}, nil)
-//	lim, _ := limit.New(limit.Config[string]{Observer: promlimit.ObserverFor[string](wait), QueueSize: 16})
+//	lim, _ := limit.New(limit.Config[string]{Observer: promlimit.ObserverFor[string](wait), Policy: limit.Policy[string]{QueueSize: 16}})
 //	reg.MustRegister(promlimit.NewCollector(lim, promlimit.Opts{ConstLabels: prometheus.Labels{"route": "api"}}), wait)
 package promlimit

@@ -15,9 +15,11 @@ func Example() {
 	opts := promlimit.Opts{Subsystem: "exchanges", ConstLabels: prometheus.Labels{"route": "api"}}
 	wait := promlimit.NewWaitHistogram(opts, nil)
 	lim, err := limit.New(limit.Config[string]{
-		Permits:   8,
-		QueueSize: 16,
-		Observer:  promlimit.ObserverFor[string](wait),
+		Policy: limit.Policy[string]{
+			Permits:   8,
+			QueueSize: 16,
+		},
+		Observer: promlimit.ObserverFor[string](wait),
 	})
 	if err != nil {
 		panic(err)

@@ -17,7 +17,7 @@ import (
 
 func newPerClient(t testing.TB, permits int) *limit.Limiter[clientkey.Key] {
 	t.Helper()
-	l, err := limit.New(limit.Config[clientkey.Key]{Permits: permits})
+	l, err := limit.New(limit.Config[clientkey.Key]{Policy: limit.Policy[clientkey.Key]{Permits: permits}})
 	if err != nil {
 		t.Fatal(err)
 	}

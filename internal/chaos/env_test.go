@@ -106,7 +106,7 @@ func startEnv(t *testing.T) *env {
 	// The steady backend accepts through connlimit (counting only: the
 	// daemon is its one client), so that the test can see the daemon close
 	// its upstream connections when it stops.
-	e.steadyConns, err = connlimit.NewListener(ln, connlimit.Config{PerClient: -1, Name: "steady"})
+	e.steadyConns, err = connlimit.NewListener(ln, connlimit.Config{Policy: connlimit.Policy{Permits: -1}, Name: "steady"})
 	if err != nil {
 		t.Fatalf("steady backend: %v", err)
 	}
@@ -361,12 +361,14 @@ func startLib(t *testing.T) *libBackend {
 		Header:  clientkey.HeaderXForwardedFor,
 	}
 	lim, err := httplimit.New(httplimit.Config{
-		Key:          httplimit.ByClientIP(res),
-		Permits:      libPermits,
-		QueueSize:    libQueue,
-		QueueTimeout: 300 * time.Millisecond,
-		Logger:       slog.New(slog.DiscardHandler),
-		Name:         "chaos-lib",
+		Key: httplimit.ByClientIP(res),
+		Policy: httplimit.Policy{
+			Permits:      libPermits,
+			QueueSize:    libQueue,
+			QueueTimeout: 300 * time.Millisecond,
+		},
+		Logger: slog.New(slog.DiscardHandler),
+		Name:   "chaos-lib",
 	})
 	if err != nil {
 		t.Fatalf("lib limiter: %v", err)

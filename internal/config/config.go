@@ -117,6 +117,27 @@ type Cluster struct {
 	// invalid.
 	LocalShare float64 `yaml:"local_share"`
 
+	// RateLease is how many tokens of a rate a node takes from Redis in one call for a key
+	// busy on it (its previous request there came within RateLease intervals of the rate),
+	// then admits locally without a round trip: at most half the key's burst capacity
+	// ((burst+1)/2), only as many as the key's state admits at once, and with nginx's
+	// delay=N only within the undelayed part. Each token expires when Redis's schedule
+	// reaches its slot, so the cluster rate stays exact: other nodes may be refused earlier
+	// by the tokens a node holds, never admit more (docs/cluster.md). Zero means
+	// DefaultRateLease (32); 1 means no lease (every admission asks Redis). Negative is
+	// invalid.
+	RateLease int `yaml:"rate_lease"`
+
+	// SpareShare is the part of a concurrency limit (route limit, client limit, connection
+	// cap) a node may keep counted in Redis beyond the permits it holds, for a key busy on
+	// it (acquired within release_hold): up to floor(limit × SpareShare) permits it released
+	// stay counted for the node while the key stays busy, so that its next requests take
+	// them back without a round trip. Exact: other nodes may be refused earlier by those
+	// spares, never admit more; a node that dies loses them with its lease. Zero means
+	// DefaultSpareShare (0.1); -1 means none (a busy key's releases are sent after
+	// release_hold, as without it). Other negative values, above 1 and NaN are invalid.
+	SpareShare float64 `yaml:"spare_share"`
+
 	// ReleaseHold is how long a node keeps a permit it released (a route limit's, a client
 	// limit's, a connection cap's) counted in Redis before it sends the release, so that the
 	// same key's next request on this node takes the permit back without a round trip. It is

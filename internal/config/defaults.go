@@ -15,6 +15,8 @@ const (
 	DefaultRedisTimeout         = 50 * time.Millisecond
 	DefaultRedisTLSTimeout      = 250 * time.Millisecond
 	DefaultReleaseHold          = 10 * time.Millisecond
+	DefaultRateLease            = 32
+	DefaultSpareShare           = 0.1
 	DefaultNodeShare            = 1.0
 	DefaultMaxConnsPerClient    = 64
 	DefaultIPv6Prefix           = 64
@@ -103,6 +105,8 @@ func (c *Cluster) effective() Cluster {
 	e.NodeShare = orDefault(e.NodeShare, DefaultNodeShare)
 	e.FlushInterval = orDefault(e.FlushInterval, DefaultFlushInterval)
 	e.ReleaseHold = orDefault(e.ReleaseHold, DefaultReleaseHold)
+	e.RateLease = orDefault(e.RateLease, DefaultRateLease)
+	e.SpareShare = orDefault(e.SpareShare, DefaultSpareShare)
 	return e
 }
 

@@ -135,6 +135,8 @@ cluster: {redis: {addrs: ["r:6379"]}}
 		{"on_error", e.Cluster.OnError, config.OnErrorOpen},
 		{"node share", e.Cluster.NodeShare, 1.0},
 		{"local share", e.Cluster.LocalShare, 0.0},
+		{"rate lease", e.Cluster.RateLease, 32},
+		{"spare share", e.Cluster.SpareShare, 0.1},
 		{"flush interval", e.Cluster.FlushInterval, 10 * time.Millisecond},
 		{"rate", *l0.Routes[0].Rate, config.Rate{Rate: rate.PerSecond(10), Key: config.KeyClientIP, Status: 429, Headers: config.RateHeadersRefusal}},
 		{"listener name", l0.Name, "https-0"},

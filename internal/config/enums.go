@@ -7,7 +7,8 @@ import (
 )
 
 // Unlimited is the value of a count field (MaxConnsPerClient, Permits, Max, ...) that
-// means "no limit".
+// means "no limit": limit.Unlimited, so that a limit block's numbers are copied into a
+// limit.Policy as they are (zero the default, -1 unlimited, below -1 refused here).
 const Unlimited = -1
 
 // MaxCount is the largest count a limit accepts (permits, connection caps, queue sizes):

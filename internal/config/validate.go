@@ -108,6 +108,9 @@ func (v *validator) cluster(c *Cluster) {
 	if c.ReleaseHold < 0 || c.ReleaseHold > lease/3 {
 		v.addf("cluster.release_hold", "must be from 0 to lease/3 (%s) (got %s)", lease/3, c.ReleaseHold)
 	}
+	if math.IsNaN(c.SpareShare) || (c.SpareShare < 0 && c.SpareShare != -1) || c.SpareShare > 1 {
+		v.addf("cluster.spare_share", "must be from 0 to 1, 0 meaning %g, or -1 for none (got %g)", DefaultSpareShare, c.SpareShare)
+	}
 	if math.IsNaN(c.NodeShare) || c.NodeShare < 0 || c.NodeShare > 1 {
 		v.addf("cluster.node_share", "must be from 0 to 1, 0 meaning 1 (got %g)", c.NodeShare)
 	}

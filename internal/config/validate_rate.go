@@ -164,5 +164,8 @@ func (v *validator) clusterRates(c *Cluster) {
 	if math.IsNaN(c.LocalShare) || c.LocalShare < 0 || c.LocalShare > 1 {
 		v.addf("cluster.local_share", "must be from 0 (every admission asks Redis) to 1 (got %g)", c.LocalShare)
 	}
+	if c.RateLease < 0 {
+		v.addf("cluster.rate_lease", "must be 0 (%d) or more, 1 meaning no lease (got %d)", DefaultRateLease, c.RateLease)
+	}
 	v.nonNegativeDuration("cluster.flush_interval", c.FlushInterval)
 }

@@ -306,10 +306,14 @@ type AuthSnapshot struct {
 
 // RouteSnapshot is the state of one route's limits.
 type RouteSnapshot struct {
-	Name        string         `json:"name"`
-	Rate        *RateSnapshot  `json:"rate,omitempty"`
-	Limit       *LimitSnapshot `json:"limit,omitempty"`
-	ShadowLimit *LimitSnapshot `json:"shadow_limit,omitempty"`
+	Name string `json:"name"`
+	// Path is how the route's HTTP/1.1 requests are served now, as the
+	// running tables decide it: config.PathEventLoops, PathLean or
+	// PathFull (see config.RoutePaths, which says why).
+	Path        config.DataPath `json:"path"`
+	Rate        *RateSnapshot   `json:"rate,omitempty"`
+	Limit       *LimitSnapshot  `json:"limit,omitempty"`
+	ShadowLimit *LimitSnapshot  `json:"shadow_limit,omitempty"`
 }
 
 // LimitSnapshot is one limiter's totals (exchanges and tunnels together) and
@@ -333,6 +337,19 @@ type KeySnapshot struct {
 	Refused uint64 `json:"refused,omitempty"`
 }
 
+// pathOf returns how r, a route of f's table t, is served now: on the
+// event loops when they run and take it, on the lean path when it takes
+// the route's requests, through the full server otherwise.
+func (f *front) pathOf(t *routeTable, r *routeState) config.DataPath {
+	switch {
+	case f.h3 != nil || t.lean == nil || r.lean == nil || f.altSvc.Load() != nil:
+		return config.PathFull
+	case r.lean.onLoop && f.http != nil && f.http.loop != nil:
+		return config.PathEventLoops
+	}
+	return config.PathLean
+}
+
 // Snapshot returns the state of every listener and limit now.
 func (s *Server) Snapshot() Snapshot {
 	var out Snapshot
@@ -354,7 +371,7 @@ func (s *Server) Snapshot() Snapshot {
 			}
 			ls.Rate = rateSnapshotOf(t.rate)
 			for _, r := range t.routes {
-				rs := RouteSnapshot{Name: r.name, Rate: rateSnapshotOf(r.rate)}
+				rs := RouteSnapshot{Name: r.name, Path: f.pathOf(t, r), Rate: rateSnapshotOf(r.rate)}
 				if r.limit != nil {
 					rs.Limit = limitSnapshot(r.limit)
 				}

@@ -155,6 +155,7 @@ func newStore[K comparable](c *cluster, name, logName string, keyString func(K) 
 		OnError:     policy,
 		NodeShare:   c.cfg.NodeShare,
 		ReleaseHold: c.cfg.ReleaseHold,
+		SpareShare:  max(c.cfg.SpareShare, 0), // -1: none
 		Logger:      c.log,
 		Name:        logName,
 		Outages:     c.outages,

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +24,29 @@ func benchClusterBlock(addr string) string {
 	return "cluster: {redis: {addrs: [\"" + addr + "\"]}, timeout: 1s, on_error: closed}\n"
 }
 
+// benchClusterNames are the daemons BenchmarkDaemonCluster and
+// BenchmarkDaemonClusterLatency compare: without and with a cluster block,
+// and, with PORTCULLIS_BENCH_RATE=1, both with a route rate (benchRated)
+// besides the limits.
+func benchClusterNames() []string {
+	if os.Getenv("PORTCULLIS_BENCH_RATE") != "" {
+		return []string{"lean-rate", "lean-cluster+rate"}
+	}
+	return []string{"lean", "lean-cluster"}
+}
+
+// benchRated adds to the route of limits a rate per client address that
+// the benchmarks' clients keep under (4000 requests a second each, with a
+// burst of 4000), so that every request is admitted and what is measured
+// is what the rate costs.
+func benchRated(limits string) string {
+	const line = "        limit: {permits: 128, queue: {size: 64, timeout: 1s}}\n"
+	if !strings.Contains(limits, line) {
+		panic("benchRated: the route's limit line moved")
+	}
+	return strings.Replace(limits, line, line+"        rate: {rate: 4000r/s, burst: 4000, nodelay: true}\n", 1)
+}
+
 // BenchmarkDaemonCluster is BenchmarkDaemon with the daemon "lean" and
 // "lean-cluster", the same with a cluster block on a redis-server on
 // loopback, so that every limit (connection caps, client limit, route
@@ -31,19 +55,53 @@ func benchClusterBlock(addr string) string {
 // (the redis-server's own CPU is not counted). It also reports
 // redis-calls/req: the commands the cluster daemon sent to redis-server
 // (script calls, and any other: see redisCalls) per request, warm-up
-// excluded. Redis and the cluster child
-// are stopped at the end of each run.
+// excluded, and admitted/redis-cpu-s: the requests admitted by the cluster
+// daemon per second of CPU time redis-server spent (used_cpu_user +
+// used_cpu_sys of INFO cpu) meanwhile. Redis and the cluster child are
+// stopped at the end of each run. PORTCULLIS_BENCH_RATE=1 adds a route
+// rate to both daemons (benchRated).
 //
 //	go test -run XXX -bench DaemonCluster -benchtime 20000x -count 6 ./internal/daemon
 func BenchmarkDaemonCluster(b *testing.B) {
-	rdb := startBenchRedis(b)
-	names := []string{"lean", "lean-cluster"}
+	names := benchClusterNames()
+	rdb := startBenchRedis(b, names[1])
 	for _, name := range names {
 		benchclient.Drive(b, startBenchChild(b, name).connsFor(b), 2*benchConns)
 	}
 	resetRedisStats(b, rdb)
+	cpu0 := redisCPU(b, rdb)
 	benchDaemons(b, names)
+	reportRedisCost(b, rdb, cpu0)
+}
+
+// reportRedisCost reports redis-calls/req and admitted/redis-cpu-s since
+// the stats were reset and Redis had used cpu0.
+func reportRedisCost(b *testing.B, rdb *redis.Client, cpu0 float64) {
+	used := redisCPU(b, rdb) - cpu0
 	b.ReportMetric(float64(redisCalls(b, rdb))/float64(b.N), "redis-calls/req")
+	if used > 0 {
+		b.ReportMetric(float64(b.N)/used, "admitted/redis-cpu-s")
+	}
+}
+
+// redisCPU returns the CPU time redis-server used so far, in seconds.
+func redisCPU(b *testing.B, rdb *redis.Client) float64 {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum float64
+	for line := range strings.Lines(info) {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_user" || name == "used_cpu_sys") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu %q: %v", line, err)
+			}
+			sum += f
+		}
+	}
+	return sum
 }
 
 // BenchmarkDaemonClusterLatency is the latency of one keep-alive request
@@ -54,8 +112,8 @@ func BenchmarkDaemonCluster(b *testing.B) {
 //
 //	go test -run XXX -bench DaemonClusterLatency -benchtime 5000x -count 6 ./internal/daemon
 func BenchmarkDaemonClusterLatency(b *testing.B) {
-	rdb := startBenchRedis(b)
-	names := []string{"lean", "lean-cluster"}
+	names := benchClusterNames()
+	rdb := startBenchRedis(b, names[1])
 	conns := make([]*benchclient.Conn, len(names))
 	for i, name := range names {
 		c := startBenchChild(b, name)
@@ -73,6 +131,7 @@ func BenchmarkDaemonClusterLatency(b *testing.B) {
 		}
 	}
 	resetRedisStats(b, rdb)
+	cpu0 := redisCPU(b, rdb)
 	lat := make([][]time.Duration, len(names))
 	const batch = 500
 	b.ResetTimer()
@@ -96,20 +155,20 @@ func BenchmarkDaemonClusterLatency(b *testing.B) {
 		b.ReportMetric(float64(lat[i][len(lat[i])*9/10].Nanoseconds())/1e3, name+"-p90-µs")
 	}
 	b.ReportMetric(float64(p50[1])/float64(p50[0]), names[1]+"/"+names[0]+"-p50")
-	b.ReportMetric(float64(redisCalls(b, rdb))/float64(b.N), "redis-calls/req")
+	reportRedisCost(b, rdb, cpu0)
 }
 
 // startBenchRedis starts the redis-server of the "-cluster" daemons, and
-// stops their child at the end of the benchmark run.
-func startBenchRedis(b *testing.B) *redis.Client {
+// stops their child, named name, at the end of the benchmark run.
+func startBenchRedis(b *testing.B, name string) *redis.Client {
 	srv := redistest.Start(b)
 	b.Setenv("PORTCULLIS_BENCH_REDIS", srv.Addr())
 	b.Cleanup(func() {
 		benchMu.Lock()
 		defer benchMu.Unlock()
-		if c := benchChildren["lean-cluster"]; c != nil {
+		if c := benchChildren[name]; c != nil {
 			c.stop()
-			delete(benchChildren, "lean-cluster")
+			delete(benchChildren, name)
 		}
 	})
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
@@ -153,7 +212,7 @@ func redisCalls(b *testing.B, rdb *redis.Client) int64 {
 		}
 		n += v
 		if testing.Verbose() {
-			b.Logf("%s: %d", name, v)
+			b.Logf("%s: %d (%s)", name, v, rest)
 		}
 	}
 	return n

@@ -129,6 +129,9 @@ func runBenchChild(name string) int {
 		limits = benchLimitsOff
 	}
 	text := limits
+	if r, ok := strings.CutSuffix(rest, "rate"); ok && (r == "" || r == "cluster+") {
+		rest, text = strings.TrimSuffix(r, "+"), benchRated(text) // BenchmarkDaemonCluster with PORTCULLIS_BENCH_RATE
+	}
 	switch rest {
 	case "rp":
 		daemon.SetReverseProxy(true)

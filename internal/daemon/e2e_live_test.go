@@ -199,6 +199,10 @@ func TestLivePageWithoutJavaScript(t *testing.T) {
 		return strings.Contains(body, `data-row="web/route/one"><td class="name">route one</td><td class="bound">1 per client_ip</td><td class="n in-use">1</td><td class="n waiting">0</td>`) &&
 			strings.Contains(body, `<td class="n refused">1</td>`)
 	})
+	// Each route's path, as the daemon logged it at start.
+	if _, body := adminGet(t, d, livepage.PagePath, ""); runtime.GOOS == "linux" && !strings.Contains(body, `<small class="path">route one: event_loops</small>`) {
+		t.Errorf("the page does not say how route one is served:\n%s", body)
+	}
 	resp, body := adminGet(t, d, "/", "")
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "Refusals per second") {
 		t.Errorf("GET / (redirected to the page): %d\n%s", resp.StatusCode, body)

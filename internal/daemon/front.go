@@ -219,7 +219,7 @@ func bindFrontOn(raw net.Listener, lc config.Listener, log *slog.Logger, cl *clu
 func (f *front) connConfig(log *slog.Logger) connlimit.Config {
 	lc := &f.cfg
 	c := connlimit.Config{
-		PerClient:          lc.MaxConnsPerClient,
+		Policy:             connlimit.Policy{Permits: lc.MaxConnsPerClient},
 		Keyer:              f.id.keyer,
 		EnforceAbove:       lc.EnforceAbove,
 		MaxConns:           lc.MaxConns,
@@ -236,7 +236,7 @@ func (f *front) connConfig(log *slog.Logger) connlimit.Config {
 		c.Levels = append(c.Levels, connlimit.Level{IPv4Bits: pl.IPv4Prefix, IPv6Bits: pl.IPv6Prefix, Max: pl.Max})
 	}
 	for _, o := range lc.ConnOverrides {
-		c.Overrides = append(c.Overrides, connlimit.Override{Prefix: o.CIDR, Max: o.Max})
+		c.PrefixOverrides = append(c.PrefixOverrides, connlimit.Override{Prefix: o.CIDR, Max: o.Max})
 	}
 	if lc.ConnRate != nil {
 		c.ConnRate = lc.ConnRate.Limit()

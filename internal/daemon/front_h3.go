@@ -50,12 +50,14 @@ func bindH3(f *front, cl *cluster) error {
 		return fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
 	}
 	h.perClient, err = limit.New(limit.Config[clientkey.Key]{
-		Permits:      lc.MaxConnsPerClient,
-		PermitsFor:   connOverridePermits(lc.ConnOverrides),
-		ReclaimAfter: -1, // a QUIC connection holds its permit as long as it lives
-		Hash:         clientkey.Key.Hash,
-		Logger:       f.log,
-		Name:         lc.Name + "/quic_clients",
+		Policy: limit.Policy[clientkey.Key]{
+			Permits:      lc.MaxConnsPerClient,
+			PermitsFor:   connOverridePermits(lc.ConnOverrides),
+			ReclaimAfter: -1, // a QUIC connection holds its permit as long as it lives
+		},
+		Hash:   clientkey.Key.Hash,
+		Logger: f.log,
+		Name:   lc.Name + "/quic_clients",
 	})
 	if err != nil {
 		return fail(err)

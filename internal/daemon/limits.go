@@ -141,27 +141,24 @@ func newLimiter(cfg *config.Limit, id identity, ln, route string, kind limitKind
 		return nil, err
 	}
 	name := limiterName(ln, route, kind)
+	policy, err := limitPolicy(cfg, kind)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %s: %w", name, err)
+	}
 	cs, err := deps.cluster.store(name, labels)
 	if err != nil {
 		return nil, err
 	}
 	hc := httplimit.Config{
+		Policy:         policy,
 		Key:            key,
-		Permits:        cfg.Permits,
-		QueueSize:      cfg.Queue.Size,
-		QueueTimeout:   cfg.Queue.Timeout,
-		Shadow:         cfg.Shadow || kind == kindShadow,
 		Status:         cfg.Status,
-		RetryAfter:     cfg.RetryAfter,
+		RetryAfter:     cfg.RetryAfter, // NoRetryAfter is negative: no header
 		TunnelPermits:  cfg.TunnelPermits,
 		ReleaseTunnels: cfg.ReleaseTunnels,
-		ReclaimAfter:   cfg.ReclaimAfter, // NoReclaim is negative: never
 		Observer:       promlimit.ObserverFor[string](wait),
 		Logger:         deps.log,
 		Name:           name,
-	}
-	if cfg.RetryAfter == config.NoRetryAfter {
-		hc.RetryAfter = -1
 	}
 	if !cfg.IsCountingTunnels() {
 		// CONNECTs are neither counted nor refused; an upgrade holds its
@@ -174,21 +171,6 @@ func newLimiter(cfg *config.Limit, id identity, ln, route string, kind limitKind
 	var redisMetrics prometheus.Collector
 	if cs != nil { // a nil *clusterStore must not become a non-nil Store
 		hc.Store, closer, redisMetrics = cs, cs, cs.metrics
-	}
-	switch cfg.Key {
-	case config.KeyClientIP, "":
-		hc.PermitsFor = cidrPermits(cfg.Overrides)
-	case config.KeyTargetAddr:
-		hc.PermitsFor = addrPermits(cfg.Overrides)
-	case config.KeyTargetHost:
-		if hc.PermitsFor, err = cfg.TargetPermits(); err != nil {
-			if closer != nil {
-				_ = closer.Close()
-			}
-			return nil, fmt.Errorf("proxy: %s: %w", hc.Name, err)
-		}
-	default:
-		hc.Overrides = cfg.Overrides
 	}
 	lim, err := httplimit.New(hc)
 	if err != nil {
@@ -209,6 +191,35 @@ func newLimiter(cfg *config.Limit, id identity, ln, route string, kind limitKind
 	}, nil
 }
 
+// limitPolicy is the policy of a limit block (effective) in slot kind: the
+// config's numbers mean what the Policy's do (zero the default, -1
+// unlimited, a negative reclaim_after never), so they are copied as they
+// are; only overrides are read by key, since client_ip, target_addr and
+// target_host overrides name networks or patterns rather than single keys.
+func limitPolicy(cfg *config.Limit, kind limitKind) (httplimit.Policy, error) {
+	p := httplimit.Policy{
+		Permits:      cfg.Permits,
+		QueueSize:    cfg.Queue.Size,
+		QueueTimeout: cfg.Queue.Timeout,
+		Shadow:       cfg.Shadow || kind == kindShadow,
+		ReclaimAfter: cfg.ReclaimAfter, // NoReclaim is negative: never
+	}
+	switch cfg.Key {
+	case config.KeyClientIP, "":
+		p.PermitsFor = cidrPermits(cfg.Overrides)
+	case config.KeyTargetAddr:
+		p.PermitsFor = addrPermits(cfg.Overrides)
+	case config.KeyTargetHost:
+		var err error
+		if p.PermitsFor, err = cfg.TargetPermits(); err != nil {
+			return p, err
+		}
+	default:
+		p.Overrides = cfg.Overrides
+	}
+	return p, nil
+}
+
 func limiterName(ln, route string, kind limitKind) string {
 	if route == "" {
 		return ln + "/" + string(kind)
@@ -224,7 +235,7 @@ func keyFunc(k config.LimitKey, id identity) (httplimit.KeyFunc, error) {
 	case config.KeyUser, config.KeyProxyUser:
 		// Only the name the listener's authentication verified: Validate
 		// refuses these keys on a listener without auth.
-		return httplimit.ByUser(proxyauth.UserOf), nil
+		return httplimit.ByUser(proxyauth.UserOf)
 	case config.KeyTargetHost:
 		return forward.ByTargetHost(), nil
 	case config.KeyTargetAddr:
@@ -233,7 +244,7 @@ func keyFunc(k config.LimitKey, id identity) (httplimit.KeyFunc, error) {
 		return httplimit.ByHost(), nil
 	}
 	if name, ok := k.Header(); ok {
-		return httplimit.ByHeader(name), nil
+		return httplimit.ByHeader(name)
 	}
 	return nil, fmt.Errorf("proxy: unknown limit key %q", k)
 }

@@ -34,8 +34,10 @@ func (l liveSource) LiveState(ctx context.Context) livepage.State {
 	st := livepage.State{Time: time.Now(), Listeners: []livepage.Listener{}, Keys: []livepage.Key{}, QUIC: []livepage.QUIC{}, Shadow: []livepage.Shadow{}}
 	counts := liveCountsOf(l.s.metrics)
 	st.Upstream = counts.upstream
+	paths := l.s.paths.Load()
 	for _, f := range l.s.frontList() {
 		ll, keys := liveListener(f)
+		ll.Paths = livePaths(f, paths)
 		ll.Requests = counts.listenerRequests(f.cfg.Name)
 		st.Shadow = append(st.Shadow, liveShadows(f)...)
 		st.Listeners = append(st.Listeners, ll)
@@ -97,6 +99,25 @@ func liveListener(f *front) (livepage.Listener, []livepage.Key) {
 		}
 	}
 	return ll, keys
+}
+
+// livePaths says how each route of f is served, as the daemon logged it
+// at start or at its last reload.
+func livePaths(f *front, paths *map[string]config.RoutePath) []string {
+	if f.table == nil || f.cfg.RoutesFrom != "" || paths == nil {
+		return nil
+	}
+	var out []string
+	for _, r := range f.table.Load().routes {
+		if p, ok := (*paths)[f.cfg.Name+"/"+r.name]; ok {
+			s := "route " + r.name + ": " + string(p.Path)
+			if p.Why != "" {
+				s += " (" + p.Why + ")"
+			}
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // liveLimit returns the row of one limiter, named what, and its busy keys.

@@ -36,6 +36,7 @@ func rateStore[K comparable](c *cluster, name string, keyString func(K) string, 
 		OnError:       policy,
 		NodeShare:     c.cfg.NodeShare,
 		LocalShare:    c.cfg.LocalShare,
+		LeaseTokens:   c.cfg.RateLease,
 		FlushInterval: c.cfg.FlushInterval,
 		Logger:        c.log,
 		Name:          "rate/" + name,
@@ -60,11 +61,13 @@ func (c *cluster) connRateStore(name string, kind limitKind) (*clusterRateStore[
 
 // rateStoreCollector exports a RateStore's Redis figures under the names
 // of the concurrency stores' (calls, errors, latency, fallbacks, breaker),
-// a decision on Redis being an "acquire" and a flush a "sync", and the fast
-// path's admissions as portcullis_redisstore_local_decisions_total.
+// a decision on Redis being an "acquire" and a flush a "sync", the fast
+// path's admissions as portcullis_redisstore_local_decisions_total and
+// those from leased tokens as portcullis_redisstore_leased_decisions_total.
 type rateStoreCollector struct {
 	common *redisprom.Collector
 	local  *prometheus.Desc
+	leased *prometheus.Desc
 	src    interface{ Stats() redisstore.RateStats }
 }
 
@@ -73,6 +76,8 @@ func newRateStoreCollector(s interface{ Stats() redisstore.RateStats }, labels p
 		common: redisprom.NewCollector(rateStats{s}, "", labels),
 		local: prometheus.NewDesc("portcullis_redisstore_local_decisions_total",
 			"Rate admissions made on the node's local fast path (cluster.local_share), without a round trip.", nil, labels),
+		leased: prometheus.NewDesc("portcullis_redisstore_leased_decisions_total",
+			"Rate admissions made from tokens the node leased for a busy key (cluster.rate_lease), without a round trip.", nil, labels),
 		src: s,
 	}
 }
@@ -80,11 +85,14 @@ func newRateStoreCollector(s interface{ Stats() redisstore.RateStats }, labels p
 func (c *rateStoreCollector) Describe(ch chan<- *prometheus.Desc) {
 	c.common.Describe(ch)
 	ch <- c.local
+	ch <- c.leased
 }
 
 func (c *rateStoreCollector) Collect(ch chan<- prometheus.Metric) {
 	c.common.Collect(ch)
-	ch <- prometheus.MustNewConstMetric(c.local, prometheus.CounterValue, float64(c.src.Stats().Local))
+	st := c.src.Stats()
+	ch <- prometheus.MustNewConstMetric(c.local, prometheus.CounterValue, float64(st.Local))
+	ch <- prometheus.MustNewConstMetric(c.leased, prometheus.CounterValue, float64(st.Leased))
 }
 
 // rateStats shows a RateStore's figures as a concurrency Store's.

@@ -88,6 +88,7 @@ func (s *Server) Reload(cfg *config.Config) error {
 		s.log.Warn("log format change needs a restart", "running", s.cfg.Log.Format, "configured", eff.Log.Format)
 	}
 	s.cfg = eff
+	s.paths.Store(routePathsOf(eff))
 	s.log.Info("configuration reloaded", "listeners", len(p.fronts), "rebound", len(p.fronts)-len(p.kept), "drained", len(p.drain))
 	return nil
 }

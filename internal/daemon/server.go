@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +82,20 @@ type Server struct {
 	down   map[string]error // listeners that should serve and do not, by name
 
 	adminAuth atomic.Pointer[adminAuth] // the admin token in force; nil: none
+
+	// paths say how each route of the configuration in force is served,
+	// by listener and route name, for the live page.
+	paths atomic.Pointer[map[string]config.RoutePath]
+}
+
+// routePathsOf returns cfg's route paths (config.RoutePaths) by
+// "listener/route".
+func routePathsOf(cfg *config.Config) *map[string]config.RoutePath {
+	m := map[string]config.RoutePath{}
+	for _, p := range cfg.RoutePaths(runtime.GOOS) {
+		m[p.Listener+"/"+p.Route] = p
+	}
+	return &m
 }
 
 // Start validates cfg, binds every listener and the admin listener, and
@@ -169,6 +184,7 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 		}
 	}
 	s.cfg = eff
+	s.paths.Store(routePathsOf(eff))
 	s.fronts.Store(&fronts)
 	if a := s.admin.Load(); a != nil {
 		a.live.Sample() // the live page shows the listeners before its first tick

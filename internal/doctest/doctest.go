@@ -70,6 +70,9 @@ func fieldDocs(t testing.TB, file, name string) map[string]string {
 			for _, n := range field.Names {
 				docs[n.Name] = field.Doc.Text()
 			}
+			if len(field.Names) == 0 { // embedded: named by its type
+				docs[embeddedName(field.Type)] = field.Doc.Text()
+			}
 		}
 		return false
 	})
@@ -77,4 +80,22 @@ func fieldDocs(t testing.TB, file, name string) map[string]string {
 		t.Fatalf("doctest: no struct type %s in %s", name, file)
 	}
 	return docs
+}
+
+// embeddedName is the field name of an embedded type: Policy for Policy,
+// limit.Policy, Policy[K] or *Policy.
+func embeddedName(e ast.Expr) string {
+	switch t := e.(type) {
+	case *ast.Ident:
+		return t.Name
+	case *ast.SelectorExpr:
+		return t.Sel.Name
+	case *ast.IndexExpr:
+		return embeddedName(t.X)
+	case *ast.IndexListExpr:
+		return embeddedName(t.X)
+	case *ast.StarExpr:
+		return embeddedName(t.X)
+	}
+	return ""
 }

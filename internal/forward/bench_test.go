@@ -46,8 +46,8 @@ func BenchmarkProxiedGET(b *testing.B) {
 		s := newStack(b, stackOptions{
 			users: []string{"alice", "alice-pw"},
 			limits: []httplimit.Config{
-				{Key: forward.ByTargetHost(), Permits: 64},
-				{Key: byUser, Permits: 64},
+				{Key: forward.ByTargetHost(), Policy: httplimit.Policy{Permits: 64}},
+				{Key: byUser, Policy: httplimit.Policy{Permits: 64}},
 			},
 		})
 		benchGET(b, proxyClient(b, s, "alice", "alice-pw", "127.0.0.2"), backend.URL+"/")

@@ -33,9 +33,9 @@ func Example() {
 		panic(err)
 	}
 	defer proxy.Close()
-	perTarget, _ := httplimit.New(httplimit.Config{Key: forward.ByTargetHost(), Permits: 32})
+	perTarget, _ := httplimit.New(httplimit.Config{Key: forward.ByTargetHost(), Policy: httplimit.Policy{Permits: 32}})
 	defer perTarget.Close()
-	perClient, _ := httplimit.New(httplimit.Config{Key: httplimit.ByClientIP(nil), Permits: 8})
+	perClient, _ := httplimit.New(httplimit.Config{Key: httplimit.ByClientIP(nil), Policy: httplimit.Policy{Permits: 8}})
 	defer perClient.Close()
 	front := httptest.NewServer(perTarget.Wrap(perClient.Wrap(proxy)))
 	defer front.Close()

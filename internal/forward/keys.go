@@ -43,7 +43,7 @@ func ExceptConnect(key httplimit.KeyFunc) httplimit.KeyFunc {
 }
 
 // TargetPermits turns per-target overrides into an
-// httplimit.Config.PermitsFor function over [ByTargetHost] keys. A key of
+// httplimit.Policy.PermitsFor function over [ByTargetHost] keys. A key of
 // overrides is "host:port", which matches that port only, or "host", which
 // matches every port of the host; both are normalised as targets are
 // ("Example.COM." is "example.com"), and host:port wins over host. It

@@ -17,7 +17,9 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
-var byUser = httplimit.ByUser(proxyauth.UserOf)
+// byUser is what httplimit.ByUser(proxyauth.UserOf) returns: the function
+// itself, as a KeyFunc (ByUser fails only on nil).
+var byUser = httplimit.KeyFunc(proxyauth.UserOf)
 
 // A client sending wrong credentials in a loop is answered 407 before any
 // limiter: the limiters never count it, and an authenticated user behind
@@ -33,8 +35,8 @@ func TestAuthRefusalsNeverCounted(t *testing.T) {
 		users:    []string{"alice", "alice-pw"},
 		failures: failures,
 		limits: []httplimit.Config{
-			{Key: httplimit.ByClientIP(nil), Permits: 1},
-			{Key: byUser, Permits: 1},
+			{Key: httplimit.ByClientIP(nil), Policy: httplimit.Policy{Permits: 1}},
+			{Key: byUser, Policy: httplimit.Policy{Permits: 1}},
 		},
 	})
 	const attackers, attempts, legit = 4, 50, 40
@@ -79,7 +81,7 @@ func TestProxyUserLimitQueue(t *testing.T) {
 	tg := newTarget(t, false)
 	s := newStack(t, stackOptions{
 		users:  []string{"alice", "alice-pw", "bob", "bob-pw"},
-		limits: []httplimit.Config{{Key: byUser, Permits: 2, QueueSize: 2}},
+		limits: []httplimit.Config{{Key: byUser, Policy: httplimit.Policy{Permits: 2, QueueSize: 2}}},
 	})
 	lim := s.limits[0]
 	alice := proxyClient(t, s, "alice", "alice-pw", "127.0.0.2")
@@ -180,12 +182,12 @@ func TestTargetHostLimit(t *testing.T) {
 	}
 	t.Run("with target_host", func(t *testing.T) {
 		run(t, []httplimit.Config{
-			{Key: forward.ByTargetHost(), Permits: 2},
-			{Key: byUser, Permits: 3},
+			{Key: forward.ByTargetHost(), Policy: httplimit.Policy{Permits: 2}},
+			{Key: byUser, Policy: httplimit.Policy{Permits: 3}},
 		}, 2, http.StatusOK)
 	})
 	t.Run("without", func(t *testing.T) {
-		run(t, []httplimit.Config{{Key: byUser, Permits: 3}}, 3, http.StatusTooManyRequests)
+		run(t, []httplimit.Config{{Key: byUser, Policy: httplimit.Policy{Permits: 3}}}, 3, http.StatusTooManyRequests)
 	})
 }
 
@@ -195,7 +197,7 @@ func TestConnectHoldsPermitUntilClosed(t *testing.T) {
 	tg := newTarget(t, false)
 	s := newStack(t, stackOptions{
 		users:  []string{"alice", "alice-pw"},
-		limits: []httplimit.Config{{Key: byUser, Permits: 1}},
+		limits: []httplimit.Config{{Key: byUser, Policy: httplimit.Policy{Permits: 1}}},
 	})
 	lim := s.limits[0]
 	creds := basic("alice", "alice-pw")
@@ -251,7 +253,7 @@ func TestCountTunnelsFalse(t *testing.T) {
 	t.Run("false", func(t *testing.T) {
 		s := newStack(t, stackOptions{
 			users:  []string{"alice", "alice-pw"},
-			limits: []httplimit.Config{{Key: forward.ExceptConnect(byUser), Permits: 1, ReleaseTunnels: true}},
+			limits: []httplimit.Config{{Key: forward.ExceptConnect(byUser), Policy: httplimit.Policy{Permits: 1}, ReleaseTunnels: true}},
 		})
 		lim := s.limits[0]
 		for _, ip := range []string{"127.0.0.2", "127.0.0.3"} {
@@ -281,7 +283,7 @@ func TestCountTunnelsFalse(t *testing.T) {
 	t.Run("true (default)", func(t *testing.T) {
 		s := newStack(t, stackOptions{
 			users:  []string{"alice", "alice-pw"},
-			limits: []httplimit.Config{{Key: byUser, Permits: 1}},
+			limits: []httplimit.Config{{Key: byUser, Policy: httplimit.Policy{Permits: 1}}},
 		})
 		lim := s.limits[0]
 		c, _ := upgrade(t, s)
@@ -301,7 +303,7 @@ func TestPermitsBackToZero(t *testing.T) {
 	echo := tcpEcho(t)
 	tg := newTarget(t, false)
 	limits := func() []httplimit.Config {
-		return []httplimit.Config{{Key: httplimit.ByClientIP(nil), Permits: 8}, {Key: forward.ByTargetHost(), Permits: 8}}
+		return []httplimit.Config{{Key: httplimit.ByClientIP(nil), Policy: httplimit.Policy{Permits: 8}}, {Key: forward.ByTargetHost(), Policy: httplimit.Policy{Permits: 8}}}
 	}
 
 	t.Run("client reset during an exchange", func(t *testing.T) {

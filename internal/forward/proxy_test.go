@@ -351,7 +351,7 @@ func TestConnectOverHTTP2(t *testing.T) {
 	s := newStack(t, stackOptions{
 		tls:    true,
 		users:  []string{"alice", "alice-pw"},
-		limits: []httplimit.Config{{Key: httplimit.ByClientIP(nil), Permits: 1}},
+		limits: []httplimit.Config{{Key: httplimit.ByClientIP(nil), Policy: httplimit.Policy{Permits: 1}}},
 	})
 	tr := h2Client(t, s, "127.0.0.2")
 	open := func(creds string) (*http.Response, *io.PipeWriter) {
@@ -457,7 +457,7 @@ func TestTunnelIdleTimeout(t *testing.T) {
 	echo := tcpEcho(t)
 	s := newStack(t, stackOptions{
 		proxy:  forward.Config{TunnelIdleTimeout: 500 * time.Millisecond},
-		limits: []httplimit.Config{{Permits: 4}},
+		limits: []httplimit.Config{{Policy: httplimit.Policy{Permits: 4}}},
 	})
 	c := rawConn(t, s, "127.0.0.2")
 	br, resp := connect(t, c, echo, "")
@@ -511,7 +511,7 @@ func TestTunnelLifetime(t *testing.T) {
 
 func TestCloseCutsTunnels(t *testing.T) {
 	echo := tcpEcho(t)
-	s := newStack(t, stackOptions{limits: []httplimit.Config{{Permits: 4}}})
+	s := newStack(t, stackOptions{limits: []httplimit.Config{{Policy: httplimit.Policy{Permits: 4}}}})
 	var readers []*bufio.Reader
 	for _, ip := range []string{"127.0.0.2", "127.0.0.3"} {
 		c := rawConn(t, s, ip)

@@ -153,7 +153,7 @@ func TestDaemonChainLeavesWhenClientGoes(t *testing.T) {
 	target, _ := url.Parse("http://" + bln.Addr().String())
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.Transport = up.WithHeadTimeout(30 * time.Second)
-	lim, err := httplimit.New(httplimit.Config{Permits: 1, QueueSize: 4, QueueTimeout: 30 * time.Second})
+	lim, err := httplimit.New(httplimit.Config{Policy: httplimit.Policy{Permits: 1, QueueSize: 4, QueueTimeout: 30 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func Example() {
 	upstream, _ := intercept.NewUpstream(intercept.UpstreamConfig{Dialer: proxy.Dialer(), RootCAs: originRoots})
 	defer upstream.Close()
 
-	perClient, _ := httplimit.New(httplimit.Config{Key: httplimit.ByClientIP(nil), Permits: 8})
+	perClient, _ := httplimit.New(httplimit.Config{Key: httplimit.ByClientIP(nil), Policy: httplimit.Policy{Permits: 8}})
 	defer perClient.Close()
 	ic, _ := intercept.New(intercept.Config{Leaves: leaves, Handler: perClient.Wrap(upstream), Policy: policy})
 	defer ic.Close()

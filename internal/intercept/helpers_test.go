@@ -272,7 +272,7 @@ func writeUsers(t testing.TB, pairs ...string) string {
 
 // userLimit is a proxy_user limit of n, refusing at once.
 func userLimit(n int) httplimit.Config {
-	return httplimit.Config{Key: httplimit.ByUser(proxyauth.UserOf), Permits: n, Name: "proxy_user"}
+	return httplimit.Config{Key: httplimit.KeyFunc(proxyauth.UserOf), Policy: httplimit.Policy{Permits: n}, Name: "proxy_user"}
 }
 
 // expectIdle waits until every limiter of s holds and awaits nothing, and

@@ -410,7 +410,7 @@ func TestPermitsBackToZero(t *testing.T) {
 		return tc
 	}
 	opts := stackOptions{users: []string{"alice", "alice-pw"}, limits: []httplimit.Config{
-		{Key: forward.ByTargetHost(), Permits: 4, Name: "target_host"}, userLimit(4),
+		{Key: forward.ByTargetHost(), Policy: httplimit.Policy{Permits: 4}, Name: "target_host"}, userLimit(4),
 	}}
 	t.Run("client reset mid-request", func(t *testing.T) {
 		s := newStack(t, opts)

@@ -128,6 +128,10 @@ type Listener struct {
 	// Warnings are the unsafe settings of the listener, each naming the
 	// setting ("forward.allow_public_clients: ..."). Nil means none.
 	Warnings []string `json:"warnings,omitempty"`
+	// Paths say how each route's HTTP/1.1 requests are served ("route
+	// api: event_loops", "route site: full_server (the route has a
+	// rate)"; config.RoutePaths). Nil for listeners without routes.
+	Paths []string `json:"paths,omitempty"`
 }
 
 // Key is one busy client key.

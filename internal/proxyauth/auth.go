@@ -220,11 +220,13 @@ func New(cfg Config) (*Authenticator, error) {
 	}
 	a.set.Store(set)
 	a.perClient, err = limit.New(limit.Config[clientkey.Key]{
-		Permits:      1,
-		QueueSize:    checkQueue,
-		ReclaimAfter: -1, // a check is bounded by CheckTimeout and bcrypt's cost
-		Hash:         clientkey.Key.Hash,
-		Name:         "proxyauth checks",
+		Policy: limit.Policy[clientkey.Key]{
+			Permits:      1,
+			QueueSize:    checkQueue,
+			ReclaimAfter: -1, // a check is bounded by CheckTimeout and bcrypt's cost
+		},
+		Hash: clientkey.Key.Hash,
+		Name: "proxyauth checks",
 	})
 	if err != nil {
 		return nil, fmt.Errorf("proxyauth: per-client check queue: %w", err)

@@ -471,7 +471,7 @@ func TestAttackerSlowConnectsAreNotHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := connlimit.NewListener(inner, connlimit.Config{PerClient: 4, SYNFilter: true, Logger: slog.New(slog.DiscardHandler)})
+	ln, err := connlimit.NewListener(inner, connlimit.Config{Policy: connlimit.Policy{Permits: 4}, SYNFilter: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		inner.Close()
 		t.Fatal(err)

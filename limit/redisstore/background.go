@@ -80,11 +80,21 @@ func (s *Store[K]) flush() {
 	s.qmu.Unlock()
 	calls := make([]syncCall, 0, len(q))
 	entries := make([]*entry[K], 0, len(q))
+	now := s.s.Clock.Now().UnixNano()
+	spares := false
 	for _, e := range q {
 		sh := s.shardOf(e.ks)
 		sh.mu.Lock()
-		d := e.pending
+		d, keep := e.pending, s.spares(e, now)
 		e.pending, e.queued = 0, false
+		if keep > 0 {
+			// Busy: some releases stay counted here, and go in a
+			// later batch once the key is quiet.
+			e.pending = -keep
+			d += keep
+			s.queueLocked(e)
+			spares = true
+		}
 		if d != 0 {
 			calls = append(calls, syncCall{name: e.name, mode: "d", n: d, epoch: e.epoch, message: e.ks})
 			entries = append(entries, e)
@@ -94,6 +104,20 @@ func (s *Store[K]) flush() {
 		sh.mu.Unlock()
 	}
 	s.send(opSync, calls, entries)
+	if spares {
+		s.kickSync() // look again after ReleaseHold
+	}
+}
+
+// spares is how many of e's unsent releases stay unsent in this batch:
+// up to floor(limit × SpareShare) while the key was acquired here within
+// the last ReleaseHold, none once it is quiet. It is called with e's
+// shard lock held.
+func (s *Store[K]) spares(e *entry[K], now int64) int {
+	if e.pending >= 0 || s.s.SpareShare == 0 || now-e.acquired >= int64(s.s.ReleaseHold) {
+		return 0
+	}
+	return min(-e.pending, int(float64(e.limit)*s.s.SpareShare))
 }
 
 // heartbeat renews this node's leases by writing its absolute count of

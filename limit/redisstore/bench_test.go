@@ -45,7 +45,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	run := func(b *testing.B, parallel bool, withRedis bool) {
 		var hook roundTrips
 		var st *redisstore.Store[string]
-		lc := limit.Config[string]{Permits: 1 << 20}
+		lc := limit.Config[string]{Policy: limit.Policy[string]{Permits: 1 << 20}}
 		if withRedis {
 			client := newClient(b, srv.Addr())
 			client.AddHook(&hook)
@@ -117,7 +117,7 @@ func BenchmarkTryAcquireCached(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { st.Close() })
-	l, err := limit.New(limit.Config[string]{Permits: 1 << 20, Store: st})
+	l, err := limit.New(limit.Config[string]{Policy: limit.Policy[string]{Permits: 1 << 20}, Store: st})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -147,6 +147,19 @@ type Config struct {
 	// longer than Lease/3.
 	ReleaseHold time.Duration
 
+	// SpareShare is the part of a key's limit a node keeps counted in
+	// Redis beyond the permits it holds while the key is busy on it
+	// (acquired within the last ReleaseHold): when the batch would send
+	// the key's releases, up to floor(limit × SpareShare) of them stay
+	// unsent, so that the node's next Acquires take them back without a
+	// round trip for as long as the key stays busy; once it is quiet for
+	// ReleaseHold they are sent. Exact, as ReleaseHold: Redis counts the
+	// spares for this node, so other nodes may be refused earlier by
+	// them, never admit more, and a node that dies loses them with its
+	// lease. The heartbeat's absolute write drops them (the next Acquires
+	// ask Redis again). Zero means none. It must be in [0, 1].
+	SpareShare float64
+
 	// Clock tells the time for the breaker, the heartbeat and the age of
 	// cached counts. Lease expiry is always Redis's own TIME. Nil means the
 	// real clock.
@@ -220,6 +233,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("redisstore: Timeout must not be negative (got %v)", c.Timeout)
 	case c.OnError != Open && c.OnError != Closed:
 		return fmt.Errorf("redisstore: OnError must be Open or Closed (got %v)", c.OnError)
+	case math.IsNaN(c.SpareShare) || c.SpareShare < 0 || c.SpareShare > 1:
+		return fmt.Errorf("redisstore: SpareShare must be in [0, 1] (got %v)", c.SpareShare)
 	case math.IsNaN(c.NodeShare) || c.NodeShare < 0 || c.NodeShare > 1:
 		return fmt.Errorf("redisstore: NodeShare must be in [0, 1] (got %v)", c.NodeShare)
 	case len(c.NodeID) > 128 || strings.ContainsAny(c.NodeID, " \t\r\n"):

@@ -22,7 +22,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer store.Close() // after the limiter: removes this node's counts
-	l, err := limit.New(limit.Config[string]{Permits: 64, Store: store})
+	l, err := limit.New(limit.Config[string]{Policy: limit.Policy[string]{Permits: 64}, Store: store})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -27,8 +27,8 @@ func TestPartitionOfOneNode(t *testing.T) {
 	px := redistest.NewProxy(t, srv.Addr())
 	const lease = time.Second
 	a := newNode(t, "", redisstore.Config{Client: newClient(t, px.Addr()), NodeID: "a", Lease: lease, Timeout: 100 * time.Millisecond,
-		NodeShare: 0.5, BreakerBackoff: 200 * time.Millisecond}, limit.Config[string]{Permits: 4})
-	b := newNode(t, srv.Addr(), redisstore.Config{NodeID: "b", Lease: lease}, limit.Config[string]{Permits: 4})
+		NodeShare: 0.5, BreakerBackoff: 200 * time.Millisecond}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 4}})
+	b := newNode(t, srv.Addr(), redisstore.Config{NodeID: "b", Lease: lease}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 4}})
 	pa := acquireN(t, a, "k", 2)
 	pb := acquireN(t, b, "k", 2)
 	if _, err := b.l.Acquire(context.Background(), "k"); !errors.Is(err, limit.ErrLimited) {
@@ -86,7 +86,7 @@ func helperNode(addr string) {
 	if err != nil {
 		panic(err)
 	}
-	l, err := limit.New(limit.Config[string]{Permits: 3, Store: st})
+	l, err := limit.New(limit.Config[string]{Policy: limit.Policy[string]{Permits: 3}, Store: st})
 	if err != nil {
 		panic(err)
 	}
@@ -126,7 +126,7 @@ func TestSIGSTOPOfANodeHoldingPermits(t *testing.T) {
 	if err != nil || strings.TrimSpace(line) != "held" {
 		t.Fatalf("helper node: %q %v", line, err)
 	}
-	b := newNode(t, srv.Addr(), redisstore.Config{NodeID: "b", Lease: lease}, limit.Config[string]{Permits: 3})
+	b := newNode(t, srv.Addr(), redisstore.Config{NodeID: "b", Lease: lease}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 3}})
 	if _, err := b.l.Acquire(context.Background(), "k"); !errors.Is(err, limit.ErrLimited) {
 		t.Fatalf("b over the cluster limit while the helper holds 3: %v", err)
 	}

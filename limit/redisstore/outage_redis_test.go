@@ -33,7 +33,7 @@ func TestOutageLoggedOnceForStoresOfOneRedis(t *testing.T) {
 		nodes = append(nodes, newNode(t, "", redisstore.Config{
 			Client: client, Prefix: "outage:" + name + ":", Name: name, Outages: outages, Logger: logger,
 			Lease: 900 * time.Millisecond, OnError: redisstore.Closed, BreakerThreshold: 2, BreakerBackoff: 200 * time.Millisecond,
-		}, limit.Config[string]{Permits: 4}))
+		}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 4}}))
 	}
 	rates := newRateNode(t, "", redisstore.RateConfig{
 		Client: client, Prefix: "outage:rate:", Name: "web/rate", Outages: outages, Logger: logger,

@@ -40,6 +40,8 @@ type RateStore[K comparable] struct {
 	outageID  uint64 // this RateStore in RateConfig.Outages
 	st        counters
 	local     atomic.Uint64
+	leased    atomic.Uint64 // requests admitted from leased tokens
+	leaseGot  atomic.Uint64 // tokens taken into leases
 
 	qmu   sync.Mutex
 	queue []*rateEntry
@@ -71,6 +73,7 @@ type rateEntry struct {
 	fbIv     int64 // the node-local interval fbTat advances by (node time)
 	fbOwed   bool  // fallback admissions not yet charged to Redis
 	fbPaid   int64 // fbTat up to which Redis was charged
+	lease    rateLease
 }
 
 // ratePolicy is a rate.Limit in the forms the store computes with.
@@ -78,7 +81,9 @@ type ratePolicy struct {
 	iv, window int64 // node time, ns
 	ivUS       int64 // Redis, µs (rounded up)
 	windowUS   int64
-	local      int // requests a node may admit without asking
+	local      int   // requests a node may admit without asking
+	batch      int   // tokens a lease takes at most (0: no lease)
+	leaseUS    int64 // how far past now a lease's tokens may reach, µs
 }
 
 func (s *RateStore[K]) policy(lim rate.Limit) (ratePolicy, bool) {
@@ -90,6 +95,16 @@ func (s *RateStore[K]) policy(lim rate.Limit) (ratePolicy, bool) {
 	p := ratePolicy{iv: iv, window: n * iv, ivUS: (iv + 999) / 1000}
 	p.windowUS = n * p.ivUS
 	p.local = int(math.Floor(float64(n) * s.s.LocalShare))
+	if b := min(int64(s.s.LeaseTokens), n/2); b >= 2 {
+		p.batch = int(b)
+		// A leased token used later must not be delayed where one asked
+		// for then would not: its slot ends within the undelayed part of
+		// the burst (nginx's delay=N), rounded down to Redis's µs.
+		p.leaseUS = p.windowUS
+		if lim.Delay != rate.NoDelay && lim.Delay < lim.Burst {
+			p.leaseUS = min(p.leaseUS, int64(lim.Delay+1)*iv/1000)
+		}
+	}
 	return p, true
 }
 
@@ -272,6 +287,21 @@ func (s *RateStore[K]) reserve(ctx context.Context, key K, lim rate.Limit, mayCa
 	if !ok {
 		return true, 0, nil // unlimited
 	}
+	ahead, ok, claimed := s.fromLease(ctx, key, &p, mayCall)
+	if ok {
+		return true, ahead, nil
+	}
+	extra := 0
+	if claimed {
+		// This request takes the lease's tokens; a path that decides
+		// without calling Redis gives the claim back.
+		extra = p.batch - 1
+		defer func() {
+			if extra > 0 {
+				s.unclaim(key)
+			}
+		}()
+	}
 	probe := s.br.current() != BreakerClosed
 	if !s.br.allow(s.s.Clock.Now()) {
 		return s.fallback(key, &p, errBreakerOpen)
@@ -300,10 +330,18 @@ func (s *RateStore[K]) reserve(ctx context.Context, key K, lim rate.Limit, mayCa
 	name := e.name
 	sh.mu.Unlock()
 
-	reply, err := s.callReserve(ctx, name, &p, send)
+	reply, err := s.callReserve(ctx, name, &p, send, extra)
 
 	sh.mu.Lock()
 	s.endSend(e, send, p.ivUS, reply, err, s.now())
+	if err == nil && reply.got > 0 {
+		e.lease.take(&p, reply, now)
+		s.leaseGot.Add(uint64(reply.got))
+	}
+	if extra > 0 {
+		e.lease.endTaking()
+		extra = 0 // the claim is over
+	}
 	sh.mu.Unlock()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -382,6 +420,11 @@ type RateStats struct {
 	// Local counts requests admitted by the fast path (LocalShare)
 	// without a round trip.
 	Local uint64
+	// Leased counts requests admitted from leased tokens (LeaseTokens)
+	// without a round trip; LeaseTaken counts the tokens taken into
+	// leases, so LeaseTaken - Leased is what leases held or let expire.
+	Leased     uint64
+	LeaseTaken uint64
 	// Cached counts decisions taken from the key's last known TAT without
 	// a round trip: refusals (exact), and TryReserve admissions beyond
 	// the fast path (approximate).
@@ -407,6 +450,7 @@ func (s *RateStore[K]) Stats() RateStats {
 	st := RateStats{
 		Reserve: all.Acquire, Flush: all.Sync, Latency: all.Latency,
 		Local: s.local.Load(), Cached: all.Cached,
+		Leased: s.leased.Load(), LeaseTaken: s.leaseGot.Load(),
 		Fallbacks: all.Fallbacks, FallbackRefusals: all.FallbackRefusals, Unavailable: all.Unavailable,
 		Breaker: s.br.current(), BreakerOpens: s.br.opens.Load(),
 	}
@@ -581,13 +625,14 @@ func (s *RateStore[K]) sweep() {
 	}
 }
 
-// callReserve runs the script for one request after n pending ones, under
-// Timeout, and records the round trip.
-func (s *RateStore[K]) callReserve(ctx context.Context, name string, p *ratePolicy, send rateSend) (rateReply, error) {
+// callReserve runs the script for one request after n pending ones, taking
+// up to extra more tokens for the key's lease, under Timeout, and records
+// the round trip.
+func (s *RateStore[K]) callReserve(ctx context.Context, name string, p *ratePolicy, send rateSend, extra int) (rateReply, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.s.Timeout)
 	defer cancel()
 	start := time.Now()
-	v, err := rateScript.Run(ctx, s.s.Client, []string{name}, p.ivUS, p.windowUS, send.n, 1, send.owed).Result()
+	v, err := rateScript.Run(ctx, s.s.Client, []string{name}, p.ivUS, p.windowUS, send.n, 1, send.owed, extra, p.leaseUS).Result()
 	s.st.call(opAcquire, time.Since(start), err)
 	if err != nil {
 		return rateReply{}, fmt.Errorf("redisstore: rate script: %w", err)
@@ -596,12 +641,15 @@ func (s *RateStore[K]) callReserve(ctx context.Context, name string, p *ratePoli
 }
 
 // rateScript: KEYS[1] the key; ARGV interval µs, window µs ((Burst+1) ×
-// interval), n, want, owed µs. It adds n requests admitted without asking
-// (n < 0: cancelled ones) and owed µs (what the Open fallback's admissions
-// still owe; absent means 0), unconditionally, then counts want more
-// (Reserve: 1; ReserveMany: the weight; the flush: 0) if they all
-// conform. The TAT is Redis's TIME in µs; the key expires when the TAT is
-// reached. It returns {admitted (0 or 1), TAT - now in µs}.
+// interval), n, want, owed µs, extra, lease µs. It adds n requests admitted without
+// asking (n < 0: cancelled ones) and owed µs (what the Open fallback's
+// admissions still owe; absent means 0), unconditionally, then counts want
+// more (Reserve: 1; ReserveMany: the weight; the flush: 0) if they all
+// conform, and then, if they did, up to extra more (absent means 0) as
+// long as the TAT stays within lease µs of now (at most the window): the
+// tokens of a lease, whose slots are the last ones before the new TAT. The TAT is Redis's TIME in µs; the key expires
+// when the TAT is reached. It returns {admitted (0 or 1), TAT - now in µs,
+// tokens taken for the lease}.
 var rateScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -610,31 +658,39 @@ local tat = tonumber(redis.call('GET', KEYS[1])) or now
 if tat < now then tat = now end
 tat = tat + n * iv + (tonumber(ARGV[5]) or 0)
 if tat < now then tat = now end
-local ok = 0
+local ok, got = 0, 0
 if want > 0 and tat + want * iv - now <= window then
   tat = tat + want * iv
   ok = 1
+  local extra = tonumber(ARGV[6]) or 0
+  if extra > 0 then
+    got = math.floor((now + math.min(window, tonumber(ARGV[7]) or window) - tat) / iv)
+    if got > extra then got = extra end
+    if got < 0 then got = 0 end
+    tat = tat + got * iv
+  end
 end
 if tat > now then
   redis.call('SET', KEYS[1], string.format('%d', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
 else
   redis.call('DEL', KEYS[1])
 end
-return {ok, tat - now}
+return {ok, tat - now, got}
 `)
 
 type rateReply struct {
 	ok    bool
 	ahead int64 // µs
+	got   int   // tokens taken for the lease
 }
 
 func decodeRate(v any, err error) (rateReply, error) {
 	if err != nil {
 		return rateReply{}, err
 	}
-	x, err := ints(v, 2)
+	x, err := ints(v, 3)
 	if err != nil {
 		return rateReply{}, err
 	}
-	return rateReply{ok: x[0] == 1, ahead: x[1]}, nil
+	return rateReply{ok: x[0] == 1, ahead: x[1], got: int(x[2])}, nil
 }

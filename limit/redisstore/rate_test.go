@@ -30,6 +30,7 @@ func TestRateConfigErrors(t *testing.T) {
 		"on error":    {Client: c, OnError: 7},
 		"node share":  {Client: c, NodeShare: 1.5},
 		"local share": {Client: c, LocalShare: -0.1},
+		"lease":       {Client: c, LeaseTokens: -1},
 		"flush":       {Client: c, FlushInterval: -time.Second},
 		"breaker":     {Client: c, BreakerThreshold: -1},
 		"backoff":     {Client: c, BreakerBackoff: -1},

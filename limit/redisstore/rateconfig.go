@@ -61,6 +61,21 @@ type RateConfig struct {
 	// Redis, and the cluster rate is exact. It must be in [0, 1].
 	LocalShare float64
 
+	// LeaseTokens is how many tokens of a busy key a node takes from Redis
+	// in one call: the request's own and up to LeaseTokens-1 more, as many
+	// as the key's state in Redis admits at once (never more than its
+	// burst allows), which the node then admits locally without a round
+	// trip. A key is busy on a node when its previous request there came
+	// within LeaseTokens intervals of the key's rate. The tokens are
+	// counted in Redis when taken, and each expires when Redis's own
+	// schedule reaches the slot it occupies, so the cluster rate stays
+	// exact: no overshoot, only other nodes refused earlier by up to the
+	// tokens a node holds (docs/cluster.md works this out). A batch is at
+	// most half the key's burst capacity ((Burst+1)/2); below 2 there is
+	// no lease. Zero means none (every request asks, as without it). It
+	// must not be negative.
+	LeaseTokens int
+
 	// FlushInterval is how often requests admitted without asking Redis
 	// (the fast path, TryReserve, the Open fallback) and cancellations are
 	// sent to Redis, in one pipeline. Zero means 10 ms. It must not be
@@ -110,6 +125,8 @@ func (c RateConfig) settings() (rateSettings, error) {
 		return s, fmt.Errorf("redisstore: NodeShare must be in [0, 1] (got %v)", c.NodeShare)
 	case math.IsNaN(c.LocalShare) || c.LocalShare < 0 || c.LocalShare > 1:
 		return s, fmt.Errorf("redisstore: LocalShare must be in [0, 1] (got %v)", c.LocalShare)
+	case c.LeaseTokens < 0:
+		return s, fmt.Errorf("redisstore: LeaseTokens must not be negative (got %d)", c.LeaseTokens)
 	case c.FlushInterval < 0:
 		return s, fmt.Errorf("redisstore: FlushInterval must not be negative (got %v)", c.FlushInterval)
 	case c.BreakerThreshold < 0:

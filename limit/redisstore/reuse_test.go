@@ -20,8 +20,8 @@ import (
 func TestReleaseHoldReusesPermitsExactly(t *testing.T) {
 	srv := startRedis(t)
 	const hold = 50 * time.Millisecond
-	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a", ReleaseHold: hold}, limit.Config[string]{Permits: 1})
-	b := newNode(t, srv.Addr(), redisstore.Config{NodeID: "b"}, limit.Config[string]{Permits: 1})
+	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a", ReleaseHold: hold}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 1}})
+	b := newNode(t, srv.Addr(), redisstore.Config{NodeID: "b"}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 1}})
 	ctx := context.Background()
 	const n = 200
 	calls := a.st.Stats().Acquire.Calls
@@ -54,5 +54,50 @@ func TestReleaseHoldReusesPermitsExactly(t *testing.T) {
 		p.Release()
 		return true
 	})
+	waitFor(t, "counts back to zero", time.Second, func() bool { return len(counts(t, c, "k")) == 0 })
+}
+
+// SpareShare keeps a busy key's released permits counted for the node
+// across release batches: a client holding two permits at a time, over
+// 300 rounds spread over many ReleaseHolds, costs a few acquire calls, not
+// two per batch. Exact: with a limit of 4 the other node gets the 2 the
+// busy node does not keep and is refused the rest, gets all 4 once the
+// busy node is quiet, and the counts go back to zero.
+func TestSpareShareKeepsBusyPermitsExactly(t *testing.T) {
+	srv := startRedis(t)
+	const hold = 20 * time.Millisecond
+	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a", ReleaseHold: hold, SpareShare: 0.5}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 4}})
+	b := newNode(t, srv.Addr(), redisstore.Config{NodeID: "b"}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 4}})
+	ctx := context.Background()
+	const rounds = 300
+	for i := range rounds {
+		var ps []limit.Permit[string]
+		for j := range 2 {
+			p, err := a.l.Acquire(ctx, "k")
+			if err != nil {
+				t.Fatalf("round %d, acquire %d on a: %v (redis %v)", i, j+1, err, counts(t, newClient(t, srv.Addr()), "k"))
+			}
+			ps = append(ps, p)
+		}
+		releaseAll(ps)
+		time.Sleep(time.Millisecond) // 300 rounds: 15 ReleaseHolds at least
+		if i == rounds/2 {
+			// a holds nothing now, but keeps its 2 spares counted.
+			got := acquireN(t, b, "k", 2)
+			if _, err := b.l.Acquire(ctx, "k"); !errors.Is(err, limit.ErrLimited) {
+				t.Fatalf("b got a third permit while a keeps 2 spares of 4: %v", err)
+			}
+			releaseAll(got)
+		}
+	}
+	st := a.st.Stats()
+	t.Logf("%d rounds of 2 on a: %d acquire calls, %d reused, %d release batches", rounds, st.Acquire.Calls, st.Reused, st.Sync.Calls)
+	if st.Acquire.Calls > 10 {
+		t.Fatalf("a busy key cost %d acquire calls for %d admissions; want at most 10", st.Acquire.Calls, 2*rounds)
+	}
+	c := newClient(t, srv.Addr())
+	waitFor(t, "a's spares sent once it is quiet", time.Second, func() bool { return counts(t, c, "k")["a"] == 0 })
+	all := acquireN(t, b, "k", 4)
+	releaseAll(all)
 	waitFor(t, "counts back to zero", time.Second, func() bool { return len(counts(t, c, "k")) == 0 })
 }

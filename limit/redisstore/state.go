@@ -29,6 +29,9 @@ type entry[K comparable] struct {
 	others  int   // other nodes' live permits, as of seen
 	seen    int64 // when Redis last told us others (Unix ns); 0 never
 	watched int64 // when Redis last refused us (Unix ns); 0 never
+
+	limit    int   // the limit of the key's last Acquire
+	acquired int64 // when the key was last acquired here (Unix ns, node clock)
 }
 
 type shard[K comparable] struct {

@@ -155,20 +155,47 @@ func (s *Store[K]) NodeID() string { return s.s.NodeID }
 // answer must be matched by one Release. After Close it returns
 // [ErrClosed].
 func (s *Store[K]) Acquire(ctx context.Context, key K, limit, local int) (bool, error) {
+	c, ok, err, decided := s.beginAcquire(key, limit, local)
+	if decided {
+		return ok, err
+	}
+	reply, err := s.callAcquire(ctx, c.e, limit, c.epoch, c.delta)
+	return s.endAcquire(ctx, c, reply, err)
+}
+
+// An acquireCall is an Acquire whose script is to run: what endAcquire
+// needs of it once Redis answered.
+type acquireCall[K comparable] struct {
+	key          K
+	e            *entry[K]
+	sh           *shard[K]
+	limit, local int
+	epoch        int64
+	delta        int
+}
+
+// beginAcquire decides key's Acquire without Redis where it can: after
+// Close, for no limit, by the failure policy while the breaker is open, or
+// by taking back a permit this node released and has not sent (decided
+// true, with the answer). Otherwise it counts the script as in flight and
+// returns the call to run.
+func (s *Store[K]) beginAcquire(key K, limit, local int) (c acquireCall[K], ok bool, err error, decided bool) {
 	if s.closed.Load() {
-		return false, ErrClosed
+		return c, false, ErrClosed, true
 	}
 	if limit <= 0 {
-		return false, nil
+		return c, false, nil, true
 	}
 	now := s.s.Clock.Now()
 	if !s.br.allow(now) {
-		return s.fallback(key, limit, local, errBreakerOpen)
+		ok, err = s.fallback(key, limit, local, errBreakerOpen)
+		return c, ok, err, true
 	}
 	ks := s.keyString(key)
 	sh := s.shardOf(ks)
 	sh.mu.Lock()
 	e := s.entryLocked(sh, key, ks)
+	e.limit, e.acquired = limit, now.UnixNano()
 	if e.pending < 0 && !e.dirty && e.held < limit && s.br.current() == BreakerClosed &&
 		now.UnixNano()-e.renewed < int64(s.s.Lease/2) {
 		// A permit this node released and has not told Redis of yet:
@@ -183,17 +210,21 @@ func (s *Store[K]) Acquire(ctx context.Context, key K, limit, local int) (bool, 
 		e.pending++
 		sh.mu.Unlock()
 		s.st.reused.Add(1)
-		return true, nil
+		return c, true, nil, true
 	}
 	e.inflight++
 	// Releases not yet sent ride along with the script: a busy key's
 	// releases then cost no round trip of their own.
-	epoch, delta := e.epoch, e.pending
+	c = acquireCall[K]{key: key, e: e, sh: sh, limit: limit, local: local, epoch: e.epoch, delta: e.pending}
 	e.pending = 0
 	sh.mu.Unlock()
+	return c, false, nil, false
+}
 
-	reply, err := s.callAcquire(ctx, e, limit, epoch, delta)
-
+// endAcquire ends the call begun by beginAcquire with Redis's reply or
+// err, and returns Acquire's answer.
+func (s *Store[K]) endAcquire(ctx context.Context, c acquireCall[K], reply acquireReply, err error) (bool, error) {
+	e, sh := c.e, c.sh
 	sh.mu.Lock()
 	e.inflight--
 	if err != nil {
@@ -206,7 +237,7 @@ func (s *Store[K]) Acquire(ctx context.Context, key K, limit, local int) (bool, 
 			return false, ctx.Err()
 		}
 		s.br.failure(s.s.Clock.Now(), err)
-		return s.fallback(key, limit, local, err)
+		return s.fallback(c.key, c.limit, c.local, err)
 	}
 	nowNs := s.s.Clock.Now().UnixNano()
 	e.others, e.seen = reply.others, nowNs

@@ -35,7 +35,7 @@ func TestClusterCapUnderLoad(t *testing.T) {
 	for i := range 3 {
 		nodes = append(nodes, newNode(t, srv.Addr(),
 			redisstore.Config{NodeID: fmt.Sprintf("n%d", i), Lease: 900 * time.Millisecond, Timeout: 300 * time.Millisecond, OnError: redisstore.Closed},
-			limit.Config[string]{Permits: limitN, QueueSize: goroutines, QueueTimeout: 50 * time.Millisecond}))
+			limit.Config[string]{Policy: limit.Policy[string]{Permits: limitN, QueueSize: goroutines, QueueTimeout: 50 * time.Millisecond}}))
 	}
 	var held, peak, granted, slow atomic.Int64
 	var wg sync.WaitGroup
@@ -99,8 +99,8 @@ func TestClusterCapUnderLoad(t *testing.T) {
 func TestFrozenNodeLosesPermitsWithinLease(t *testing.T) {
 	srv := redistest.Start(t)
 	const lease = time.Second
-	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a", Lease: lease}, limit.Config[string]{Permits: 3})
-	b := newNode(t, srv.Addr(), redisstore.Config{NodeID: "b", Lease: lease}, limit.Config[string]{Permits: 3})
+	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a", Lease: lease}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 3}})
+	b := newNode(t, srv.Addr(), redisstore.Config{NodeID: "b", Lease: lease}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 3}})
 	acquireN(t, a, "k", 3)
 	if _, err := b.l.Acquire(context.Background(), "k"); !errors.Is(err, limit.ErrLimited) {
 		t.Fatalf("b over the cluster limit: err = %v", err)
@@ -147,8 +147,8 @@ func TestRedisStoppedAndRestarted(t *testing.T) {
 					NodeShare: 0.5, BreakerThreshold: 2, BreakerBackoff: 300 * time.Millisecond,
 				}
 			}
-			a := newNode(t, srv.Addr(), cfg("a"), limit.Config[string]{Permits: 4})
-			b := newNode(t, srv.Addr(), cfg("b"), limit.Config[string]{Permits: 4})
+			a := newNode(t, srv.Addr(), cfg("a"), limit.Config[string]{Policy: limit.Policy[string]{Permits: 4}})
+			b := newNode(t, srv.Addr(), cfg("b"), limit.Config[string]{Policy: limit.Policy[string]{Permits: 4}})
 			pa := acquireN(t, a, "k", 1)
 			pb := acquireN(t, b, "k", 1)
 
@@ -240,7 +240,7 @@ func TestNoScriptAfterScriptFlush(t *testing.T) {
 	// A generous timeout: this test is about NOSCRIPT, not about -race
 	// slowing a call past 50 ms.
 	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a", Lease: 900 * time.Millisecond, Timeout: 300 * time.Millisecond},
-		limit.Config[string]{Permits: 3})
+		limit.Config[string]{Policy: limit.Policy[string]{Permits: 3}})
 	ps := acquireN(t, a, "k", 1)
 	flush := func() {
 		if err := c.ScriptFlush(context.Background()).Err(); err != nil {
@@ -273,7 +273,7 @@ func TestHeartbeatHealsAndIdleKeysVanish(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv.Addr())
 	const lease = 600 * time.Millisecond
-	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a", Lease: lease}, limit.Config[string]{Permits: 5})
+	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a", Lease: lease}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 5}})
 	ps := acquireN(t, a, "k", 2)
 	ctx := context.Background()
 	c.HSet(ctx, testPrefix+"{k}", "c:a", 7) // a lost release, say
@@ -294,8 +294,8 @@ func TestHeartbeatHealsAndIdleKeysVanish(t *testing.T) {
 // releases, well before its poll interval.
 func TestWaiterWokenByReleaseElsewhere(t *testing.T) {
 	srv := redistest.Start(t)
-	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a", Lease: time.Second}, limit.Config[string]{Permits: 1})
-	b := newNode(t, srv.Addr(), redisstore.Config{NodeID: "b", Lease: time.Second}, limit.Config[string]{Permits: 1, QueueSize: 1})
+	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a", Lease: time.Second}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 1}})
+	b := newNode(t, srv.Addr(), redisstore.Config{NodeID: "b", Lease: time.Second}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 1, QueueSize: 1}})
 	pa := acquireN(t, a, "k", 1)
 	got := make(chan error, 1)
 	go func() {
@@ -332,8 +332,8 @@ func TestWaiterWokenByReleaseElsewhere(t *testing.T) {
 func TestTryAcquireUsesCachedCount(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv.Addr())
-	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a"}, limit.Config[string]{Permits: 4})
-	b := newNode(t, srv.Addr(), redisstore.Config{NodeID: "b", NodeShare: 0.5}, limit.Config[string]{Permits: 4})
+	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a"}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 4}})
+	b := newNode(t, srv.Addr(), redisstore.Config{NodeID: "b", NodeShare: 0.5}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 4}})
 	// No count known on b: node cap ceil(4 × 0.5) = 2.
 	p1, err1 := b.l.TryAcquire("k")
 	p2, err2 := b.l.TryAcquire("k")
@@ -369,7 +369,7 @@ func TestTryAcquireUsesCachedCount(t *testing.T) {
 func TestCloseRemovesCounts(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv.Addr())
-	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a"}, limit.Config[string]{Permits: 3})
+	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a"}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 3}})
 	acquireN(t, a, "k", 2)
 	if err := a.st.Close(); err != nil {
 		t.Fatal(err)
@@ -392,7 +392,7 @@ func TestCloseRemovesCounts(t *testing.T) {
 // holds nothing, and does not count against Redis's health.
 func TestAcquireContextEnded(t *testing.T) {
 	srv := redistest.Start(t)
-	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a"}, limit.Config[string]{Permits: 3})
+	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a"}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 3}})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	ok, err := a.st.Acquire(ctx, "k", 3, 0)
@@ -483,7 +483,7 @@ func TestHungRedisBoundedByTimeoutAndBreaker(t *testing.T) {
 	client := newClient(t, ln.Addr().String())
 	const timeout = 50 * time.Millisecond
 	n := newNode(t, "", redisstore.Config{Client: client, NodeID: "a", Timeout: timeout, BreakerThreshold: 3, BreakerBackoff: time.Hour},
-		limit.Config[string]{Permits: 4})
+		limit.Config[string]{Policy: limit.Policy[string]{Permits: 4}})
 	for i := range 10 {
 		start := time.Now()
 		p, err := n.l.Acquire(context.Background(), "k")
@@ -506,7 +506,7 @@ func TestHungRedisBoundedByTimeoutAndBreaker(t *testing.T) {
 func TestManyKeysSplitIntoBatches(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv.Addr())
-	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a", Lease: 900 * time.Millisecond}, limit.Config[string]{Permits: 2})
+	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a", Lease: 900 * time.Millisecond}, limit.Config[string]{Policy: limit.Policy[string]{Permits: 2}})
 	const keys = 600 // syncBatch is 256
 	var ps []limit.Permit[string]
 	for i := range keys {

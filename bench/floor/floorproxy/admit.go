@@ -52,9 +52,9 @@ type Admission struct {
 func NewAdmission() (*Admission, error) {
 	a := &Admission{PathPrefix: "/"}
 	for _, cfg := range []limit.Config[string]{
-		{Permits: 256},
-		{Permits: 128, Shadow: true},
-		{Permits: 128, QueueSize: 64, QueueTimeout: time.Second},
+		{Policy: limit.Policy[string]{Permits: 256}},
+		{Policy: limit.Policy[string]{Permits: 128, Shadow: true}},
+		{Policy: limit.Policy[string]{Permits: 128, QueueSize: 64, QueueTimeout: time.Second}},
 	} {
 		cfg.Observer = promlimit.ObserverFor[string](promlimit.NewWaitHistogram(promlimit.Opts{Subsystem: "exchanges"}, nil))
 		l, err := limit.New(cfg)

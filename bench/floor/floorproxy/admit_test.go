@@ -67,7 +67,7 @@ func startAdmitting(t *testing.T, permits int, delay time.Duration, serve func(*
 		Upstream: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "upstream_seconds"}),
 	}
 	for range 2 {
-		l, err := limit.New(limit.Config[string]{Permits: permits})
+		l, err := limit.New(limit.Config[string]{Policy: limit.Policy[string]{Permits: permits}})
 		if err != nil {
 			t.Fatal(err)
 		}
