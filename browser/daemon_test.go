@@ -21,7 +21,7 @@ import (
 
 	"github.com/seed-a07d1050/portcullis/browser/internal/browsertest"
 	"github.com/seed-a07d1050/portcullis/internal/config"
-	"github.com/seed-a07d1050/portcullis/internal/proxy"
+	"github.com/seed-a07d1050/portcullis/internal/daemon"
 )
 
 // waitLimit bounds every wait outside the browser in these tests.
@@ -88,11 +88,11 @@ const (
 	adminTokenLater = "fedcba9876543210fedcba9876543210"
 )
 
-// daemon is a Portcullis daemon started in this process, with the clients
+// testDaemon is a Portcullis daemon started in this process, with the clients
 // the test made.
-type daemon struct {
+type testDaemon struct {
 	t       *testing.T
-	srv     *proxy.Server
+	srv     *daemon.Server
 	mu      sync.Mutex
 	clients []*http.Client
 	// manualStop is set by a test that stops the admin listener's use
@@ -122,18 +122,18 @@ func startBackend(t *testing.T) string {
 // startDaemon starts a backend and a daemon from text ({{backend}}
 // replaced by the backend's URL), and checks after the test that the
 // daemon holds nothing (no connection, permit or waiter).
-func startDaemon(t *testing.T, text string) *daemon {
+func startDaemon(t *testing.T, text string) *testDaemon {
 	t.Helper()
 	text = strings.ReplaceAll(text, "{{backend}}", startBackend(t))
 	cfg, err := config.Parse("test.yaml", []byte(text))
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	srv, err := proxy.Start(cfg, proxy.Options{Logger: slog.New(slog.DiscardHandler)})
+	srv, err := daemon.Start(cfg, daemon.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
-	d := &daemon{t: t, srv: srv}
+	d := &testDaemon{t: t, srv: srv}
 	t.Cleanup(func() {
 		if !t.Failed() {
 			d.checkIdle()
@@ -145,17 +145,17 @@ func startDaemon(t *testing.T, text string) *daemon {
 	return d
 }
 
-func (d *daemon) url(listener, path string) string {
+func (d *testDaemon) url(listener, path string) string {
 	return "http://" + d.srv.Addr(listener).String() + path
 }
 
-func (d *daemon) adminURL(path string) string {
+func (d *testDaemon) adminURL(path string) string {
 	return "http://" + d.srv.AdminAddr().String() + path
 }
 
 // client returns an HTTP client whose connections come from source address
 // ip (127.0.0.X).
-func (d *daemon) client(ip string) *http.Client {
+func (d *testDaemon) client(ip string) *http.Client {
 	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: waitLimit}
 	c := &http.Client{Timeout: 2 * waitLimit, Transport: &http.Transport{DialContext: dialer.DialContext, DisableCompression: true}}
 	d.mu.Lock()
@@ -165,14 +165,14 @@ func (d *daemon) client(ip string) *http.Client {
 }
 
 // snapshot reads /debug/limits.
-func (d *daemon) snapshot() proxy.Snapshot {
+func (d *testDaemon) snapshot() daemon.Snapshot {
 	d.t.Helper()
 	resp, err := http.Get(d.adminURL("/debug/limits"))
 	if err != nil {
 		d.t.Fatalf("debug/limits: %v", err)
 	}
 	defer resp.Body.Close()
-	var s proxy.Snapshot
+	var s daemon.Snapshot
 	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
 		d.t.Fatalf("debug/limits: %v", err)
 	}
@@ -181,13 +181,13 @@ func (d *daemon) snapshot() proxy.Snapshot {
 
 // checkIdle fails the test unless the daemon comes to hold no connection,
 // permit or waiter within waitLimit, its clients' idle connections closed.
-func (d *daemon) checkIdle() {
+func (d *testDaemon) checkIdle() {
 	d.t.Helper()
 	read := d.snapshot
 	if d.manualStop {
 		read = d.srv.Snapshot
 	}
-	var last proxy.Snapshot
+	var last daemon.Snapshot
 	idle := func() bool {
 		d.mu.Lock()
 		for _, c := range d.clients {
@@ -233,7 +233,7 @@ func get(t *testing.T, c *http.Client, url string) (int, string) {
 // holdPermit makes a request from ip that holds the route's permit until
 // the returned function is called: the backend's /stream answers a first
 // part, then waits for the client to go.
-func holdPermit(t *testing.T, d *daemon, ip string) (release func()) {
+func holdPermit(t *testing.T, d *testDaemon, ip string) (release func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.url("web", "/stream"), nil)
@@ -256,7 +256,7 @@ func holdPermit(t *testing.T, d *daemon, ip string) (release func()) {
 // refuse holds the route's permit from ip and sends a second request from
 // ip, which must get 429. The permit is held until release is called, or
 // the test ends.
-func refuse(t *testing.T, d *daemon, ip string) (release func()) {
+func refuse(t *testing.T, d *testDaemon, ip string) (release func()) {
 	t.Helper()
 	release = holdPermit(t, d, ip)
 	t.Cleanup(release)
@@ -272,7 +272,7 @@ func refuse(t *testing.T, d *daemon, ip string) (release func()) {
 // the dead upstream, and two requests that the slow route's rate is
 // delaying. Calling the function it returns makes the two delayed
 // requests' clients leave (they end as 499) and waits until they have.
-func healthTraffic(t *testing.T, d *daemon) (leave func()) {
+func healthTraffic(t *testing.T, d *testDaemon) (leave func()) {
 	t.Helper()
 	c := d.client("127.0.0.3")
 	for _, p := range []string{"/slow/a", "/shadow/a", "/shadow/b", "/"} {

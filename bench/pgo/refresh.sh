@@ -8,7 +8,7 @@
 #
 # Usage: bench/pgo/refresh.sh [--requests N]
 #
-# The profile is what the daemon does in BenchmarkDaemon (internal/proxy):
+# The profile is what the daemon does in BenchmarkDaemon (internal/daemon):
 # keep-alive HTTP/1.1 requests proxied with every limit on: the lean path
 # with the access log off and on, and the lean path on event loops
 # (http1_server: eventloop), each daemon in a child process on loopback. Run it on a
@@ -33,9 +33,9 @@ trap 'rm -rf "$work"' EXIT
 
 # Built without a profile, so that the new profile does not describe code
 # the old one shaped.
-(cd "$REPO" && go test -c -pgo=off -o "$work/proxy.test" ./internal/proxy)
+(cd "$REPO" && go test -c -pgo=off -o "$work/daemon.test" ./internal/daemon)
 (cd "$work" && PORTCULLIS_BENCH_CPUPROFILE="$work/cpu" PORTCULLIS_BENCH_DAEMONS="lean lean-log eventloop" \
-	./proxy.test -test.run XXX -test.bench Daemon -test.benchtime "${REQUESTS}x" -test.count 1)
+	./daemon.test -test.run XXX -test.bench Daemon -test.benchtime "${REQUESTS}x" -test.count 1)
 go tool pprof -proto "$work/cpu.lean" "$work/cpu.lean-log" "$work/cpu.eventloop" > "$work/release.pgo"
 mv "$work/release.pgo" "$REPO/cmd/portcullis/release.pgo"
 echo "wrote cmd/portcullis/release.pgo ($(du -h "$REPO/cmd/portcullis/release.pgo" | cut -f1))"

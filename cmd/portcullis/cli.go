@@ -11,7 +11,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/seed-a07d1050/portcullis/internal/proxy"
+	"github.com/seed-a07d1050/portcullis/internal/daemon"
 	"github.com/seed-a07d1050/portcullis/internal/sdnotify"
 	"github.com/seed-a07d1050/portcullis/internal/siege"
 )
@@ -51,7 +51,7 @@ type env struct {
 	// a function that stops it.
 	notify func(ch chan<- os.Signal) (stop func())
 	// started, if set, is told of the server once it serves.
-	started func(*proxy.Server)
+	started func(*daemon.Server)
 	// manager is the service manager to tell of the daemon's state; nil
 	// when none started it (no NOTIFY_SOCKET). managerErr is why a
 	// NOTIFY_SOCKET that is set cannot be used; run logs it.
@@ -179,7 +179,7 @@ func (e env) checkCmd(args []string) int {
 	}
 	_, _ = e.stdout.Write(out)
 	if *connect {
-		what, err := proxy.CheckCluster(cfg)
+		what, err := daemon.CheckCluster(cfg)
 		switch {
 		case err != nil:
 			fmt.Fprintf(e.stderr, "portcullis check --connect: %v\n", err)

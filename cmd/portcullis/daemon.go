@@ -14,8 +14,8 @@ import (
 	"syscall"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/daemon"
 	"github.com/seed-a07d1050/portcullis/internal/intercept"
-	"github.com/seed-a07d1050/portcullis/internal/proxy"
 	"github.com/seed-a07d1050/portcullis/internal/sdnotify"
 	"github.com/seed-a07d1050/portcullis/rate"
 )
@@ -349,7 +349,7 @@ func (e env) serveWith(cfg *config.Config, notes []string, reload func() (*confi
 	sigs := make(chan os.Signal, 4)
 	stop := e.notify(sigs)
 	defer stop()
-	srv, err := proxy.Start(cfg, proxy.Options{LogOutput: e.stderr})
+	srv, err := daemon.Start(cfg, daemon.Options{LogOutput: e.stderr})
 	if err != nil {
 		if e.explainStart != nil {
 			if msg := e.explainStart(err); msg != "" {

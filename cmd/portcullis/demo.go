@@ -18,7 +18,7 @@ import (
 
 	"github.com/seed-a07d1050/portcullis/internal/backend"
 	"github.com/seed-a07d1050/portcullis/internal/config"
-	"github.com/seed-a07d1050/portcullis/internal/proxy"
+	"github.com/seed-a07d1050/portcullis/internal/daemon"
 	"github.com/seed-a07d1050/portcullis/internal/siege"
 )
 
@@ -107,7 +107,7 @@ func (e env) demoServe(f *demoFlags) int {
 		return exitFailure
 	}
 	started := e.started
-	e.started = func(srv *proxy.Server) {
+	e.started = func(srv *daemon.Server) {
 		printTryList(e.stdout, srv.Addr("web").String(), srv.AdminAddr().String(), hint)
 		if started != nil {
 			started(srv)
@@ -233,7 +233,7 @@ func (e env) demoAttack(f *demoFlags) int {
 		return exitUsage
 	}
 	cfg.Log.Level = config.LevelWarn // the refusals would drown the table
-	srv, err := proxy.Start(cfg, proxy.Options{LogOutput: e.stderr})
+	srv, err := daemon.Start(cfg, daemon.Options{LogOutput: e.stderr})
 	if err != nil {
 		if msg := f.explainBindError(err); msg != "" {
 			fmt.Fprintln(e.stderr, msg)

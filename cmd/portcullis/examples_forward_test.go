@@ -14,7 +14,7 @@ import (
 
 	"github.com/seed-a07d1050/portcullis/internal/backend"
 	"github.com/seed-a07d1050/portcullis/internal/config"
-	"github.com/seed-a07d1050/portcullis/internal/proxy"
+	"github.com/seed-a07d1050/portcullis/internal/daemon"
 )
 
 // TestExampleForwardConfig loads examples/forward.yaml as `portcullis run
@@ -29,7 +29,7 @@ func TestExampleForwardConfig(t *testing.T) {
 	l := &cfg.Listeners[0]
 	l.Listen, cfg.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
 	l.Forward.Destinations.Allow = append(l.Forward.Destinations.Allow, netip.MustParsePrefix("127.0.0.0/8"))
-	srv, err := proxy.Start(cfg, proxy.Options{Logger: slog.New(slog.DiscardHandler)})
+	srv, err := daemon.Start(cfg, daemon.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

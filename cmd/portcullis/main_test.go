@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/backend"
+	"github.com/seed-a07d1050/portcullis/internal/daemon"
 	"github.com/seed-a07d1050/portcullis/internal/logtest"
-	"github.com/seed-a07d1050/portcullis/internal/proxy"
 	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
@@ -181,14 +181,14 @@ func (s *signals) send(sig os.Signal) {
 
 // startRun runs the command in the background and returns the server once
 // it serves, and a channel with the exit code.
-func startRun(t *testing.T, args []string, sig *signals, stdout io.Writer, stderr ...io.Writer) (*proxy.Server, <-chan int) {
+func startRun(t *testing.T, args []string, sig *signals, stdout io.Writer, stderr ...io.Writer) (*daemon.Server, <-chan int) {
 	t.Helper()
-	started := make(chan *proxy.Server, 1)
+	started := make(chan *daemon.Server, 1)
 	var errOut io.Writer = io.Discard
 	if len(stderr) > 0 {
 		errOut = stderr[0]
 	}
-	e := env{stdout: stdout, stderr: errOut, notify: sig.notify, started: func(s *proxy.Server) { started <- s }}
+	e := env{stdout: stdout, stderr: errOut, notify: sig.notify, started: func(s *daemon.Server) { started <- s }}
 	code := make(chan int, 1)
 	go func() { code <- e.main(args) }()
 	select {

@@ -12,23 +12,23 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/seed-a07d1050/portcullis/internal/backend"
-	"github.com/seed-a07d1050/portcullis/internal/proxy"
+	"github.com/seed-a07d1050/portcullis/internal/daemon"
 	"github.com/seed-a07d1050/portcullis/internal/sdnotify"
 	"github.com/seed-a07d1050/portcullis/internal/sdnotify/sdnotifytest"
 )
 
 // startManaged runs args like startRun, with a service manager listening
 // on a real notification socket (abstract, as systemd's own).
-func startManaged(t *testing.T, args []string, sig *signals, logs io.Writer) (*proxy.Server, <-chan int, *sdnotifytest.Manager) {
+func startManaged(t *testing.T, args []string, sig *signals, logs io.Writer) (*daemon.Server, <-chan int, *sdnotifytest.Manager) {
 	t.Helper()
 	m := sdnotifytest.Listen(t, true)
 	n, err := sdnotify.New(m.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	started := make(chan *proxy.Server, 1)
+	started := make(chan *daemon.Server, 1)
 	e := env{stdout: io.Discard, stderr: logs, notify: sig.notify, manager: n,
-		started: func(s *proxy.Server) { started <- s }}
+		started: func(s *daemon.Server) { started <- s }}
 	code := make(chan int, 1)
 	go func() { code <- e.main(args) }()
 	select {
@@ -168,9 +168,9 @@ func TestRunServesWithoutAUsableManager(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			sig := &signals{}
 			logs := &syncBuffer{}
-			started := make(chan *proxy.Server, 1)
+			started := make(chan *daemon.Server, 1)
 			e := env{stdout: io.Discard, stderr: logs, notify: sig.notify, manager: tt.manager, managerErr: tt.err,
-				started: func(s *proxy.Server) { started <- s }}
+				started: func(s *daemon.Server) { started <- s }}
 			code := make(chan int, 1)
 			go func() { code <- e.main([]string{"run", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1"}) }()
 			select {

@@ -1,5 +1,5 @@
 // Package chaos holds the chaos tests of the portcullis daemon and no code
-// of its own. TestChaos starts the daemon (internal/proxy) in front of
+// of its own. TestChaos starts the daemon (internal/daemon) in front of
 // three backends and drives it, for a bounded time, with random abusive
 // clients from many loopback source addresses while legitimate clients
 // keep making requests. It then checks that the legitimate clients were

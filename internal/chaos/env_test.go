@@ -25,7 +25,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/httplimit"
 	"github.com/seed-a07d1050/portcullis/internal/backend"
 	"github.com/seed-a07d1050/portcullis/internal/config"
-	"github.com/seed-a07d1050/portcullis/internal/proxy"
+	"github.com/seed-a07d1050/portcullis/internal/daemon"
 	"github.com/seed-a07d1050/portcullis/internal/testcert"
 )
 
@@ -49,7 +49,7 @@ type env struct {
 	steadyConns *connlimit.Listener // the steady backend's listener
 	flaky       *flakyBackend
 	lib         *libBackend
-	daemon      *proxy.Server
+	daemon      *daemon.Server
 	roots       *x509.CertPool
 	cert        certFiles
 
@@ -121,7 +121,7 @@ func startEnv(t *testing.T) *env {
 	e.cert, e.roots = selfSigned(t)
 	e.rawListen = freeAddr(t)
 
-	e.daemon, err = proxy.Start(e.config(), proxy.Options{Logger: daemonLogger()})
+	e.daemon, err = daemon.Start(e.config(), daemon.Options{Logger: daemonLogger()})
 	if err != nil {
 		t.Fatalf("daemon: %v", err)
 	}
@@ -504,7 +504,7 @@ func reloadLeftovers() []string {
 	return out
 }
 
-func appendLimit(out []string, what string, l *proxy.LimitSnapshot) []string {
+func appendLimit(out []string, what string, l *daemon.LimitSnapshot) []string {
 	if l == nil || (l.Totals.InUse == 0 && l.Totals.Waiting == 0 && l.Totals.Keys == 0) {
 		return out
 	}
@@ -513,8 +513,8 @@ func appendLimit(out []string, what string, l *proxy.LimitSnapshot) []string {
 }
 
 // adminSnapshot reads /debug/limits from the admin listener.
-func (e *env) adminSnapshot(ctx context.Context) (proxy.Snapshot, error) {
-	var s proxy.Snapshot
+func (e *env) adminSnapshot(ctx context.Context) (daemon.Snapshot, error) {
+	var s daemon.Snapshot
 	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+e.daemon.AdminAddr().String()+"/debug/limits", nil)
 	if err != nil {
 		return s, err

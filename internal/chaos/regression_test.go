@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
-	"github.com/seed-a07d1050/portcullis/internal/proxy"
+	"github.com/seed-a07d1050/portcullis/internal/daemon"
 )
 
 // Minimal reproductions of bugs the chaos test found in other packages,
@@ -19,7 +19,7 @@ import (
 
 // TestTCPShutdownMissesLateConnection guards against a WaitGroup misuse,
 // fixed by waiting for the accept loop first, that was in
-// internal/proxy: (*front).shutdown (front.go) closes a tcp listener and
+// internal/daemon: (*front).shutdown (front.go) closes a tcp listener and
 // at once calls (*tcpProxy).shutdown (tcp.go), whose goroutine calls
 // p.wg.Wait while (*tcpProxy).serve may still be between Accept and
 // p.wg.Add(1) for a connection accepted just before the close: nothing
@@ -62,7 +62,7 @@ func shutdownRound(t *testing.T, echo *echoServer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := proxy.Start(cfg, proxy.Options{Logger: daemonLogger()})
+	srv, err := daemon.Start(cfg, daemon.Options{Logger: daemonLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

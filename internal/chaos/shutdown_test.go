@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed-a07d1050/portcullis/internal/proxy"
+	"github.com/seed-a07d1050/portcullis/internal/daemon"
 )
 
 // stopAfter is how long TestChaosStopUnderAttack attacks before it stops
@@ -28,12 +28,12 @@ const (
 func TestChaosStopUnderAttack(t *testing.T) {
 	tests := []struct {
 		name string
-		stop func(*proxy.Server) error
+		stop func(*daemon.Server) error
 		ok   func(error) bool // what the stop may return
 	}{
 		{
 			name: "Shutdown",
-			stop: func(s *proxy.Server) error {
+			stop: func(s *daemon.Server) error {
 				ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 				defer cancel()
 				return s.Shutdown(ctx)
@@ -42,7 +42,7 @@ func TestChaosStopUnderAttack(t *testing.T) {
 		},
 		{
 			name: "Close",
-			stop: (*proxy.Server).Close,
+			stop: (*daemon.Server).Close,
 			ok:   func(err error) bool { return err == nil },
 		},
 	}
@@ -102,10 +102,10 @@ func (e *env) checkStopped(t *testing.T, admin string) {
 		c.Close()
 		t.Error("the admin listener still accepts after the daemon stopped")
 	}
-	if err := e.daemon.Reload(e.config()); !errors.Is(err, proxy.ErrClosed) {
-		t.Errorf("reload after stop: %v, want proxy.ErrClosed", err)
+	if err := e.daemon.Reload(e.config()); !errors.Is(err, daemon.ErrClosed) {
+		t.Errorf("reload after stop: %v, want daemon.ErrClosed", err)
 	}
-	if err := e.daemon.Close(); !errors.Is(err, proxy.ErrClosed) {
-		t.Errorf("close after stop: %v, want proxy.ErrClosed", err)
+	if err := e.daemon.Close(); !errors.Is(err, daemon.ErrClosed) {
+		t.Errorf("close after stop: %v, want daemon.ErrClosed", err)
 	}
 }

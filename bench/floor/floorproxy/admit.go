@@ -43,7 +43,7 @@ type Admission struct {
 }
 
 // NewAdmission returns the admission of the daemon's benchmark
-// configuration (internal/proxy's benchLimitsOn, bench/peers'
+// configuration (internal/daemon's benchLimitsOn, bench/peers'
 // portcullis.yaml): a client limit of 256 permits,
 // a shadow limit of 128, and the route's limit of 128 with a queue of 64,
 // each reporting to a wait histogram as the daemon's limiters do; a

@@ -1,6 +1,6 @@
 // Package floorproxy is the least a Go reverse proxy can do per keep-alive
 // request: a measuring stick for the daemon's data path (bench/floor and
-// internal/proxy's BenchmarkDaemon run it), never a proxy to deploy.
+// internal/daemon's BenchmarkDaemon run it), never a proxy to deploy.
 //
 // Each client connection has one goroutine and one upstream connection of
 // its own. A request head is read into a buffer and sent upstream as it

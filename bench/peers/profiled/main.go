@@ -1,4 +1,4 @@
-// Command profiled runs the Portcullis daemon (internal/proxy) from a
+// Command profiled runs the Portcullis daemon (internal/daemon) from a
 // configuration file, as "portcullis run --config FILE" does, and serves
 // net/http/pprof on a second loopback address, so that bench/peers can take
 // a CPU profile of the proxy under load, with the configuration the table
@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
-	"github.com/seed-a07d1050/portcullis/internal/proxy"
+	"github.com/seed-a07d1050/portcullis/internal/daemon"
 )
 
 func main() {
@@ -53,7 +53,7 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "profiled:", err)
 		return 2
 	}
-	srv, err := proxy.Start(cfg, proxy.Options{LogOutput: os.Stderr}) // as cmd/portcullis starts it
+	srv, err := daemon.Start(cfg, daemon.Options{LogOutput: os.Stderr}) // as cmd/portcullis starts it
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "profiled:", err)
 		return 1

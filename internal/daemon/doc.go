@@ -1,0 +1,49 @@
+// Package daemon is the portcullis daemon: a reverse proxy (and, on its
+// own listeners, a forward proxy) that applies every Portcullis limit,
+// built from a [config.Config]. It assembles the packages named for what
+// they hold: internal/exchange (one exchange's record and metrics),
+// internal/accesslog (its line), internal/relay (the upstream exchange),
+// and the libraries (connlimit, httplimit, rate, quicadmit, forward,
+// intercept). internal/README.md in the repository draws the map.
+//
+// A [Server] runs the listeners of a configuration, each of them wrapped in
+// its admission layer (front.go, front_h3.go, lists.go, tcp.go):
+//
+//   - http and https: a TCP socket wrapped in a connlimit.Listener (the
+//     deny and allow lists, then the per-client cap, at accept, before a
+//     byte is read or a TLS handshake runs), served by the event-loop
+//     server or net/http (httpserve.go); https negotiates HTTP/2 by ALPN.
+//   - tcp: the same socket and cap, each admitted connection copied to the
+//     listener's upstream.
+//   - http3: a UDP socket with QUIC handshake admission (the deny and
+//     allow lists, then quicadmit) and a per-client cap on proven clients,
+//     served by an http3.Server.
+//
+// Every HTTP listener routes requests by host and longest path prefix to
+// routes (routes.go, table.go), each with its relay (internal/relay), an
+// optional concurrency limit and an optional shadow limit (limits.go,
+// httplimit scoped to the route), optional request rates (rates.go),
+// behind an optional listener-wide per-client limit. The route table of a
+// listener sits behind an atomic pointer: a reload swaps it, and an
+// exchange in progress finishes on the table it started with. With a
+// cluster section, the route and client limits count in Redis
+// (cluster.go, limit/redisstore). A plain GET or HEAD to a route the byte
+// path can serve is answered by lean.go and loop.go without an
+// http.Request's full machinery; anything else is handed to the full
+// server.
+//
+// Every HTTP exchange is counted in its route's request metrics and, unless
+// log.access_log is false, logged when it ends with what the route and the
+// limits decided (internal/exchange, internal/accesslog).
+//
+// The admin listener (admin.go) serves /metrics (Prometheus: the limiters
+// through promlimit, the request metrics, the Go and process collectors),
+// /debug/limits (a JSON [Snapshot]), /healthz, /readyz, and the live page
+// (/live/, live.go, see internal/livepage) with its event stream, sampled
+// once a second while the admin listener runs.
+//
+// Lifecycle: [Start] binds everything and serves; [Server.Reload] applies a
+// new configuration (reload.go); [Server.Shutdown] drains and
+// [Server.Close] stops at once. The operator's view is docs/daemon.md in
+// the repository.
+package daemon

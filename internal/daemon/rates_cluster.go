@@ -1,0 +1,110 @@
+package daemon
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seed-a07d1050/portcullis/clientkey"
+	"github.com/seed-a07d1050/portcullis/limit/redisstore"
+	"github.com/seed-a07d1050/portcullis/limit/redisstore/redisprom"
+)
+
+// A clusterRateStore is a rate's Store with the collector of its Redis
+// metrics.
+type clusterRateStore[K comparable] struct {
+	*redisstore.RateStore[K]
+	metrics prometheus.Collector
+}
+
+// rateStore returns a new RateStore for the rate named name, whose Redis
+// keys start with the cluster prefix, "rate:" and that name, so that equal
+// rates of every node count together and different rates apart. Nil c
+// means no store (a nil result).
+func rateStore[K comparable](c *cluster, name string, keyString func(K) string, labels prometheus.Labels) (*clusterRateStore[K], error) {
+	if c == nil {
+		return nil, nil
+	}
+	policy, err := redisstore.ParsePolicy(string(c.cfg.OnError))
+	if err != nil {
+		return nil, err
+	}
+	s, err := redisstore.NewRate(redisstore.RateConfig{
+		Client:        c.client,
+		Prefix:        c.cfg.Prefix + "rate:" + name + ":",
+		Timeout:       c.cfg.Timeout,
+		OnError:       policy,
+		NodeShare:     c.cfg.NodeShare,
+		LocalShare:    c.cfg.LocalShare,
+		LeaseTokens:   c.cfg.RateLease,
+		FlushInterval: c.cfg.FlushInterval,
+		Logger:        c.log,
+		Name:          "rate/" + name,
+		Outages:       c.outages,
+	}, keyString)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: cluster rate store %s: %w", name, err)
+	}
+	return &clusterRateStore[K]{RateStore: s, metrics: newRateStoreCollector(s, labels)}, nil
+}
+
+// connRateStore returns the Store of the accept-time rate kind (conn_rate or
+// handshake_rate) of the listener named name, or nil when there is no
+// cluster or the accept-time limits stay local.
+func (c *cluster) connRateStore(name string, kind limitKind) (*clusterRateStore[clientkey.Key], error) {
+	if c == nil || c.cfg.LocalConnectionCaps {
+		return nil, nil
+	}
+	labels := prometheus.Labels{"listener": name, "route": "", "limit": string(kind)}
+	return rateStore(c, string(kind)+"/"+name, clientkey.Key.String, labels)
+}
+
+// rateStoreCollector exports a RateStore's Redis figures under the names
+// of the concurrency stores' (calls, errors, latency, fallbacks, breaker),
+// a decision on Redis being an "acquire" and a flush a "sync", the fast
+// path's admissions as portcullis_redisstore_local_decisions_total and
+// those from leased tokens as portcullis_redisstore_leased_decisions_total.
+type rateStoreCollector struct {
+	common *redisprom.Collector
+	local  *prometheus.Desc
+	leased *prometheus.Desc
+	src    interface{ Stats() redisstore.RateStats }
+}
+
+func newRateStoreCollector(s interface{ Stats() redisstore.RateStats }, labels prometheus.Labels) *rateStoreCollector {
+	return &rateStoreCollector{
+		common: redisprom.NewCollector(rateStats{s}, "", labels),
+		local: prometheus.NewDesc("portcullis_redisstore_local_decisions_total",
+			"Rate admissions made on the node's local fast path (cluster.local_share), without a round trip.", nil, labels),
+		leased: prometheus.NewDesc("portcullis_redisstore_leased_decisions_total",
+			"Rate admissions made from tokens the node leased for a busy key (cluster.rate_lease), without a round trip.", nil, labels),
+		src: s,
+	}
+}
+
+func (c *rateStoreCollector) Describe(ch chan<- *prometheus.Desc) {
+	c.common.Describe(ch)
+	ch <- c.local
+	ch <- c.leased
+}
+
+func (c *rateStoreCollector) Collect(ch chan<- prometheus.Metric) {
+	c.common.Collect(ch)
+	st := c.src.Stats()
+	ch <- prometheus.MustNewConstMetric(c.local, prometheus.CounterValue, float64(st.Local))
+	ch <- prometheus.MustNewConstMetric(c.leased, prometheus.CounterValue, float64(st.Leased))
+}
+
+// rateStats shows a RateStore's figures as a concurrency Store's.
+type rateStats struct {
+	s interface{ Stats() redisstore.RateStats }
+}
+
+func (r rateStats) Stats() redisstore.Stats {
+	st := r.s.Stats()
+	return redisstore.Stats{
+		Acquire: st.Reserve, Sync: st.Flush, Latency: st.Latency,
+		Fallbacks: st.Fallbacks, FallbackRefusals: st.FallbackRefusals, Unavailable: st.Unavailable,
+		Cached: st.Cached, Breaker: st.Breaker, BreakerOpens: st.BreakerOpens, Keys: st.Keys,
+	}
+}

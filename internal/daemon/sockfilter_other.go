@@ -1,0 +1,9 @@
+//go:build !linux
+
+package daemon
+
+import "net"
+
+// detachSocketFilter does nothing: socket filters (syn_filter) are Linux
+// only.
+func detachSocketFilter(net.Listener) {}

@@ -1,9 +1,0 @@
-//go:build !linux
-
-package proxy
-
-import "net"
-
-// detachSocketFilter does nothing: socket filters (syn_filter) are Linux
-// only.
-func detachSocketFilter(net.Listener) {}
