@@ -1,33 +1,19 @@
 package daemon_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/seed-a07d1050/portcullis/internal/daemon"
+	"github.com/seed-a07d1050/portcullis/internal/logtest"
 )
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is the test kit's log buffer, safe for the daemon's
+// goroutines to write while a test reads it.
+type syncBuffer = logtest.Buffer
 
 func TestAccessLogAndJSONLogs(t *testing.T) { bothServers(t, testAccessLogAndJSONLogs) }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/backend"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/daemon"
+	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 // waitLimit bounds every wait in these tests.
@@ -338,16 +339,7 @@ func (d *testDaemon) checkIdle() {
 }
 
 // waitUntil polls cond until it holds or waitLimit passes.
-func waitUntil(cond func() bool) bool {
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return true
-}
+func waitUntil(cond func() bool) bool { return waitfor.Until(waitLimit, cond) }
 
 func (d *testDaemon) waitFor(what string, cond func() bool) {
 	d.t.Helper()
