@@ -9,27 +9,14 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/daemon"
 )
 
-// startLogged starts a daemon from text with JSON logs into the returned
-// buffer; stop shuts it down, which flushes the access lines, and returns
-// the lines of msg "access".
+// startLoggedFields starts a daemon from text, as startLogged does, for a
+// configuration with JSON logs; stop shuts it down, which flushes the
+// access lines, and returns the lines of msg "access".
 func startLoggedFields(t *testing.T, text string) (srv *daemon.Server, b *testBackend, stop func() []jsonLine) {
 	t.Helper()
-	b = startBackend(t)
-	cfg := parseConfig(t, text, b.URL())
-	out := new(syncBuffer)
-	srv, err := daemon.Start(cfg, daemon.Options{LogOutput: out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = srv.Shutdown(context.Background())
-		}
-	})
-	return srv, b, func() []jsonLine {
-		stopped = true
-		if err := srv.Shutdown(context.Background()); err != nil {
+	d, out := startLogged(t, text)
+	return d.srv, d.backend, func() []jsonLine {
+		if err := d.srv.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		var access []jsonLine
