@@ -63,6 +63,12 @@ function drawListeners(ls) {
       warn.textContent = " ⚠ " + w;
       name.appendChild(warn);
     }
+    for (const p of l.paths || []) {
+      const path = document.createElement("small");
+      path.className = "path";
+      path.textContent = " " + p;
+      name.appendChild(path);
+    }
     cell(tr, l.limit, "bound");
     countCells(tr, l);
     rows.push(tr);
