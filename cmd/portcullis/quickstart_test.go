@@ -77,8 +77,11 @@ func TestQuickstart(t *testing.T) {
 	logs := &syncBuffer{}
 	_, code := startRun(t, []string{"run", "--config", "portcullis.yaml"}, sig, io.Discard, logs)
 	started := strings.Replace(page.textAfter(t, "./portcullis run --config portcullis.yaml"), "127.0.0.1:9901", adminAddr, 1)
-	if !strings.Contains(logs.String(), strings.TrimSpace(started)) {
-		t.Errorf("the log lacks the page's start line %q:\n%s", started, logs.String())
+	// Each line the page shows is a line of the log, after its time.
+	for _, line := range strings.Split(strings.TrimSpace(started), "\n") {
+		if !waitFor(func() bool { return strings.Contains(logs.String(), line+"\n") }) {
+			t.Errorf("the log lacks the page's start line %q:\n%s", line, logs.String())
+		}
 	}
 	var codes []string
 	for range 5 {
