@@ -260,6 +260,30 @@ func testRefuseTEOnHTTP10(t *testing.T) {
 	}
 }
 
+// A request of HTTP/0.x is refused with 505 and the connection closed,
+// with or without a Transfer-Encoding (ignored before the version is
+// refused, as Go's server does; the 400 for that field is for HTTP/1.0
+// only). Nothing reaches the backend. nginx answers 400, HAProxy forwards
+// it: see docs/daemon.md, "What the daemon refuses".
+func TestRefuseHTTP0x(t *testing.T) { bothServers(t, testRefuseHTTP0x) }
+
+func testRefuseHTTP0x(t *testing.T) {
+	b := startFramingBackend(t)
+	d := startDaemonBefore(t, refuseConfig, b.url())
+	for _, raw := range []string{
+		"GET /v01 HTTP/0.1\r\nHost: x\r\n\r\n",
+		"POST /v09 HTTP/0.9\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+	} {
+		out, closed := rawExchange(t, d.srv.Addr("web").String(), raw, false, waitLimit)
+		if statuses(out) != "505" || !closed {
+			t.Errorf("%q: got %q (closed %v), want 505 and the connection closed", raw, out, closed)
+		}
+	}
+	if seen := b.take(); len(seen) != 0 {
+		t.Errorf("the backend saw %q, want nothing", seen)
+	}
+}
+
 // Issue 35, item 2: a request with both Content-Length and
 // Transfer-Encoding is forwarded chunked (without its Content-Length), and
 // the client's connection closes after the answer: the request behind it

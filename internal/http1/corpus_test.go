@@ -152,6 +152,10 @@ var hostileCorpus = []corpusCase{
 	{"te name with space", "POST / HTTP/1.1\r\n" + h + "Transfer-Encoding : chunked\r\n\r\n0\r\n\r\n", "400"},
 	{"te underscore is another header", "POST / HTTP/1.1\r\n" + h + "Transfer_Encoding: chunked\r\n\r\n", "200"},
 	{"te before bad host", "POST / HTTP/1.1\r\nHost: a b\r\nTransfer-Encoding: gzip\r\n\r\n", "501"},
+	// Before HTTP/1.0, net/http ignores a Transfer-Encoding and refuses the
+	// version; ours does the same (its 400 is for HTTP/1.0 only).
+	{"te on http/0.1 is a version refusal", "T / HTTP/0.1\nt:\nTransfer-Encoding:\n\n", "505"},
+	{"te chunked on http/0.9", "POST / HTTP/0.9\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "505"},
 	// Ours departs from net/http on the next five on purpose (departureOf):
 	// it refuses a Transfer-Encoding on HTTP/1.0 with 400, and closes the
 	// connection after a request with Content-Length and Transfer-Encoding.

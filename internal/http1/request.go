@@ -563,13 +563,9 @@ func (rr *requestReader) transfer() error {
 	if rr.flags&keyTransferEncoding != 0 {
 		if raw, ok := h["Transfer-Encoding"]; ok {
 			delete(h, "Transfer-Encoding")
-			if major < 1 || major == 1 && minor < 1 {
-				return errTEOnHTTP10
+			if err := rr.transferEncoding(raw, major, minor); err != nil {
+				return err
 			}
-			if len(raw) != 1 || !asciiEqualFold(raw[0], "chunked") {
-				return errUnsupportedTE
-			}
-			rr.chunked = true
 		}
 	}
 	n, err := rr.fixLength()
@@ -585,6 +581,25 @@ func (rr *requestReader) transfer() error {
 			return err
 		}
 	}
+	return nil
+}
+
+// transferEncoding reads a request's Transfer-Encoding values. Before
+// HTTP/1.1 net/http ignores them; ours refuses them on HTTP/1.0 (see
+// transfer) but still ignores them on HTTP/0.x, as net/http does, since
+// that version is refused with 505 right after and the framing never
+// matters: a 400 there would answer the same bytes differently from
+// net/http for no gain.
+func (rr *requestReader) transferEncoding(raw []string, major, minor int) error {
+	switch {
+	case major < 1:
+		return nil
+	case major == 1 && minor < 1:
+		return errTEOnHTTP10
+	case len(raw) != 1 || !asciiEqualFold(raw[0], "chunked"):
+		return errUnsupportedTE
+	}
+	rr.chunked = true
 	return nil
 }
 
