@@ -251,7 +251,7 @@ func (f *runFlags) rates(ln *config.Listener) error {
 		if err != nil {
 			return fmt.Errorf("--max-rate-per-client: %w", err)
 		}
-		r := &config.Rate{Rate: l.Rate, Burst: l.Burst, Key: config.KeyClientIP}
+		r := &config.Rate{Rate: configRate(l.Rate), Burst: l.Burst, Key: config.KeyClientIP}
 		if l.Delay == rate.NoDelay {
 			r.NoDelay = true
 		} else {
@@ -267,9 +267,15 @@ func (f *runFlags) rates(ln *config.Listener) error {
 		case l.Delay != 0:
 			return fmt.Errorf("--max-conn-rate-per-client %q: a connection is never delayed: give a rate and a burst only", f.maxConnRate)
 		}
-		ln.ConnRate = &config.ConnRate{Rate: l.Rate, Burst: l.Burst}
+		ln.ConnRate = &config.ConnRate{Rate: configRate(l.Rate), Burst: l.Burst}
 	}
 	return nil
+}
+
+// configRate is the configuration's form of a rate the flags parsed with package rate
+// (whose messages the flags' errors keep).
+func configRate(r rate.Rate) config.RateValue {
+	return config.RateValue{Events: r.Events, Per: r.Per}
 }
 
 // parseCIDR reads the value of flag (--trusted-proxy, --forward-allow): a

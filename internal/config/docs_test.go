@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
-	"github.com/seed-a07d1050/portcullis/rate"
 )
 
 const reference = "../../docs/config.md"
@@ -38,8 +37,8 @@ var sharedRoots = map[reflect.Type]string{
 // textTypes are struct types written in YAML as one string (they read and write their own
 // text form): leaves of the schema, documented as strings.
 var textTypes = map[reflect.Type]bool{
-	reflect.TypeFor[rate.Rate]():  true,
-	reflect.TypeFor[rate.Limit](): true,
+	reflect.TypeFor[config.RateValue](): true,
+	reflect.TypeFor[config.RateLimit](): true,
 }
 
 // schema walks every field of Config and the types it holds, by reflection.

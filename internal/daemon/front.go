@@ -239,7 +239,7 @@ func (f *front) connConfig(log *slog.Logger) connlimit.Config {
 		c.PrefixOverrides = append(c.PrefixOverrides, connlimit.Override{Prefix: o.CIDR, Max: o.Max})
 	}
 	if lc.ConnRate != nil {
-		c.ConnRate = lc.ConnRate.Limit()
+		c.ConnRate = rateLimitOf(lc.ConnRate.Limit())
 	}
 	return c
 }

@@ -52,9 +52,9 @@ func (c connRateTotals) Totals() rate.Totals { return c.l.RateTotals() }
 func (f *front) rateSnapshots(ls *ListenerSnapshot) {
 	switch {
 	case f.h3 != nil && f.h3.rates.handshake != nil:
-		ls.HandshakeRate = clientRateSnapshot(f.cfg.HandshakeRate.Limit(), f.h3.rates.handshake.Snapshot(snapshotTop))
+		ls.HandshakeRate = clientRateSnapshot(rateLimitOf(f.cfg.HandshakeRate.Limit()), f.h3.rates.handshake.Snapshot(snapshotTop))
 	case f.conns != nil && f.cfg.ConnRate != nil:
-		ls.ConnRate = clientRateSnapshot(f.cfg.ConnRate.Limit(), f.conns.RateSnapshot(snapshotTop))
+		ls.ConnRate = clientRateSnapshot(rateLimitOf(f.cfg.ConnRate.Limit()), f.conns.RateSnapshot(snapshotTop))
 	}
 }
 
@@ -78,7 +78,7 @@ func (r *h3Rates) build(f *front, cl *cluster) error {
 		return err
 	}
 	rc := rate.Config[clientkey.Key]{
-		Rate:  lc.HandshakeRate.Rate,
+		Rate:  rateOf(lc.HandshakeRate.Rate),
 		Burst: lc.HandshakeRate.Burst,
 		Delay: rate.NoDelay, // a handshake is admitted or refused, never delayed
 		Hash:  clientkey.Key.Hash,
