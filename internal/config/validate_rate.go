@@ -119,10 +119,8 @@ func (v *validator) rateLimit(r RateValue, burst int, p string) {
 // rateOverrides checks per-key limits, in key order so the errors come out the same every
 // time.
 func (v *validator) rateOverrides(r *Rate, p string) {
+	// A target_host override is parsed where the daemon builds the rate, as a limit's.
 	byIP := orDefault(r.Key, KeyClientIP) == KeyClientIP
-	if r.Key == KeyTargetHost {
-		v.rateTargets(r, p)
-	}
 	for _, key := range slices.Sorted(maps.Keys(r.Overrides)) {
 		kp := keyPath(p, key)
 		switch {
@@ -143,16 +141,6 @@ func (v *validator) rateOverrides(r *Rate, p string) {
 			v.addf(kp, "must count per second, minute or hour, as in 10r/s, 600r/m or 30r/h (got %s)", lim.Rate)
 		}
 	}
-}
-
-// rateTargets checks the overrides of a target_host rate as targetOverrides checks a
-// limit's: each names a target, "host:port" or "host", and no two the same one.
-func (v *validator) rateTargets(r *Rate, p string) {
-	all := make(map[string]int, len(r.Overrides))
-	for key := range r.Overrides {
-		all[key] = 1
-	}
-	v.targetOverrides(&Limit{Key: KeyTargetHost, Overrides: all}, p)
 }
 
 // clusterRates checks the cluster fields that only rates use.

@@ -3,6 +3,9 @@ package daemon
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -155,22 +158,9 @@ func (b *tableBuilder) intercept(t *routeTable, limits func(http.Handler) http.H
 // carries over; otherwise new ones. The files are read, and the CA
 // checked, at every build: a CA that no longer loads fails the reload.
 func (b *tableBuilder) interceptLeaves(st *interceptState, ic *config.Intercept, old *interceptState) error {
-	certPEM, err := os.ReadFile(ic.CACert)
+	ca, certPEM, keyPEM, err := loadCA(ic)
 	if err != nil {
-		return fmt.Errorf("read CA certificate: %w", err)
-	}
-	keyPEM, err := os.ReadFile(ic.CAKey)
-	if err != nil {
-		return fmt.Errorf("read CA key: %w", err)
-	}
-	if !ic.AllowReadableCAKey {
-		if err := intercept.CheckKeyFile(ic.CAKey); err != nil {
-			return err
-		}
-	}
-	ca, err := intercept.ParseCA(certPEM, keyPEM)
-	if err != nil {
-		return fmt.Errorf("CA %s (key %s): %w", ic.CACert, ic.CAKey, err)
+		return err
 	}
 	h := sha256.New()
 	h.Write(certPEM)
@@ -182,8 +172,70 @@ func (b *tableBuilder) interceptLeaves(st *interceptState, ic *config.Intercept,
 		st.leaves = old.leaves
 		return nil
 	}
-	st.leaves, err = ic.Leaves.Build(ca)
+	st.leaves, err = buildLeaves(&ic.Leaves, ca)
 	return err
+}
+
+// loadCA reads and parses the CA of ic, then, unless ic allows it, checks that its key
+// file is not readable by group or others. An error about one file is a *caError naming
+// it: a file that cannot be read, a certificate that is not a CA valid now, a key that
+// does not parse or match.
+func loadCA(ic *config.Intercept) (ca *intercept.CA, certPEM, keyPEM []byte, err error) {
+	if certPEM, err = os.ReadFile(ic.CACert); err != nil {
+		return nil, nil, nil, &caError{field: "ca_cert", file: ic.CACert, err: err}
+	}
+	if keyPEM, err = os.ReadFile(ic.CAKey); err != nil {
+		return nil, nil, nil, &caError{field: "ca_key", file: ic.CAKey, err: err}
+	}
+	if ca, err = intercept.ParseCA(certPEM, keyPEM); err != nil {
+		e := &caError{field: "ca_key", file: ic.CAKey, err: err}
+		if caCertProblem(certPEM, err) {
+			e.field, e.file = "ca_cert", ic.CACert
+		}
+		return nil, nil, nil, e
+	}
+	if !ic.AllowReadableCAKey {
+		if err := intercept.CheckKeyFile(ic.CAKey); err != nil {
+			return nil, nil, nil, &caError{field: "ca_key", file: ic.CAKey, err: err}
+		}
+	}
+	return ca, certPEM, keyPEM, nil
+}
+
+// caCertProblem reports whether err, from intercept.ParseCA, is about the certificate rather
+// than the key. ParseCA reads the first certificate, then the key, then checks that they
+// match (a key problem), then that the certificate is a CA valid now.
+func caCertProblem(certPEM []byte, err error) bool {
+	if errors.Is(err, intercept.ErrNotCA) || errors.Is(err, intercept.ErrCAExpired) || errors.Is(err, intercept.ErrCANotYetValid) {
+		return true
+	}
+	for rest := certPEM; ; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			return true // no certificate at all
+		}
+		if b.Type == "CERTIFICATE" {
+			_, perr := x509.ParseCertificate(b.Bytes)
+			return perr != nil
+		}
+	}
+}
+
+// buildLeaves returns the leaves l describes, signed by ca: zero fields take intercept's
+// defaults, which are the block's.
+func buildLeaves(l *config.InterceptLeaves, ca *intercept.CA) (*intercept.Leaves, error) {
+	return intercept.NewLeaves(intercept.LeavesConfig{CA: ca, Validity: l.Validity, RenewBefore: l.RenewBefore, CacheSize: l.CacheSize})
+}
+
+// interceptRules returns the parsed intercept and bypass lists of ic.
+func interceptRules(ic *config.Intercept) (only, bypass *intercept.Rules, err error) {
+	if only, err = intercept.ParseRules(ic.Intercept); err != nil {
+		return nil, nil, fmt.Errorf("intercept rules: %w", err)
+	}
+	if bypass, err = intercept.ParseRules(ic.Bypass); err != nil {
+		return nil, nil, fmt.Errorf("bypass rules: %w", err)
+	}
+	return only, bypass, nil
 }
 
 // interceptUpstream puts in st the old Upstream when nothing it is built
@@ -243,7 +295,7 @@ func (b *tableBuilder) interceptor(st *interceptState, ic *config.Intercept, p *
 		st.ic, st.chain = old.ic, old.chain
 		return nil
 	}
-	only, bypass, err := ic.Rules()
+	only, bypass, err := interceptRules(ic)
 	if err != nil {
 		return err
 	}
