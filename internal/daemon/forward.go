@@ -170,7 +170,7 @@ func (b *tableBuilder) forwardProxy(t *routeTable) error {
 		return fmt.Errorf("proxy: listener %s: %w", b.lc.Name, err)
 	}
 	t.forward.cfg, t.forward.proxy = cfg, p
-	t.forward.stats = newForwardCollector(p, b.lc.Name)
+	t.forward.stats = forward.NewCollector(p, prometheus.Labels{"listener": b.lc.Name})
 	return nil
 }
 
@@ -215,7 +215,7 @@ func (b *tableBuilder) authenticate(t *routeTable, h *http.Handler) error {
 	if err != nil {
 		return fmt.Errorf("proxy: listener %s: auth: %w", b.lc.Name, err)
 	}
-	t.auth = &authState{cfg: *ac, id: b.id, a: a, stats: newAuthCollector(a, b.lc.Name)}
+	t.auth = &authState{cfg: *ac, id: b.id, a: a, stats: proxyauth.NewCollector(a, prometheus.Labels{"listener": b.lc.Name})}
 	*h = exchange.Gated("auth", exchange.AuthRefusal, a.Wrap, *h)
 	return nil
 }
