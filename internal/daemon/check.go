@@ -169,13 +169,13 @@ func targetProblem(err error) string {
 	return s
 }
 
-// checkIntercept builds the interception of ic at p as the route table builder does: the
+// checkIntercept builds the interception of ic at p as intercept.NewAssembly does: the
 // CA (and its key file's mode), the leaves it signs, the intercept and bypass rules and the
 // upstream roots, each problem at the field it is about.
 func checkIntercept(ic *config.Intercept, p string, probs *config.Problems) {
-	ca, _, _, err := loadCA(ic)
+	ca, _, _, err := intercept.LoadCAFiles(ic.CACert, ic.CAKey, ic.AllowReadableCAKey)
 	if err != nil {
-		caProblem(ic, p, err, probs)
+		caProblem(p, err, probs)
 	} else if _, err := buildLeaves(&ic.Leaves, ca); err != nil {
 		probs.Add(p+".leaves", err, "does not build: "+strings.TrimPrefix(err.Error(), "intercept: "))
 	}
@@ -188,31 +188,24 @@ func checkIntercept(ic *config.Intercept, p string, probs *config.Problems) {
 	}
 }
 
-// caError is a problem loadCA found with one of the two CA files.
-type caError struct {
-	field string // "ca_cert" or "ca_key"
-	file  string
-	err   error
-}
-
-func (e *caError) Error() string { return e.err.Error() }
-func (e *caError) Unwrap() error { return e.err }
-
-// caProblem reports a loadCA error at the field of the file it is about.
-func caProblem(ic *config.Intercept, p string, err error, probs *config.Problems) {
-	var ce *caError
+// caProblem reports an intercept.LoadCAFiles error at the field of the file it is about.
+func caProblem(p string, err error, probs *config.Problems) {
+	var ce *intercept.CAFileError
 	if !errors.As(err, &ce) {
 		probs.Add(p, err, err.Error())
 		return
 	}
-	fp := p + "." + ce.field
-	switch msg, isRead := config.FileProblem(ce.file, ce.err); {
+	fp := p + ".ca_key"
+	if ce.Cert {
+		fp = p + ".ca_cert"
+	}
+	switch msg, isRead := config.FileProblem(ce.File, ce.Err); {
 	case isRead:
-		probs.Add(fp, ce.err, msg)
-	case errors.Is(ce.err, intercept.ErrKeyReadable):
-		probs.Add(fp, ce.err, strings.TrimPrefix(ce.err.Error(), "intercept: ")+config.QuoteGot(ce.file))
+		probs.Add(fp, ce.Err, msg)
+	case errors.Is(ce.Err, intercept.ErrKeyReadable):
+		probs.Add(fp, ce.Err, strings.TrimPrefix(ce.Err.Error(), "intercept: ")+config.QuoteGot(ce.File))
 	default:
-		probs.Add(fp, ce.err, "does not load: "+strings.TrimPrefix(ce.err.Error(), "intercept: ")+config.QuoteGot(ce.file))
+		probs.Add(fp, ce.Err, "does not load: "+strings.TrimPrefix(ce.Err.Error(), "intercept: ")+config.QuoteGot(ce.File))
 	}
 }
 
