@@ -16,8 +16,9 @@ import (
 // Check validates cfg and builds, without binding a socket, connecting anywhere or starting
 // anything, every value the configuration describes that only its runtime package can
 // check: the deny and allow lists, the htpasswd files, each forward listener's destination
-// policy, its interception (the CA, the leaves, the rules, the upstream roots), the target
-// patterns of target_host overrides and the rates. Start and Reload run the same pass
+// policy, its interception (the CA, the leaves, the rules, the upstream roots), and the
+// target patterns of the target_host overrides of limits and rates (config checks the rate
+// values themselves). Start and Reload run the same pass
 // before they bind or build anything, so `portcullis check` refuses exactly what they
 // refuse. It returns nil, or every problem found, each an *config.Error placed at the field
 // that named the value (file:line:col: path: what is wrong), wrapping config.ErrInvalid.
@@ -169,14 +170,15 @@ func targetProblem(err error) string {
 	return s
 }
 
-// checkIntercept builds the interception of ic at p as intercept.NewAssembly does: the
-// CA (and its key file's mode), the leaves it signs, the intercept and bypass rules and the
-// upstream roots, each problem at the field it is about.
+// checkIntercept builds the interception of ic at p with the loaders intercept.NewAssembly
+// uses, without a proxy or a session: the CA (and its key file's mode), the leaves it
+// signs, the intercept and bypass rules and the upstream roots, each problem at the field
+// it is about.
 func checkIntercept(ic *config.Intercept, p string, probs *config.Problems) {
 	ca, _, _, err := intercept.LoadCAFiles(ic.CACert, ic.CAKey, ic.AllowReadableCAKey)
 	if err != nil {
 		caProblem(p, err, probs)
-	} else if _, err := buildLeaves(&ic.Leaves, ca); err != nil {
+	} else if _, err := leafSettings(ic).NewLeaves(ca); err != nil {
 		probs.Add(p+".leaves", err, "does not build: "+strings.TrimPrefix(err.Error(), "intercept: "))
 	}
 	ruleProblems(ic.Intercept, p+".intercept", probs)

@@ -65,7 +65,7 @@ func (b *tableBuilder) assemblyConfig(ic *config.Intercept, t *routeTable, limit
 		CACertFile:         ic.CACert,
 		CAKeyFile:          ic.CAKey,
 		AllowReadableCAKey: ic.AllowReadableCAKey,
-		Leaves:             intercept.LeafSettings{Validity: ic.Leaves.Validity, RenewBefore: ic.Leaves.RenewBefore, CacheSize: ic.Leaves.CacheSize},
+		Leaves:             leafSettings(ic),
 		Intercept:          ic.Intercept,
 		Bypass:             ic.Bypass,
 		HandshakeTimeout:   ic.HandshakeTimeout,
@@ -94,11 +94,10 @@ func (b *tableBuilder) assemblyConfig(ic *config.Intercept, t *routeTable, limit
 	}
 }
 
-// buildLeaves returns the leaves l describes, signed by ca, as
-// intercept.Assembly builds them: zero fields take intercept's defaults,
-// which are the block's.
-func buildLeaves(l *config.InterceptLeaves, ca *intercept.CA) (*intercept.Leaves, error) {
-	return intercept.NewLeaves(intercept.LeavesConfig{CA: ca, Validity: l.Validity, RenewBefore: l.RenewBefore, CacheSize: l.CacheSize})
+// leafSettings are the leaves block of ic as intercept takes it: zero fields
+// take intercept's defaults, which are the block's.
+func leafSettings(ic *config.Intercept) intercept.LeafSettings {
+	return intercept.LeafSettings{Validity: ic.Leaves.Validity, RenewBefore: ic.Leaves.RenewBefore, CacheSize: ic.Leaves.CacheSize}
 }
 
 // interceptState returns t's interception, or nil.

@@ -99,6 +99,11 @@ type LeafSettings struct {
 	CacheSize             int
 }
 
+// NewLeaves returns the Leaves s describes, signed by ca ([NewLeaves]).
+func (s LeafSettings) NewLeaves(ca *CA) (*Leaves, error) {
+	return NewLeaves(LeavesConfig{CA: ca, Validity: s.Validity, RenewBefore: s.RenewBefore, CacheSize: s.CacheSize})
+}
+
 // UpstreamSettings are the fields of [UpstreamConfig] an Assembly is configured with:
 // RootsFile, when set, is a PEM file of the authorities targets' certificates must chain
 // to ([LoadRoots]), read at every build.
@@ -222,7 +227,7 @@ func (a *Assembly) buildLeaves(cfg *AssemblyConfig, old *Assembly) error {
 		a.leaves = old.leaves
 		return nil
 	}
-	a.leaves, err = NewLeaves(LeavesConfig{CA: ca, Validity: cfg.Leaves.Validity, RenewBefore: cfg.Leaves.RenewBefore, CacheSize: cfg.Leaves.CacheSize})
+	a.leaves, err = cfg.Leaves.NewLeaves(ca)
 	return err
 }
 
