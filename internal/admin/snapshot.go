@@ -224,12 +224,25 @@ func forwardSnapshot(f *Forward) *ForwardSnapshot {
 		Denied:         st.Denied,
 		Refused:        st.Refused,
 		TargetFailures: st.TargetFailures,
-		Intercept:      f.Intercept,
+		Intercept:      interceptSnapshot(f),
 	}
 	for i := range f.Limits {
 		fs.Limits = append(fs.Limits, *limitSnapshot(&f.Limits[i]))
 	}
 	return fs
+}
+
+func interceptSnapshot(f *Forward) *InterceptSnapshot {
+	if f.Interceptor == nil {
+		return nil
+	}
+	s, u := f.Interceptor.Stats(), f.Upstream.Stats()
+	return &InterceptSnapshot{
+		SessionsOpen: s.Open, Sessions: s.Sessions, Connects: s.Connects, Tunnelled: s.Tunnelled,
+		HandshakeFailures: s.HandshakeFailures, NotTLS: s.NotTLS, Requests: s.Requests, Misdirected: s.Misdirected,
+		LeavesMinted: s.Leaves.Minted, LeavesCached: s.Leaves.Cached, LeafCacheHits: s.Leaves.Hits, LeafErrors: s.Leaves.Errors,
+		UpstreamFailures: u.Failures, BadCertificates: u.BadCertificates, Unverified: u.Unverified,
+	}
 }
 
 func authSnapshot(t *Table) *AuthSnapshot {

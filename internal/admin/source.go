@@ -10,6 +10,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/httplimit"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/forward"
+	"github.com/seed-a07d1050/portcullis/internal/intercept"
 	"github.com/seed-a07d1050/portcullis/internal/livepage"
 	"github.com/seed-a07d1050/portcullis/internal/proxyauth"
 	"github.com/seed-a07d1050/portcullis/limit"
@@ -125,7 +126,9 @@ type Rate struct {
 type Forward struct {
 	Proxy  *forward.Proxy
 	Limits []Limit // outermost first
-	// Intercept is the state of its TLS interception when the daemon
-	// filled the Listener; nil without interception.
-	Intercept *InterceptSnapshot
+	// Interceptor and Upstream are its TLS interception, and the
+	// connections to the targets of intercepted sessions; nil without
+	// interception.
+	Interceptor *intercept.Interceptor
+	Upstream    *intercept.Upstream
 }

@@ -93,29 +93,16 @@ func (f *front) adminTable(t *routeTable, paths *map[string]config.RoutePath) *a
 		at.Auth = t.auth.a
 	}
 	if t.forward != nil {
-		fw := &admin.Forward{Proxy: t.forward.proxy, Intercept: interceptSnapshot(t)}
+		fw := &admin.Forward{Proxy: t.forward.proxy}
+		if st := t.interceptState(); st != nil {
+			fw.Interceptor, fw.Upstream = st.ic, st.up
+		}
 		for _, l := range t.forward.limits {
 			fw.Limits = append(fw.Limits, *adminLimit(l))
 		}
 		at.Forward = fw
 	}
 	return at
-}
-
-// interceptSnapshot returns the state of t's TLS interception, for the
-// admin listener; nil without one.
-func interceptSnapshot(t *routeTable) *admin.InterceptSnapshot {
-	st := t.interceptState()
-	if st == nil {
-		return nil
-	}
-	s, u := st.ic.Stats(), st.up.Stats()
-	return &admin.InterceptSnapshot{
-		SessionsOpen: s.Open, Sessions: s.Sessions, Connects: s.Connects, Tunnelled: s.Tunnelled,
-		HandshakeFailures: s.HandshakeFailures, NotTLS: s.NotTLS, Requests: s.Requests, Misdirected: s.Misdirected,
-		LeavesMinted: s.Leaves.Minted, LeavesCached: s.Leaves.Cached, LeafCacheHits: s.Leaves.Hits, LeafErrors: s.Leaves.Errors,
-		UpstreamFailures: u.Failures, BadCertificates: u.BadCertificates, Unverified: u.Unverified,
-	}
 }
 
 func adminLimit(l *limiter) *admin.Limit {
