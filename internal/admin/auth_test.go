@@ -55,6 +55,9 @@ func TestTokenRequired(t *testing.T) {
 			if resp.StatusCode != tc.want {
 				t.Fatalf("GET %s with %q: %d, want %d", tc.path, tc.auth, resp.StatusCode, tc.want)
 			}
+			if tc.want == http.StatusSeeOther && resp.Header.Get("Location") != livepage.PagePath {
+				t.Errorf("GET %s: to %q, want %s", tc.path, resp.Header.Get("Location"), livepage.PagePath)
+			}
 			if tc.want != http.StatusUnauthorized {
 				return
 			}
@@ -63,6 +66,9 @@ func TestTokenRequired(t *testing.T) {
 			}
 			if strings.Contains(body, "127.0.0.") || strings.Contains(body, "portcullis_") || strings.Contains(body, "web") {
 				t.Errorf("the 401 body gives data away: %q", body)
+			}
+			if strings.Contains(body, "<form") {
+				t.Errorf("a 401 to a script shows the token form: %q", body)
 			}
 		})
 	}
@@ -122,8 +128,8 @@ func TestLoginCookie(t *testing.T) {
 	s := startAdmin(t, newSource(), &auth)
 
 	resp, body := login(t, s, tokenLater)
-	if resp.StatusCode != http.StatusUnauthorized || len(resp.Cookies()) != 0 || !strings.Contains(body, `name="token"`) {
-		t.Fatalf("a wrong token: %d, cookies %v, form shown again: %v", resp.StatusCode, resp.Cookies(), strings.Contains(body, `name="token"`))
+	if resp.StatusCode != http.StatusUnauthorized || len(resp.Cookies()) != 0 || !strings.Contains(body, `name="token"`) || !strings.Contains(body, "not the admin token") {
+		t.Fatalf("a wrong token: %d, cookies %v, want 401, none, and the form again saying so:\n%s", resp.StatusCode, resp.Cookies(), body)
 	}
 	resp, _ = login(t, s, "  "+token+"\n")
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != livepage.PagePath {
@@ -153,8 +159,12 @@ func TestLoginCookie(t *testing.T) {
 			t.Errorf("GET %s with the cookie: %d, want %d", tc.path, resp.StatusCode, tc.want)
 		}
 	}
-	if resp, _ := get(t, s, livepage.PagePath, "Cookie", c.Name+"="+c.Value[1:]); resp.StatusCode != http.StatusUnauthorized {
-		t.Errorf("a spoilt cookie: %d, want 401", resp.StatusCode)
+	// The event stream opens with the cookie: its first frame comes.
+	nextFrame(t, s, func(livepage.Frame) bool { return true }, "Cookie", cookie)
+	for _, spoilt := range []string{c.Value[1:], c.Value + "A", token} {
+		if resp, _ := get(t, s, livepage.PagePath, "Cookie", c.Name+"="+spoilt); resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("the cookie %q: %d, want 401", spoilt, resp.StatusCode)
+		}
 	}
 	again, _ := login(t, s, token)
 	if len(again.Cookies()) != 1 || again.Cookies()[0].Value != c.Value {

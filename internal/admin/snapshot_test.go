@@ -283,9 +283,9 @@ func TestLiveFrame(t *testing.T) {
 	}
 }
 
-// nextFrame reads the live page's event stream until a frame satisfies ok,
-// within 10 s.
-func nextFrame(t *testing.T, s *admin.Server, ok func(livepage.Frame) bool) livepage.Frame {
+// nextFrame reads the live page's event stream, sent the given headers
+// (name, value pairs), until a frame satisfies ok, within 10 s.
+func nextFrame(t *testing.T, s *admin.Server, ok func(livepage.Frame) bool, header ...string) livepage.Frame {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -293,11 +293,17 @@ func nextFrame(t *testing.T, s *admin.Server, ok func(livepage.Frame) bool) live
 	if err != nil {
 		t.Fatal(err)
 	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the event stream: %d", resp.StatusCode)
+	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
 	var last livepage.Frame
