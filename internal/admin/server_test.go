@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seed-a07d1050/portcullis/internal/admin"
+	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	"github.com/seed-a07d1050/portcullis/internal/livepage"
 )
@@ -147,5 +149,51 @@ func TestStartErrors(t *testing.T) {
 	}
 	if s, err := admin.Start(admin.Config{Addr: "127.0.0.1:0"}); s != nil || err == nil {
 		t.Errorf("no Source: %v, %v; want an error", s, err)
+	}
+}
+
+// The live page counts each listener's exchanges by status class, summed
+// over its routes, and lists every upstream error series above zero, from
+// the same counters /metrics exports; a listener without series (tcp) has
+// no counts.
+func TestLiveRequestCounts(t *testing.T) {
+	m := exchange.NewMetrics()
+	m.Requests.WithLabelValues("web", "api", "2xx").Add(5)
+	m.Requests.WithLabelValues("web", "", "4xx").Add(2)
+	m.Requests.WithLabelValues("web", "static", "2xx").Add(1)
+	m.UpErrors.WithLabelValues("web", "static", "timeout").Add(3)
+	m.UpErrors.WithLabelValues("web", "api", "refused").Add(1)
+	m.UpErrors.WithLabelValues("web", "api", "reset") // zero: not listed
+	src := newSource()
+	src.listeners = []admin.Listener{
+		{Config: &config.Listener{Name: "web", Protocol: config.ProtocolHTTP}, Addr: "127.0.0.1:80", Conns: connListener(t, 4, 0)},
+		{Config: &config.Listener{Name: "raw", Protocol: config.ProtocolTCP}, Addr: "127.0.0.1:81", Conns: connListener(t, 4, 0)},
+	}
+	s, err := admin.Start(admin.Config{Addr: "127.0.0.1:0", Source: src, Metrics: m, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	f := nextFrame(t, s, func(f livepage.Frame) bool { return len(f.Listeners) == 2 })
+	web, raw := f.Listeners[0], f.Listeners[1]
+	if raw.Requests != nil {
+		t.Errorf("tcp listener's requests: %+v, want none", raw.Requests)
+	}
+	if web.Requests == nil || web.Requests.Total != 8 {
+		t.Fatalf("web's requests: %+v, want 8 in all", web.Requests)
+	}
+	var classes []string
+	for _, c := range web.Requests.Classes {
+		classes = append(classes, c.Name+"="+strconv.FormatUint(c.Count, 10))
+	}
+	if got, want := strings.Join(classes, " "), "1xx=0 2xx=6 3xx=0 4xx=2 499=0 5xx=0"; got != want {
+		t.Errorf("web's classes: %s, want %s", got, want)
+	}
+	var up []string
+	for _, u := range f.Upstream {
+		up = append(up, u.ID+"="+strconv.FormatUint(u.Count, 10))
+	}
+	if got, want := strings.Join(up, " "), "web/api/refused=1 web/static/timeout=3"; got != want {
+		t.Errorf("upstream errors: %s, want %s", got, want)
 	}
 }
