@@ -66,10 +66,14 @@ type Server struct {
 	served chan struct{}     // closed when Serve has returned
 }
 
-// Start binds cfg.Addr and serves the admin API on it until Close. On
-// error nothing is left open.
+// Start binds cfg.Addr and serves the admin API on it until Close. It
+// returns an error, with nothing left open, when cfg lacks its Addr or
+// Source or the address cannot be bound.
 func Start(cfg Config) (*Server, error) {
-	if cfg.Source == nil {
+	switch {
+	case cfg.Addr == "":
+		return nil, errors.New("admin: no address to listen on")
+	case cfg.Source == nil:
 		return nil, errors.New("admin: no source")
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
@@ -171,7 +175,7 @@ func (s *Server) Sample() { s.live.Sample() }
 // Close stops the live page's sampling first, which ends its event
 // streams, so that the shutdown of the listener does not wait on them;
 // then it shuts the listener down, within a second, and returns once it
-// has stopped serving. Call it once.
+// has stopped serving. Later calls return at once.
 func (s *Server) Close() {
 	s.live.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)

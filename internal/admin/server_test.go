@@ -124,6 +124,7 @@ func TestCloseEndsEventStreams(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("Close did not return")
 	}
+	s.Close() // a second Close returns at once
 	ln, err := net.Listen("tcp", s.Addr().String())
 	if err != nil {
 		t.Fatalf("the address after Close: %v", err)
@@ -149,6 +150,9 @@ func TestStartErrors(t *testing.T) {
 	}
 	if s, err := admin.Start(admin.Config{Addr: "127.0.0.1:0"}); s != nil || err == nil {
 		t.Errorf("no Source: %v, %v; want an error", s, err)
+	}
+	if s, err := admin.Start(admin.Config{Source: newSource()}); s != nil || err == nil {
+		t.Errorf("no address: %v, %v; want an error", s, err)
 	}
 }
 
