@@ -146,17 +146,13 @@ func (f *front) acceptRate() *admin.AcceptRate {
 
 // h3Conns are an http3 listener's connection counts: its QUIC admission
 // mapped onto a connlimit.Listener's (h3Front.stats), and the clients
-// holding its per-client permits, which never wait.
+// holding its per-client permits (quicadmit takes them without waiting).
 type h3Conns struct{ f *front }
 
 func (c h3Conns) Stats() connlimit.Stats { return c.f.connStats() }
 
 func (c h3Conns) Snapshot(top int) limit.Snapshot[clientkey.Key] {
-	s := c.f.h3.perClient.Snapshot(top)
-	for i := range s.Keys {
-		s.Keys[i].Waiting = 0
-	}
-	return s
+	return c.f.h3.perClient.Snapshot(top)
 }
 
 // Collect sends the metrics of every listener and limiter s runs now.
