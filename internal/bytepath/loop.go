@@ -153,7 +153,7 @@ func (le *Loops) connOf(c *evloop.Conn) *loopConn {
 	remote := c.RemoteAddr().String()
 	lc := &loopConn{parser: http1.NewHeadParser(remote, maxHead-4096)}
 	if ap, err := netip.ParseAddrPort(remote); err == nil {
-		lc.peer = ap.Addr() // as peerAddr reads each request's RemoteAddr
+		lc.peer = ap.Addr() // as exchange.PeerAddr reads each request's RemoteAddr
 	}
 	c.Value = lc
 	return lc
@@ -412,7 +412,7 @@ func (lx *loopExchange) Resume(client, up net.Conn, cause error) {
 	lx.c = nil // the loop's no more: a late abort finds nothing
 	lx.abortMu.Unlock()
 	if aborted {
-		lx.st.Cut.Store(true) // not the client's leaving: see exchangeState.cut
+		lx.st.Cut.Store(true) // not the client's leaving: see leanExchange.cut
 		// The reclaim cut the exchange: the connection ends. The server
 		// still reads the request from what the loop read, and records
 		// the abandoned exchange as the chain does.
