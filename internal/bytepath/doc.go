@@ -11,8 +11,8 @@
 // listener's event loops: the same decisions taken on a loop's thread from
 // the head's bytes (loop.go).
 //
-// It decides nothing of its own. What it needs of the daemon is a narrow
-// view the daemon fills (view.go): a [Listener] (its current [Table], the
+// What it needs of the daemon is a narrow view the daemon fills
+// (view.go): a [Listener] (its current [Table], the
 // count of its active exchanges, whether its answers carry an Alt-Svc
 // field) and, through the table's [Router], the [Route] of a request: its
 // name and metrics, its relay (internal/relay: the upstream head, the pool,

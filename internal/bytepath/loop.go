@@ -22,10 +22,10 @@ import (
 // http1_server eventloop: its plain connections are served by the loops
 // (internal/evloop) for as long as their requests are ones the lean path
 // takes. Loops decides, on a loop's thread, with the lean path's own
-// pieces: the server's parser and checks
-// (http1.HeadParser), the route's pick, httplimit's admission, the relay's
-// upstream head, the upstream transport's reading of the answer's head,
-// the lean path's answer and exchange.Ended's log line and metrics.
+// pieces: the server's parser and checks (http1.HeadParser), the route's
+// pick, httplimit's admission, the relay's upstream head, the upstream
+// transport's reading of the answer's head, the lean path's answer and
+// exchange.Ended's log line and metrics.
 //
 // What it does not serve itself goes where it would have gone:
 //   - a request it does not take, before anything was counted or sent,
