@@ -260,6 +260,14 @@ func (g *rig) outcome(o exchange.LeanOutcome) int {
 	return int(testutil.ToFloat64(g.counts[o]))
 }
 
+// settledOutcome returns the count of o once it is want, or what it is
+// after waitfor.Limit: an exchange is counted when it ends, which may be
+// after its client has read the answer.
+func (g *rig) settledOutcome(o exchange.LeanOutcome, want int) int {
+	waitfor.Until(waitfor.Limit, func() bool { return g.outcome(o) == want })
+	return g.outcome(o)
+}
+
 // assertIdle waits until the byte path holds nothing: no permit, no
 // exchange under way.
 func (g *rig) assertIdle(t *testing.T) {
@@ -288,7 +296,7 @@ func TestByteLeanRelaysAndGivesBack(t *testing.T) {
 	if head := b.lastHead(); !strings.HasPrefix(head, "GET /app/x?q=1 HTTP/1.1\r\n") || !strings.Contains(head, "\r\nX-Forwarded-For: 127.0.0.1\r\n") {
 		t.Errorf("the upstream read\n%s\nwant the request line and X-Forwarded-For: 127.0.0.1", head)
 	}
-	if got := g.outcome(exchange.LeanRelayed); got != 2 || g.chain.Load() != 0 {
+	if got := g.settledOutcome(exchange.LeanRelayed, 2); got != 2 || g.chain.Load() != 0 {
 		t.Errorf("relayed %d, chain served %d; want 2 relayed, none by the chain", got, g.chain.Load())
 	}
 	g.assertIdle(t)
@@ -367,7 +375,7 @@ func TestByteLeanHandsOverAFailure(t *testing.T) {
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("status %d, want the relay's 502", resp.StatusCode)
 	}
-	if got := g.outcome(exchange.LeanHandedOver); got != 1 || g.chain.Load() != 0 {
+	if got := g.settledOutcome(exchange.LeanHandedOver, 1); got != 1 || g.chain.Load() != 0 {
 		t.Errorf("handed over %d, chain served %d; want 1 and 0", got, g.chain.Load())
 	}
 	g.assertIdle(t)
@@ -390,6 +398,9 @@ func TestByteLoopsRelayAndGiveBack(t *testing.T) {
 			t.Fatalf("request %d: %d %q, want the upstream's 200 hello with a Date", i, resp.StatusCode, body)
 		}
 	}
+	// The accepting goroutine counts the connection once the loops took it,
+	// which may be after they answered.
+	waitfor.Until(waitfor.Limit, func() bool { return g.taken.Load() == 1 })
 	if g.taken.Load() != 1 || g.loops.Conns() != 1 {
 		t.Errorf("the loops took %d connections and hold %d, want 1 and 1", g.taken.Load(), g.loops.Conns())
 	}
@@ -402,7 +413,7 @@ func TestByteLoopsRelayAndGiveBack(t *testing.T) {
 	if resp, body := exchangeOn(t, c, br, get); resp.StatusCode != http.StatusOK || body != "hello" {
 		t.Fatalf("after the hand-back: %d %q, want the upstream's 200 hello", resp.StatusCode, body)
 	}
-	if got := g.outcome(exchange.LeanRelayed); got != 3 {
+	if got := g.settledOutcome(exchange.LeanRelayed, 3); got != 3 {
 		t.Errorf("relayed %d, want 3 (2 on the loops, 1 in Go's poller)", got)
 	}
 	waitfor.Cond(t, "the loops to let go of the connection", func() bool { return g.loops.Conns() == 0 })
