@@ -42,7 +42,7 @@ type backend struct {
 	heads []string
 }
 
-func startBackend(t *testing.T) *backend {
+func startBackend(t testing.TB) *backend {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -142,7 +142,7 @@ type rig struct {
 // startRig serves a listener whose one route /app goes to upstream
 // through a limit of one exchange per client address; with loops, on
 // event loops, its server serving what they give back.
-func startRig(t *testing.T, upstream string, loops bool) *rig {
+func startRig(t testing.TB, upstream string, loops bool) *rig {
 	t.Helper()
 	pool, err := relay.NewPool([]string{upstream})
 	if err != nil {
@@ -227,7 +227,7 @@ func (l *loopListener) Accept() (net.Conn, error) {
 }
 
 // exchange sends request on c and reads one answer to it.
-func exchangeOn(t *testing.T, c net.Conn, br *bufio.Reader, request string) (*http.Response, string) {
+func exchangeOn(t testing.TB, c net.Conn, br *bufio.Reader, request string) (*http.Response, string) {
 	t.Helper()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.WriteString(c, request); err != nil {
@@ -246,7 +246,7 @@ func exchangeOn(t *testing.T, c net.Conn, br *bufio.Reader, request string) (*ht
 	return resp, string(body)
 }
 
-func dial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+func dial(t testing.TB, addr string) (net.Conn, *bufio.Reader) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -270,7 +270,7 @@ func (g *rig) settledOutcome(o exchange.LeanOutcome, want int) int {
 
 // assertIdle waits until the byte path holds nothing: no permit, no
 // exchange under way.
-func (g *rig) assertIdle(t *testing.T) {
+func (g *rig) assertIdle(t testing.TB) {
 	t.Helper()
 	waitfor.Cond(t, "every permit and exchange to end", func() bool {
 		return g.limiter.Totals().InUse == 0 && g.active.Load() == 0
