@@ -126,7 +126,7 @@ func (f *front) pathOf(t *routeTable, r *routeState) config.DataPath {
 	switch {
 	case f.h3 != nil || t.lean == nil || r.lean == nil || f.altSvc.Load() != nil:
 		return config.PathFull
-	case r.lean.onLoop && f.http != nil && f.http.loop != nil:
+	case r.lean.OnLoop() && f.http != nil && f.http.loop != nil:
 		return config.PathEventLoops
 	}
 	return config.PathLean

@@ -3,6 +3,7 @@
 // built from a [config.Config]. It assembles the packages named for what
 // they hold: internal/exchange (one exchange's record and metrics),
 // internal/accesslog (its line), internal/relay (the upstream exchange),
+// internal/bytepath (the byte path of the event-loop server),
 // internal/admin (the admin listener and live page), and the libraries
 // (connlimit, httplimit, rate, quicadmit, forward, intercept).
 // internal/README.md in the repository draws the map.
@@ -29,9 +30,9 @@
 // exchange in progress finishes on the table it started with. With a
 // cluster section, the route and client limits count in Redis
 // (cluster.go, limit/redisstore). A plain GET or HEAD to a route the byte
-// path can serve is answered by lean.go and loop.go without an
-// http.Request's full machinery; anything else is handed to the full
-// server.
+// path can serve is answered by internal/bytepath without an
+// http.Request's full machinery, through the views of the route table
+// bytepath.go fills in; anything else is handed to the full server.
 //
 // Every HTTP exchange is counted in its route's request metrics and, unless
 // log.access_log is false, logged when it ends with what the route and the
