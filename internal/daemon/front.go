@@ -283,14 +283,6 @@ func (f *front) connStats() connlimit.Stats {
 	return f.conns.Stats()
 }
 
-// busyClients lists the client keys holding connections, busiest first.
-func (f *front) busyClients(top int) []KeySnapshot {
-	if f.h3 != nil {
-		return f.h3.busy(top)
-	}
-	return connKeys(f.conns, top)
-}
-
 // serveH3 starts serving HTTP/3 with the route table in table.
 func (f *front) serveH3(table *atomic.Pointer[routeTable]) {
 	f.table = table

@@ -162,39 +162,3 @@ func (t *routeTable) closeIntercept() {
 		st.a.CloseAll()
 	}
 }
-
-// InterceptSnapshot is the state of a forward listener's TLS interception
-// since its Interceptor was made (at start, or by a reload that changed its
-// settings); the leaf counts since its leaves were made (a reload keeps
-// them while the CA files and the leaves block stay the same).
-type InterceptSnapshot struct {
-	SessionsOpen      int    `json:"sessions_open"`
-	Sessions          uint64 `json:"sessions"`
-	Connects          uint64 `json:"connects"`
-	Tunnelled         uint64 `json:"tunnelled"`
-	HandshakeFailures uint64 `json:"handshake_failures"`
-	NotTLS            uint64 `json:"not_tls"`
-	Requests          uint64 `json:"requests"`
-	Misdirected       uint64 `json:"misdirected"`
-	LeavesMinted      uint64 `json:"leaves_minted"`
-	LeavesCached      int    `json:"leaves_cached"`
-	LeafCacheHits     uint64 `json:"leaf_cache_hits"`
-	LeafErrors        uint64 `json:"leaf_errors"`
-	UpstreamFailures  uint64 `json:"upstream_failures"`
-	BadCertificates   uint64 `json:"upstream_bad_certificates"`
-	Unverified        uint64 `json:"upstream_unverified_sessions"`
-}
-
-func interceptSnapshot(t *routeTable) *InterceptSnapshot {
-	st := t.interceptState()
-	if st == nil {
-		return nil
-	}
-	s, u := st.a.Stats()
-	return &InterceptSnapshot{
-		SessionsOpen: s.Open, Sessions: s.Sessions, Connects: s.Connects, Tunnelled: s.Tunnelled,
-		HandshakeFailures: s.HandshakeFailures, NotTLS: s.NotTLS, Requests: s.Requests, Misdirected: s.Misdirected,
-		LeavesMinted: s.Leaves.Minted, LeavesCached: s.Leaves.Cached, LeafCacheHits: s.Leaves.Hits, LeafErrors: s.Leaves.Errors,
-		UpstreamFailures: u.Failures, BadCertificates: u.BadCertificates, Unverified: u.Unverified,
-	}
-}

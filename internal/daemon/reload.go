@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 
+	"github.com/seed-a07d1050/portcullis/internal/admin"
 	"github.com/seed-a07d1050/portcullis/internal/cidrlist"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 )
@@ -64,7 +65,7 @@ func (s *Server) Reload(cfg *config.Config) error {
 	if !s.cluster.sameAs(eff.Cluster) {
 		return errors.New("proxy: a change of the cluster section needs a restart")
 	}
-	auth, err := loadAdminAuth(eff.Admin) // first phase: read, nothing changes yet
+	auth, err := admin.LoadAuth(eff.Admin) // first phase: read, nothing changes yet
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/accesslog"
+	"github.com/seed-a07d1050/portcullis/internal/admin"
 	"github.com/seed-a07d1050/portcullis/internal/cidrlist"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/evloop"
@@ -72,7 +73,7 @@ type Server struct {
 	cfg     *config.Config
 	fronts  atomic.Pointer[[]*front]               // in configuration order; read by admin
 	tables  map[string]*atomic.Pointer[routeTable] // by listener name; kept across reloads
-	admin   atomic.Pointer[adminServer]
+	admin   atomic.Pointer[admin.Server]
 	closed  bool
 	retired sync.WaitGroup
 
@@ -82,7 +83,7 @@ type Server struct {
 	downMu sync.Mutex
 	down   map[string]error // listeners that should serve and do not, by name
 
-	adminAuth atomic.Pointer[adminAuth] // the admin token in force; nil: none
+	adminAuth atomic.Pointer[admin.Auth] // the admin token in force; nil: none
 
 	// paths say how each route of the configuration in force is served,
 	// by listener and route name, for the live page.
@@ -143,7 +144,7 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 		s.access = &accesslog.Logger{Log: s.log}
 	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
-	auth, err := loadAdminAuth(eff.Admin)
+	auth, err := admin.LoadAuth(eff.Admin)
 	if err != nil {
 		s.cancelBase()
 		return nil, err
@@ -193,7 +194,7 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 	s.paths.Store(routePathsOf(eff))
 	s.fronts.Store(&fronts)
 	if a := s.admin.Load(); a != nil {
-		a.live.Sample() // the live page shows the listeners before its first tick
+		a.Sample() // the live page shows the listeners before its first tick
 	}
 	s.logAdminChange(nil, nil, true)
 	s.logWarnings(eff)
@@ -393,7 +394,7 @@ func (s *Server) AdminAddr() net.Addr {
 	if a == nil {
 		return nil
 	}
-	return a.ln.Addr()
+	return a.Addr()
 }
 
 func (s *Server) frontList() []*front {
@@ -420,10 +421,10 @@ func (s *Server) drainInBackground(fronts []*front, timeout time.Duration) {
 func (s *Server) reloadAdmin(cfg *config.Config) error {
 	want := cfg.Admin.Listen
 	old := s.admin.Load()
-	if want == s.cfg.Admin.Listen || (old != nil && sameBoundAddr(old.ln.Addr(), want)) {
+	if want == s.cfg.Admin.Listen || (old != nil && sameBoundAddr(old.Addr(), want)) {
 		return nil
 	}
-	var next *adminServer
+	var next *admin.Server
 	if want != "" {
 		a, err := startAdmin(want, s)
 		if err != nil {
@@ -433,7 +434,7 @@ func (s *Server) reloadAdmin(cfg *config.Config) error {
 	}
 	s.admin.Store(next)
 	if old != nil {
-		old.close()
+		old.Close()
 	}
 	return nil
 }
@@ -588,7 +589,7 @@ func (s *Server) finish(cut bool) {
 	}
 	s.retired.Wait()
 	if a := s.admin.Swap(nil); a != nil {
-		a.close()
+		a.Close()
 	}
 	s.closeTables()
 	s.cluster.close()

@@ -394,6 +394,12 @@ func (a *Assembly) CloseAll() {
 	_ = a.up.Close()
 }
 
+// Interceptor returns a's Interceptor, for its counts.
+func (a *Assembly) Interceptor() *Interceptor { return a.ic }
+
+// Upstream returns a's Upstream, for its counts.
+func (a *Assembly) Upstream() *Upstream { return a.up }
+
 // Stats returns the counts of a's Interceptor (with its Leaves) and Upstream.
 func (a *Assembly) Stats() (Stats, UpstreamStats) { return a.ic.Stats(), a.up.Stats() }
 
