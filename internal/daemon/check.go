@@ -21,7 +21,8 @@ import (
 // values themselves). Start and Reload run the same pass
 // before they bind or build anything, so `portcullis check` refuses exactly what they
 // refuse. It returns nil, or every problem found, each an *config.Error placed at the field
-// that named the value (file:line:col: path: what is wrong), wrapping config.ErrInvalid.
+// that named the value (file:line:col: path: what is wrong), wrapping config.ErrInvalid. A
+// cfg that Validate refuses is not built: the error is Validate's.
 func Check(cfg *config.Config) error {
 	if cfg == nil {
 		return errors.New("proxy: nil config")
