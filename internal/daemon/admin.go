@@ -13,6 +13,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/livepage"
 	"github.com/seed-a07d1050/portcullis/internal/relay"
+	"github.com/seed-a07d1050/portcullis/internal/route"
 	"github.com/seed-a07d1050/portcullis/limit"
 )
 
@@ -75,61 +76,15 @@ func (a adminSource) Listeners() []admin.Listener {
 
 // adminTable returns t, f's table, with how each route is served now and
 // how the daemon said it would be (paths, by "listener/route").
-func (f *front) adminTable(t *routeTable, paths *map[string]config.RoutePath) *admin.Table {
-	at := &admin.Table{Client: adminLimit(t.client), Rate: adminRate(t.rate)}
-	for _, r := range t.routes {
-		ar := admin.Route{
-			Name: r.name, Path: f.pathOf(t, r),
-			Limit: adminLimit(r.limit), Shadow: adminLimit(r.shadow), Rate: adminRate(r.rate),
-		}
-		if paths != nil {
-			if p, ok := (*paths)[f.cfg.Name+"/"+r.name]; ok {
-				ar.Planned = &p
-			}
-		}
-		at.Routes = append(at.Routes, ar)
+func (f *front) adminTable(t *route.Table, paths *map[string]config.RoutePath) *admin.Table {
+	s := route.Serving{
+		Full:  f.h3 != nil || f.altSvc.Load() != nil,
+		Loops: f.http != nil && f.http.loop != nil,
 	}
-	if t.auth != nil {
-		at.Auth = t.auth.a
+	if paths != nil {
+		s.Planned = *paths
 	}
-	if t.forward != nil {
-		fw := &admin.Forward{Proxy: t.forward.proxy}
-		if st := t.interceptState(); st != nil {
-			fw.Interceptor, fw.Upstream = st.a.Interceptor(), st.a.Upstream()
-		}
-		for _, l := range t.forward.limits {
-			fw.Limits = append(fw.Limits, *adminLimit(l))
-		}
-		at.Forward = fw
-	}
-	return at
-}
-
-func adminLimit(l *limiter) *admin.Limit {
-	if l == nil {
-		return nil
-	}
-	return &admin.Limit{Config: l.cfg, Limiter: l.lim}
-}
-
-func adminRate(r *rateLimiter) *admin.Rate {
-	if r == nil {
-		return nil
-	}
-	return &admin.Rate{Config: r.cfg, Limiter: r.lim}
-}
-
-// pathOf returns how r, a route of f's table t, is served now: on the
-// event loops when they run and take it, on the lean path when it takes
-// the route's requests, through the full server otherwise.
-func (f *front) pathOf(t *routeTable, r *routeState) config.DataPath {
-	switch {
-	case f.h3 != nil || t.lean == nil || r.lean == nil || f.altSvc.Load() != nil:
-		return config.PathFull
-	case r.lean.OnLoop() && f.http != nil && f.http.loop != nil:
-		return config.PathEventLoops
-	}
-	return config.PathLean
+	return t.Admin(s)
 }
 
 // acceptRate returns f's accept-time rate (conn_rate or handshake_rate);
@@ -137,9 +92,9 @@ func (f *front) pathOf(t *routeTable, r *routeState) config.DataPath {
 func (f *front) acceptRate() *admin.AcceptRate {
 	switch {
 	case f.h3 != nil && f.h3.rates.handshake != nil:
-		return &admin.AcceptRate{Limit: rateLimitOf(f.cfg.HandshakeRate.Limit()), Handshake: true, Snapshot: f.h3.rates.handshake.Snapshot}
+		return &admin.AcceptRate{Limit: route.RateLimitOf(f.cfg.HandshakeRate.Limit()), Handshake: true, Snapshot: f.h3.rates.handshake.Snapshot}
 	case f.conns != nil && f.cfg.ConnRate != nil:
-		return &admin.AcceptRate{Limit: rateLimitOf(f.cfg.ConnRate.Limit()), Snapshot: f.conns.RateSnapshot}
+		return &admin.AcceptRate{Limit: route.RateLimitOf(f.cfg.ConnRate.Limit()), Snapshot: f.conns.RateSnapshot}
 	}
 	return nil
 }
@@ -158,7 +113,7 @@ func (c h3Conns) Snapshot(top int) limit.Snapshot[clientkey.Key] {
 // Collect sends the metrics of every listener and limiter s runs now.
 func (a adminSource) Collect(ch chan<- prometheus.Metric) {
 	a.s.cluster.collectDegraded(ch)
-	seen := make(map[*routeTable]bool)
+	seen := make(map[*route.Table]bool)
 	for _, f := range a.s.frontList() {
 		f.stats.Collect(ch)
 		if f.redis != nil {
@@ -172,19 +127,7 @@ func (a adminSource) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		seen[t] = true
-		for _, l := range t.limiters() {
-			for _, c := range l.collectors() {
-				c.Collect(ch)
-			}
-		}
-		for _, r := range t.rates() {
-			for _, c := range r.collectors() {
-				c.Collect(ch)
-			}
-		}
-		for _, c := range t.extraCollectors() {
-			c.Collect(ch)
-		}
+		t.Collect(ch)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/forward"
 	"github.com/seed-a07d1050/portcullis/internal/intercept"
 	"github.com/seed-a07d1050/portcullis/internal/proxyauth"
+	"github.com/seed-a07d1050/portcullis/internal/route"
 )
 
 // Check validates cfg and builds, without binding a socket, connecting anywhere or starting
@@ -83,7 +84,7 @@ func checkListener(lc *config.Listener, at string, probs *config.Problems) {
 // forward listener lc, at p (its forward block).
 func checkForward(lc *config.Listener, p string, probs *config.Problems) {
 	fw := lc.Forward
-	if _, err := forwardPolicy(fw); err != nil {
+	if _, err := route.ForwardPolicy(fw); err != nil {
 		probs.Add(p+".destinations", err, strings.TrimPrefix(err.Error(), "forward: "))
 	}
 	for i := range fw.Limits {
@@ -179,7 +180,7 @@ func checkIntercept(ic *config.Intercept, p string, probs *config.Problems) {
 	ca, _, _, err := intercept.LoadCAFiles(ic.CACert, ic.CAKey, ic.AllowReadableCAKey)
 	if err != nil {
 		caProblem(p, err, probs)
-	} else if _, err := leafSettings(ic).NewLeaves(ca); err != nil {
+	} else if _, err := route.LeafSettings(ic).NewLeaves(ca); err != nil {
 		probs.Add(p+".leaves", err, "does not build: "+strings.TrimPrefix(err.Error(), "intercept: "))
 	}
 	ruleProblems(ic.Intercept, p+".intercept", probs)

@@ -16,6 +16,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/cidrlist"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/evloop"
+	"github.com/seed-a07d1050/portcullis/internal/route"
 	"github.com/seed-a07d1050/portcullis/promlimit"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,7 +27,7 @@ import (
 // proxy).
 type front struct {
 	cfg   config.Listener // effective
-	id    identity
+	id    route.Identity
 	log   *slog.Logger
 	raw   net.Listener         // the bound TCP socket; nil for http3
 	conns *connlimit.Listener  // nil for http3
@@ -41,10 +42,10 @@ type front struct {
 	altSvc atomic.Pointer[string]
 
 	// HTTP listeners.
-	http        *httpServers                // built when bound (http and https)
-	httpStarted bool                        // http started; under Server.mu
-	table       *atomic.Pointer[routeTable] // shared with listeners that use RoutesFrom
-	active      atomic.Int64                // handlers running, tunnels included
+	http        *httpServers                 // built when bound (http and https)
+	httpStarted bool                         // http started; under Server.mu
+	table       *atomic.Pointer[route.Table] // shared with listeners that use RoutesFrom
+	active      atomic.Int64                 // handlers running, tunnels included
 
 	// TCP listeners.
 	tcp *tcpProxy
@@ -142,7 +143,7 @@ func bindFront(lc config.Listener, log *slog.Logger, cl *cluster, lists frontLis
 		}
 	}
 	if lc.Protocol == config.ProtocolHTTP3 {
-		id, err := newIdentity(&lc)
+		id, err := route.NewIdentity(&lc)
 		if err != nil {
 			return nil, err
 		}
@@ -177,7 +178,7 @@ func bindShared(holder *front, lc config.Listener, log *slog.Logger, cl *cluster
 // raw: its connection caps, its certificate. On error raw and everything
 // else is closed.
 func bindFrontOn(raw net.Listener, lc config.Listener, log *slog.Logger, cl *cluster, lists frontLists) (*front, error) {
-	id, err := newIdentity(&lc)
+	id, err := route.NewIdentity(&lc)
 	if err != nil {
 		_ = raw.Close()
 		return nil, err
@@ -220,10 +221,10 @@ func (f *front) connConfig(log *slog.Logger) connlimit.Config {
 	lc := &f.cfg
 	c := connlimit.Config{
 		Policy:             connlimit.Policy{Permits: lc.MaxConnsPerClient},
-		Keyer:              f.id.keyer,
+		Keyer:              f.id.Keyer,
 		EnforceAbove:       lc.EnforceAbove,
 		MaxConns:           lc.MaxConns,
-		Trusted:            f.id.resolver.Trusted,
+		Trusted:            f.id.Resolver.Trusted,
 		ProxyProtocol:      lc.ProxyProtocol,
 		ProxyHeaderTimeout: lc.ProxyProtocolTimeout,
 		ResetOnRefuse:      lc.ResetOnRefuse,
@@ -239,7 +240,7 @@ func (f *front) connConfig(log *slog.Logger) connlimit.Config {
 		c.PrefixOverrides = append(c.PrefixOverrides, connlimit.Override{Prefix: o.CIDR, Max: o.Max})
 	}
 	if lc.ConnRate != nil {
-		c.ConnRate = rateLimitOf(lc.ConnRate.Limit())
+		c.ConnRate = route.RateLimitOf(lc.ConnRate.Limit())
 	}
 	return c
 }
@@ -284,7 +285,7 @@ func (f *front) connStats() connlimit.Stats {
 }
 
 // serveH3 starts serving HTTP/3 with the route table in table.
-func (f *front) serveH3(table *atomic.Pointer[routeTable]) {
+func (f *front) serveH3(table *atomic.Pointer[route.Table]) {
 	f.table = table
 	f.h3.serve(f)
 }
@@ -292,7 +293,7 @@ func (f *front) serveH3(table *atomic.Pointer[routeTable]) {
 // serveHTTP starts serving HTTP (or HTTPS with HTTP/2) from the admitted
 // connections, with the route table in table, on the servers built when f
 // was bound.
-func (f *front) serveHTTP(table *atomic.Pointer[routeTable], base context.Context, loopCounts *evloop.Counts) {
+func (f *front) serveHTTP(table *atomic.Pointer[route.Table], base context.Context, loopCounts *evloop.Counts) {
 	f.table = table
 	f.httpStarted = true
 	f.http.start(f.conns, base, f.served, loopCounts, func(err error) { f.log.Error("listener stopped", "error", err) })
@@ -305,7 +306,7 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if alt := f.altSvc.Load(); alt != nil {
 		w.Header().Set("Alt-Svc", *alt)
 	}
-	f.table.Load().handler.ServeHTTP(w, r)
+	f.table.Load().Handler().ServeHTTP(w, r)
 }
 
 // serveTCP starts proxying the admitted connections to the listener's

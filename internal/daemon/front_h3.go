@@ -72,7 +72,7 @@ func bindH3(f *front, cl *cluster) error {
 		HandshakeTimeout:  admissionBackstop(lc.QUIC.HandshakeTimeout),
 		PerClient:         h.perClient,
 		PerClientRate:     h.rates.handshake,
-		Keyer:             f.id.keyer,
+		Keyer:             f.id.Keyer,
 		Logger:            f.log,
 	}
 	if lc.QUIC.Retry == config.RetryAlways {

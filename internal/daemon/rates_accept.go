@@ -7,8 +7,16 @@ import (
 
 	"github.com/seed-a07d1050/portcullis/clientkey"
 	"github.com/seed-a07d1050/portcullis/connlimit"
+	"github.com/seed-a07d1050/portcullis/internal/route"
 	"github.com/seed-a07d1050/portcullis/promlimit"
 	"github.com/seed-a07d1050/portcullis/rate"
+)
+
+// The accept-time rate slots of a listener, as the `limit` label of their
+// metrics and in the names of their cluster keys.
+const (
+	kindConnRate      = "conn_rate"      // listeners[].conn_rate
+	kindHandshakeRate = "handshake_rate" // listeners[].handshake_rate
 )
 
 // connRateStore gives cc, the connection caps of f's listener, the cluster
@@ -20,7 +28,7 @@ func (f *front) connRateStore(cc *connlimit.Config, cl *cluster) error {
 	}
 	rs, err := cl.connRateStore(f.cfg.Name, kindConnRate)
 	if err != nil {
-		return fmt.Errorf("proxy: listener %s: %w", f.cfg.Name, err)
+		return fmt.Errorf("proxy: listener %s: conn_rate: %w", f.cfg.Name, err)
 	}
 	if rs != nil { // a nil *clusterRateStore must not become a non-nil Store
 		cc.ConnRateStore, f.rates = rs, rs
@@ -34,7 +42,7 @@ func (f *front) withConnRateStats(stats prometheus.Collector, store rate.Store[c
 	if f.cfg.ConnRate == nil {
 		return stats
 	}
-	labels := prometheus.Labels{"listener": f.cfg.Name, "route": "", "limit": string(kindConnRate)}
+	labels := prometheus.Labels{"listener": f.cfg.Name, "route": "", "limit": kindConnRate}
 	out := collectorList{stats, promlimit.NewRateCollector(connRateTotals{f.conns}, promlimit.Opts{Subsystem: "rate", ConstLabels: labels})}
 	if cs, ok := store.(*clusterRateStore[clientkey.Key]); ok {
 		out = append(out, cs.metrics)
@@ -67,11 +75,11 @@ func (r *h3Rates) build(f *front, cl *cluster) error {
 		return err
 	}
 	rc := rate.Config[clientkey.Key]{
-		Rate:  rateOf(lc.HandshakeRate.Rate),
+		Rate:  route.RateOf(lc.HandshakeRate.Rate),
 		Burst: lc.HandshakeRate.Burst,
 		Delay: rate.NoDelay, // a handshake is admitted or refused, never delayed
 		Hash:  clientkey.Key.Hash,
-		Name:  limiterName(lc.Name, "", kindHandshakeRate),
+		Name:  lc.Name + "/" + kindHandshakeRate, // as a route table names a listener's limits
 	}
 	if store != nil { // a nil *clusterRateStore must not become a non-nil Store
 		rc.Store = store
@@ -84,7 +92,7 @@ func (r *h3Rates) build(f *front, cl *cluster) error {
 		return err
 	}
 	r.handshake, r.store = lim, store
-	labels := prometheus.Labels{"listener": lc.Name, "route": "", "limit": string(kindHandshakeRate)}
+	labels := prometheus.Labels{"listener": lc.Name, "route": "", "limit": kindHandshakeRate}
 	r.total = promlimit.NewRateCollector(lim, promlimit.Opts{Subsystem: "rate", ConstLabels: labels})
 	return nil
 }

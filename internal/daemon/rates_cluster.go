@@ -6,9 +6,44 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seed-a07d1050/portcullis/clientkey"
+	"github.com/seed-a07d1050/portcullis/internal/route"
 	"github.com/seed-a07d1050/portcullis/limit/redisstore"
 	"github.com/seed-a07d1050/portcullis/limit/redisstore/redisprom"
 )
+
+// routeStores returns the Stores the route tables' limits and rates count
+// in through c; nil (no Stores: counts stay in each process) when c is nil.
+func (c *cluster) routeStores() route.Stores {
+	if c == nil {
+		return nil
+	}
+	return clusterStores{c}
+}
+
+// clusterStores are the cluster's Stores as a route table takes them.
+type clusterStores struct{ c *cluster }
+
+func (s clusterStores) LimitStore(name string, labels prometheus.Labels) (route.LimitStore, error) {
+	cs, err := s.c.store(name, labels)
+	if cs == nil || err != nil { // a nil *clusterStore must not become a non-nil Store
+		return nil, err
+	}
+	return cs, nil
+}
+
+func (s clusterStores) RateStore(name string, labels prometheus.Labels) (route.RateStore, error) {
+	cs, err := rateStore(s.c, name, func(k string) string { return k }, labels)
+	if cs == nil || err != nil { // a nil *clusterRateStore must not become a non-nil Store
+		return nil, err
+	}
+	return cs, nil
+}
+
+// Collector returns the collector of s's Redis metrics (route.LimitStore).
+func (s *clusterStore[K]) Collector() prometheus.Collector { return s.metrics }
+
+// Collector returns the collector of s's Redis metrics (route.RateStore).
+func (s *clusterRateStore[K]) Collector() prometheus.Collector { return s.metrics }
 
 // A clusterRateStore is a rate's Store with the collector of its Redis
 // metrics.
@@ -51,12 +86,12 @@ func rateStore[K comparable](c *cluster, name string, keyString func(K) string, 
 // connRateStore returns the Store of the accept-time rate kind (conn_rate or
 // handshake_rate) of the listener named name, or nil when there is no
 // cluster or the accept-time limits stay local.
-func (c *cluster) connRateStore(name string, kind limitKind) (*clusterRateStore[clientkey.Key], error) {
+func (c *cluster) connRateStore(name, kind string) (*clusterRateStore[clientkey.Key], error) {
 	if c == nil || c.cfg.LocalConnectionCaps {
 		return nil, nil
 	}
-	labels := prometheus.Labels{"listener": name, "route": "", "limit": string(kind)}
-	return rateStore(c, string(kind)+"/"+name, clientkey.Key.String, labels)
+	labels := prometheus.Labels{"listener": name, "route": "", "limit": kind}
+	return rateStore(c, kind+"/"+name, clientkey.Key.String, labels)
 }
 
 // rateStoreCollector exports a RateStore's Redis figures under the names

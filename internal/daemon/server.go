@@ -20,6 +20,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/evloop"
 	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	"github.com/seed-a07d1050/portcullis/internal/relay"
+	"github.com/seed-a07d1050/portcullis/internal/route"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
@@ -71,8 +72,8 @@ type Server struct {
 
 	mu      sync.Mutex // serializes Reload, Shutdown and Close
 	cfg     *config.Config
-	fronts  atomic.Pointer[[]*front]               // in configuration order; read by admin
-	tables  map[string]*atomic.Pointer[routeTable] // by listener name; kept across reloads
+	fronts  atomic.Pointer[[]*front]                // in configuration order; read by admin
+	tables  map[string]*atomic.Pointer[route.Table] // by listener name; kept across reloads
 	admin   atomic.Pointer[admin.Server]
 	closed  bool
 	retired sync.WaitGroup
@@ -124,7 +125,7 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 		loopCounts: new(evloop.Counts),
 		bufs:       relay.NewBufferPool(),
 		metrics:    exchange.NewMetrics(),
-		tables:     make(map[string]*atomic.Pointer[routeTable]),
+		tables:     make(map[string]*atomic.Pointer[route.Table]),
 	}
 	if s.log == nil {
 		out := opts.LogOutput
@@ -230,9 +231,18 @@ func closeUnserved(fronts []*front) {
 // would.
 var testHookBuildTable func(listener string) error
 
+// testHookReverseProxy, when set by a benchmark, makes routes send their
+// requests through httputil.ReverseProxy, as the daemon did before relay,
+// so that the two can be compared in one run (route.Config.ReverseProxy).
+var testHookReverseProxy bool
+
+// testHookNoRequestMetrics, when set by a benchmark, builds route tables
+// without request metrics, to measure what they cost.
+var testHookNoRequestMetrics bool
+
 // builtTables are the route tables of a configuration, built but not yet
 // serving: by listener name, for the HTTP listeners that own routes.
-type builtTables map[string]*routeTable
+type builtTables map[string]*route.Table
 
 // buildTables builds the route table of every HTTP listener of cfg that
 // has routes, keeping the limiters of the running tables whose settings did
@@ -245,35 +255,35 @@ func (s *Server) buildTables(cfg *config.Config) (builtTables, error) {
 		if !lc.Protocol.IsHTTP() || lc.RoutesFrom != "" {
 			continue
 		}
-		id, err := newIdentity(lc)
-		if err != nil {
-			s.discard(built)
-			return nil, err
+		rc := route.Config{
+			Listener: lc, Old: s.currentTable(lc.Name), Log: s.log, Stores: s.cluster.routeStores(),
+			Transport: s.transport, Buffers: s.bufs, Access: s.access, Metrics: s.metrics,
+			Drain: cfg.ShutdownTimeout, Wait: forceWait, Stopping: &s.draining,
+			ReverseProxy: testHookReverseProxy,
 		}
-		b := &tableBuilder{
-			lc: lc, id: id, old: s.currentTable(lc.Name), transport: s.transport, bufs: s.bufs,
-			accessLog: cfg.Log.IsAccessLogOn(), access: s.access, metrics: s.metrics,
-			deps:  limiterDeps{log: s.log, cluster: s.cluster},
-			drain: cfg.ShutdownTimeout, stopping: &s.draining,
+		if !cfg.Log.IsAccessLogOn() {
+			rc.Access = nil
 		}
-		t, err := b.build()
+		if testHookNoRequestMetrics {
+			rc.Metrics = nil
+		}
+		t, err := route.Build(rc)
 		if err == nil && testHookBuildTable != nil {
 			if err = testHookBuildTable(lc.Name); err != nil {
-				t.closeNew(b.old)
+				t.Discard(rc.Old)
 			}
 		}
 		if err != nil {
 			s.discard(built)
 			return nil, err
 		}
-		t.series = b.series
 		built[lc.Name] = t
 	}
 	return built, nil
 }
 
 // currentTable returns the table the listener named name serves now, or nil.
-func (s *Server) currentTable(name string) *routeTable {
+func (s *Server) currentTable(name string) *route.Table {
 	if p := s.tables[name]; p != nil {
 		return p.Load()
 	}
@@ -283,7 +293,7 @@ func (s *Server) currentTable(name string) *routeTable {
 // discard closes the limiters of built that the running tables do not use.
 func (s *Server) discard(built builtTables) {
 	for name, t := range built {
-		t.closeNew(s.currentTable(name))
+		t.Discard(s.currentTable(name))
 	}
 }
 
@@ -292,30 +302,21 @@ func (s *Server) discard(built builtTables) {
 // together with the tables of listeners that no longer own routes: those
 // limiters end once the exchanges still holding them have ended.
 func (s *Server) installTables(built builtTables) {
+	bg := route.Background{Group: &s.retired, Stop: s.base, Log: s.log}
 	for name, t := range built {
-		t.commitAuth()
-		t.commitIntercept()
+		t.Commit()
 		p := s.tables[name]
 		if p == nil {
-			p = new(atomic.Pointer[routeTable])
+			p = new(atomic.Pointer[route.Table])
 			s.tables[name] = p
 		}
 		if old := p.Swap(t); old != nil {
-			for _, l := range t.retired(old) {
-				s.retire(l)
-			}
-			s.retireRates(t, old)
-			s.retireExtras(old, t)
+			old.Retire(t, bg)
 		}
 	}
 	for name, p := range s.tables {
 		if _, ok := built[name]; !ok {
-			old := p.Load()
-			for _, l := range old.limiters() {
-				s.retire(l)
-			}
-			s.retireRates(nil, old)
-			s.retireExtras(old, nil)
+			p.Load().Retire(nil, bg)
 			delete(s.tables, name)
 		}
 	}
@@ -332,29 +333,11 @@ func (s *Server) pruneRequestMetrics() {
 	}
 	keep := make(map[exchange.SeriesKey]bool)
 	for name, p := range s.tables {
-		for _, route := range p.Load().series {
-			keep[exchange.SeriesKey{Listener: name, Route: route}] = true
+		for _, r := range p.Load().Series() {
+			keep[exchange.SeriesKey{Listener: name, Route: r}] = true
 		}
 	}
 	s.metrics.Prune(keep)
-}
-
-// retire closes a limiter a reload replaced once the exchanges that still
-// use it have ended, so that they finish under the limits they started
-// with and its queue does not fail waiters with 503. It waits, without
-// polling, for the limiter's last permit to come back, or for the server
-// to stop.
-func (s *Server) retire(l *limiter) {
-	s.retired.Add(1)
-	idle := l.lim.Idle()
-	go func() {
-		defer s.retired.Done()
-		defer l.close()
-		select {
-		case <-idle:
-		case <-s.base.Done():
-		}
-	}()
 }
 
 // serve starts serving f with its table.
@@ -552,26 +535,13 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// hijacker is what serves connections taken over from the listeners'
-// http.Servers: a forward proxy (its tunnels) or an interceptor (its
-// sessions).
-type hijacker interface {
-	Shutdown(context.Context) error
-	Close() error
-}
-
 // hijackers returns the forward proxies and interceptors of the running
-// tables.
-func (s *Server) hijackers() []hijacker {
-	var out []hijacker
+// tables, which serve connections taken over from the listeners'
+// http.Servers (route.Stopper).
+func (s *Server) hijackers() []route.Stopper {
+	var out []route.Stopper
 	for _, p := range s.tables {
-		t := p.Load()
-		if fp := t.forwardProxy(); fp != nil {
-			out = append(out, fp)
-		}
-		if st := t.interceptState(); st != nil {
-			out = append(out, stoppingInterceptor{st})
-		}
+		out = append(out, p.Load().Stoppers()...)
 	}
 	return out
 }
@@ -602,14 +572,7 @@ func (s *Server) finish(cut bool) {
 
 func (s *Server) closeTables() {
 	for _, p := range s.tables {
-		t := p.Load()
-		for _, l := range t.limiters() {
-			l.close()
-		}
-		for _, r := range t.rates() {
-			r.close()
-		}
-		t.closeExtras()
+		p.Load().Close()
 	}
 }
 

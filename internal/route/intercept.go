@@ -1,4 +1,4 @@
-package daemon
+package route
 
 import (
 	"context"
@@ -24,8 +24,8 @@ type interceptState struct {
 
 // stoppingInterceptor is a table's Interceptor as the server stops it:
 // Shutdown and Close return once the requests inside its sessions have
-// returned too (within forceWait once they were cut), so that their permits
-// are back when the server's Shutdown returns.
+// returned too (within Config.Wait once they were cut), so that their
+// permits are back when the server's Shutdown returns.
 type stoppingInterceptor struct{ st *interceptState }
 
 func (s stoppingInterceptor) Shutdown(ctx context.Context) error { return s.st.a.Shutdown(ctx) }
@@ -37,7 +37,7 @@ func (s stoppingInterceptor) Close() error                       { return s.st.a
 // the requests inside sessions pass through them too, each taking and
 // releasing its own permits. It reuses what it can of the old table's, as
 // intercept.Assembly says. On error it leaves nothing of its own open.
-func (b *tableBuilder) intercept(t *routeTable, limits func(http.Handler) http.Handler, h *http.Handler) error {
+func (b *tableBuilder) intercept(t *Table, limits func(http.Handler) http.Handler, h *http.Handler) error {
 	ic := b.lc.Forward.Intercept
 	if ic == nil {
 		return nil
@@ -48,7 +48,7 @@ func (b *tableBuilder) intercept(t *routeTable, limits func(http.Handler) http.H
 	}
 	a, err := intercept.NewAssembly(b.assemblyConfig(ic, t, limits), old)
 	if err != nil {
-		return fmt.Errorf("proxy: listener %s: intercept: %w", b.lc.Name, err)
+		return fmt.Errorf("route: listener %s: intercept: %w", b.lc.Name, err)
 	}
 	t.forward.intercept = &interceptState{a: a, stats: a.Collector(prometheus.Labels{"listener": b.lc.Name})}
 	*h = a.Wrap(*h)
@@ -58,14 +58,14 @@ func (b *tableBuilder) intercept(t *routeTable, limits func(http.Handler) http.H
 // assemblyConfig is what the interception of ic is built from: the
 // listener's forward proxy (in t), its session settings, and the chain of
 // its limits with the exchange handler around it.
-func (b *tableBuilder) assemblyConfig(ic *config.Intercept, t *routeTable, limits func(http.Handler) http.Handler) intercept.AssemblyConfig {
+func (b *tableBuilder) assemblyConfig(ic *config.Intercept, t *Table, limits func(http.Handler) http.Handler) intercept.AssemblyConfig {
 	lc, fw := b.lc, b.lc.Forward
 	return intercept.AssemblyConfig{
 		Proxy:              t.forward.proxy,
 		CACertFile:         ic.CACert,
 		CAKeyFile:          ic.CAKey,
 		AllowReadableCAKey: ic.AllowReadableCAKey,
-		Leaves:             leafSettings(ic),
+		Leaves:             LeafSettings(ic),
 		Intercept:          ic.Intercept,
 		Bypass:             ic.Bypass,
 		HandshakeTimeout:   ic.HandshakeTimeout,
@@ -87,21 +87,23 @@ func (b *tableBuilder) assemblyConfig(ic *config.Intercept, t *routeTable, limit
 		Inner: func(up *intercept.Upstream) http.Handler {
 			return exchange.Handler(limits(up), b.exchangeOpts())
 		},
-		Drain:  b.drain,
-		Wait:   forceWait,
+		Drain:  b.Drain,
+		Wait:   b.Wait,
 		Name:   lc.Name,
-		Logger: b.deps.log.With("listener", lc.Name),
+		Logger: b.log.With("listener", lc.Name),
 	}
 }
 
-// leafSettings are the leaves block of ic as intercept takes it: zero fields
-// take intercept's defaults, which are the block's.
-func leafSettings(ic *config.Intercept) intercept.LeafSettings {
+// LeafSettings are the leaves block of ic as intercept takes it: zero fields
+// take intercept's defaults, which are the block's. The daemon's build pass
+// (daemon.Check) builds the leaves from it too, so that check and a table's
+// build cannot drift.
+func LeafSettings(ic *config.Intercept) intercept.LeafSettings {
 	return intercept.LeafSettings{Validity: ic.Leaves.Validity, RenewBefore: ic.Leaves.RenewBefore, CacheSize: ic.Leaves.CacheSize}
 }
 
 // interceptState returns t's interception, or nil.
-func (t *routeTable) interceptState() *interceptState {
+func (t *Table) interceptState() *interceptState {
 	if t == nil || t.forward == nil {
 		return nil
 	}
@@ -111,7 +113,7 @@ func (t *routeTable) interceptState() *interceptState {
 // commitIntercept points t's Interceptor, when a reload keeps it, at t's
 // chain of limits: the requests its sessions send from now on count under
 // t's limits.
-func (t *routeTable) commitIntercept() {
+func (t *Table) commitIntercept() {
 	if st := t.interceptState(); st != nil {
 		st.a.Commit()
 	}
@@ -119,7 +121,7 @@ func (t *routeTable) commitIntercept() {
 
 // closeNewIntercept closes what t's interception does not share with old's,
 // for a table that failed to build or was discarded.
-func (t *routeTable) closeNewIntercept(old *routeTable) {
+func (t *Table) closeNewIntercept(old *Table) {
 	st, o := t.interceptState(), old.interceptState()
 	if st == nil {
 		return
@@ -131,33 +133,33 @@ func (t *routeTable) closeNewIntercept(old *routeTable) {
 	st.a.Discard(oa)
 }
 
-// retireIntercept retires, in the background, what old's interception has
-// and t's does not (intercept.Assembly.Retire): a replaced Interceptor's
-// sessions finish within the drain time, then are cut. t may be nil (the
+// retireIntercept retires, in the background, what t's interception has
+// and next's does not (intercept.Assembly.Retire): a replaced Interceptor's
+// sessions finish within the drain time, then are cut. next may be nil (the
 // listener is gone).
-func (s *Server) retireIntercept(old, t *routeTable) {
-	o, st := old.interceptState(), t.interceptState()
+func (t *Table) retireIntercept(next *Table, bg Background) {
+	o, st := t.interceptState(), next.interceptState()
 	if o == nil {
 		return
 	}
-	var next *intercept.Assembly
+	var na *intercept.Assembly
 	if st != nil {
-		next = st.a
+		na = st.a
 	}
-	if !o.a.Replaced(next) {
+	if !o.a.Replaced(na) {
 		return
 	}
-	s.retired.Add(1)
+	bg.Group.Add(1)
 	go func() {
-		defer s.retired.Done()
-		if cut, sessions := o.a.Retire(s.base, next); cut {
-			s.log.Warn("sessions of a replaced interceptor cut off after the shutdown timeout", "sessions", sessions)
+		defer bg.Group.Done()
+		if cut, sessions := o.a.Retire(bg.Stop, na); cut {
+			bg.Log.Warn("sessions of a replaced interceptor cut off after the shutdown timeout", "sessions", sessions)
 		}
 	}()
 }
 
 // closeIntercept ends t's interception at once, for a server that stops.
-func (t *routeTable) closeIntercept() {
+func (t *Table) closeIntercept() {
 	if st := t.interceptState(); st != nil {
 		st.a.CloseAll()
 	}

@@ -1,4 +1,4 @@
-package daemon
+package route
 
 import (
 	"net/netip"

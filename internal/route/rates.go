@@ -1,8 +1,9 @@
-package daemon
+package route
 
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/netip"
@@ -22,13 +23,10 @@ import (
 	"github.com/seed-a07d1050/portcullis/rate"
 )
 
-// The rate slots of a listener, as the `limit` label of their metrics and in
-// the names of their cluster keys.
-const (
-	kindRate          limitKind = "rate"           // listeners[].rate, routes[].rate
-	kindConnRate      limitKind = "conn_rate"      // listeners[].conn_rate
-	kindHandshakeRate limitKind = "handshake_rate" // listeners[].handshake_rate
-)
+// The rate slot of a listener or a route, as the `limit` label of its
+// metrics and in the names of its cluster keys. (conn_rate and
+// handshake_rate are the listener's accept-time rates, outside the table.)
+const kindRate limitKind = "rate" // listeners[].rate, routes[].rate
 
 // rateLimiter is one request rate of the daemon (a listener's or a route's
 // `rate` block) with what exports it. Like a limiter, it is kept across a
@@ -37,7 +35,7 @@ const (
 // have ended.
 type rateLimiter struct {
 	cfg   config.Rate // effective
-	id    identity
+	id    Identity
 	lim   *httplimit.RateLimiter
 	key   httplimit.KeyFunc    // the rate's, to name a refused request's key
 	store io.Closer            // the cluster RateStore; nil without a cluster
@@ -51,8 +49,9 @@ type rateLimiter struct {
 }
 
 // newRateLimiter builds the rate of cfg (effective) for listener ln, route
-// route ("" for the listener's own rate). On error nothing is left open.
-func newRateLimiter(cfg *config.Rate, id identity, ln, route string, deps limiterDeps) (*rateLimiter, error) {
+// route ("" for the listener's own rate), logging to log, counting in a
+// Store of stores when it is set. On error nothing is left open.
+func newRateLimiter(cfg *config.Rate, id Identity, ln, route string, log *slog.Logger, stores Stores) (*rateLimiter, error) {
 	labels := prometheus.Labels{"listener": ln, "route": route, "limit": string(kindRate)}
 	key, err := keyFunc(cfg.Key, id)
 	if err != nil {
@@ -61,13 +60,13 @@ func newRateLimiter(cfg *config.Rate, id identity, ln, route string, deps limite
 	name := limiterName(ln, route, kindRate)
 	rc := httplimit.RateConfig{
 		Key:     key,
-		Rate:    rateOf(cfg.Rate),
+		Rate:    RateOf(cfg.Rate),
 		Burst:   cfg.Burst,
 		Delay:   cfg.Limit().Delay, // config.RateNoDelay is rate.NoDelay
 		Shadow:  cfg.DryRun,
 		Status:  cfg.Status,
 		Headers: rateHeaders(cfg.Headers),
-		Logger:  deps.log,
+		Logger:  log,
 		Name:    name,
 		OnAdmit: rateAdmitted,
 	}
@@ -79,22 +78,24 @@ func newRateLimiter(cfg *config.Rate, id identity, ln, route string, deps limite
 		rc.LimitFor = addrLookup(overrides)
 	case config.KeyTargetHost:
 		if rc.LimitFor, err = targetLookup(overrides); err != nil {
-			return nil, fmt.Errorf("proxy: %s: %w", name, err)
+			return nil, fmt.Errorf("route: rate %s: %w", name, err)
 		}
 	default:
 		rc.Overrides = overrides
 	}
 	r := &rateLimiter{cfg: *cfg, id: id, key: key, idle: make(chan struct{})}
-	cs, err := rateStore(deps.cluster, name, func(k string) string { return k }, labels)
-	if err != nil {
-		return nil, err
-	}
-	if cs != nil { // a nil *clusterRateStore must not become a non-nil Store
-		rc.Store, r.store, r.redis = cs, cs, cs.metrics
+	if stores != nil {
+		cs, err := stores.RateStore(name, labels)
+		if err != nil {
+			return nil, err // it names the store
+		}
+		if cs != nil {
+			rc.Store, r.store, r.redis = cs, cs, cs.Collector()
+		}
 	}
 	if r.lim, err = httplimit.NewRate(rc); err != nil {
 		r.closeStore()
-		return nil, fmt.Errorf("proxy: %s: %w", name, err)
+		return nil, fmt.Errorf("route: rate %s: %w", name, err)
 	}
 	r.total = promlimit.NewRateCollector(r.lim, promlimit.Opts{Subsystem: "rate", ConstLabels: labels})
 	return r, nil
@@ -112,7 +113,7 @@ func rateHeaders(h config.RateHeaders) httplimit.RateHeaders {
 
 // sameAs reports whether r was built from cfg for a listener with identity
 // id, so that a reload can keep it with its keys' state.
-func (r *rateLimiter) sameAs(cfg *config.Rate, id identity) bool {
+func (r *rateLimiter) sameAs(cfg *config.Rate, id Identity) bool {
 	return reflect.DeepEqual(&r.cfg, cfg) && sameIdentity(r.id, id)
 }
 
@@ -182,11 +183,11 @@ func (b *tableBuilder) rateLimiter(cfg *config.Rate, route string) (*rateLimiter
 	if old := b.old.findRate(route); old != nil && old.sameAs(cfg, b.id) {
 		return old, nil
 	}
-	return newRateLimiter(cfg, b.id, b.lc.Name, route, b.deps)
+	return newRateLimiter(cfg, b.id, b.lc.Name, route, b.log, b.Stores)
 }
 
 // findRate returns t's rate for route ("" for the listener's), or nil.
-func (t *routeTable) findRate(route string) *rateLimiter {
+func (t *Table) findRate(route string) *rateLimiter {
 	if t == nil {
 		return nil
 	}
@@ -202,7 +203,7 @@ func (t *routeTable) findRate(route string) *rateLimiter {
 }
 
 // rates returns every rate of t.
-func (t *routeTable) rates() []*rateLimiter {
+func (t *Table) rates() []*rateLimiter {
 	if t == nil {
 		return nil
 	}
@@ -219,7 +220,7 @@ func (t *routeTable) rates() []*rateLimiter {
 }
 
 // ownsRate reports whether r is one of t's rates.
-func (t *routeTable) ownsRate(r *rateLimiter) bool {
+func (t *Table) ownsRate(r *rateLimiter) bool {
 	for _, x := range t.rates() {
 		if x == r {
 			return true
@@ -230,36 +231,12 @@ func (t *routeTable) ownsRate(r *rateLimiter) bool {
 
 // closeNewRates closes the rates of a table that failed to build or was
 // discarded, and that are not borrowed from old.
-func (t *routeTable) closeNewRates(old *routeTable) {
+func (t *Table) closeNewRates(old *Table) {
 	for _, r := range t.rates() {
 		if !old.ownsRate(r) {
 			r.close()
 		}
 	}
-}
-
-// retireRates retires the rates of old that t (nil: none) no longer uses.
-func (s *Server) retireRates(t, old *routeTable) {
-	for _, r := range old.rates() {
-		if !t.ownsRate(r) {
-			s.retireRate(r)
-		}
-	}
-}
-
-// retireRate closes a rate a reload replaced once the exchanges that went
-// through it have ended, or the server stops.
-func (s *Server) retireRate(r *rateLimiter) {
-	s.retired.Add(1)
-	idle := r.retire()
-	go func() {
-		defer s.retired.Done()
-		defer r.close()
-		select {
-		case <-idle:
-		case <-s.base.Done():
-		}
-	}()
 }
 
 // cidrLookup turns client_ip overrides, written as addresses or CIDRs, into
@@ -308,16 +285,16 @@ func cidrLookup[V any](overrides map[string]V) func(string) (V, bool) {
 // config.RateNoDelay is rate.NoDelay, so that a Delay is copied as it is.
 var _ [0]struct{} = [config.RateNoDelay - rate.NoDelay]struct{}{}
 
-// rateOf returns the rate.Rate of a configured rate; config reads the text form itself, so
+// RateOf returns the rate.Rate of a configured rate; config reads the text form itself, so
 // that it imports no runtime package, and its values are rate's, field for field.
-func rateOf(r config.RateValue) rate.Rate {
+func RateOf(r config.RateValue) rate.Rate {
 	return rate.Rate{Events: r.Events, Per: r.Per}
 }
 
-// rateLimitOf returns the rate.Limit of a configured limit (config.RateNoDelay is
+// RateLimitOf returns the rate.Limit of a configured limit (config.RateNoDelay is
 // rate.NoDelay).
-func rateLimitOf(l config.RateLimit) rate.Limit {
-	return rate.Limit{Rate: rateOf(l.Rate), Burst: l.Burst, Delay: l.Delay}
+func RateLimitOf(l config.RateLimit) rate.Limit {
+	return rate.Limit{Rate: RateOf(l.Rate), Burst: l.Burst, Delay: l.Delay}
 }
 
 // rateOverrides returns the per-key limits of a rate block as package rate takes them; nil
@@ -328,7 +305,7 @@ func rateOverrides(in map[string]config.RateLimit) map[string]rate.Limit {
 	}
 	out := make(map[string]rate.Limit, len(in))
 	for k, l := range in {
-		out[k] = rateLimitOf(l)
+		out[k] = RateLimitOf(l)
 	}
 	return out
 }

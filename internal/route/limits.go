@@ -1,10 +1,9 @@
-package daemon
+package route
 
 import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"net/netip"
 	"reflect"
 
@@ -48,22 +47,28 @@ func forwardKind(k config.LimitKey) limitKind {
 	return limitKind(k)
 }
 
-// identity is what a listener knows about who its clients are; it shapes
-// client_ip keys, so a limiter is only reused across a reload when its
-// identity is the same.
-type identity struct {
-	keyer    clientkey.Keyer
-	resolver *clientkey.Resolver
+// Identity is what a listener knows about who its clients are: how a
+// client's address becomes its key, and which proxies' forwarding headers
+// are believed. It shapes client_ip keys, so a limiter is only reused
+// across a reload when its identity is the same. The zero Identity is not
+// usable; build one with [NewIdentity].
+type Identity struct {
+	Keyer    clientkey.Keyer
+	Resolver *clientkey.Resolver // its Keyer is Keyer
 }
 
-func newIdentity(lc *config.Listener) (identity, error) {
+// NewIdentity returns the identity of the listener lc (effective): its
+// ipv4_prefix and ipv6_prefix, trusted_proxies and forwarded_header. It
+// fails, saying which listener, for a prefix length or a proxy the
+// clientkey package refuses.
+func NewIdentity(lc *config.Listener) (Identity, error) {
 	keyer, err := clientkey.NewKeyer(lc.IPv4Prefix, lc.IPv6Prefix)
 	if err != nil {
-		return identity{}, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
+		return Identity{}, fmt.Errorf("route: listener %s: client keys: %w", lc.Name, err)
 	}
 	trusted, err := proxySet(lc.TrustedProxies)
 	if err != nil {
-		return identity{}, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
+		return Identity{}, fmt.Errorf("route: listener %s: trusted_proxies: %w", lc.Name, err)
 	}
 	res := &clientkey.Resolver{Trusted: trusted, Keyer: keyer}
 	switch lc.ForwardedHeader {
@@ -72,7 +77,7 @@ func newIdentity(lc *config.Listener) (identity, error) {
 	case config.ForwardedRFC7239:
 		res.Header = clientkey.HeaderForwarded
 	}
-	return identity{keyer: keyer, resolver: res}, nil
+	return Identity{Keyer: keyer, Resolver: res}, nil
 }
 
 func proxySet(prefixes []netip.Prefix) (*clientkey.ProxySet, error) {
@@ -87,7 +92,7 @@ func proxySet(prefixes []netip.Prefix) (*clientkey.ProxySet, error) {
 type limiter struct {
 	cfg   config.Limit // effective
 	kind  limitKind
-	id    identity
+	id    Identity
 	lim   *httplimit.Limiter
 	store io.Closer            // the limiter's cluster Store; nil without a cluster
 	redis prometheus.Collector // the Store's Redis metrics; nil without a cluster
@@ -97,15 +102,15 @@ type limiter struct {
 
 // sameAs reports whether l was built from cfg for a listener with identity
 // id, so that a reload can keep it, with its counts and its waiters.
-func (l *limiter) sameAs(cfg *config.Limit, id identity) bool {
+func (l *limiter) sameAs(cfg *config.Limit, id Identity) bool {
 	return reflect.DeepEqual(&l.cfg, cfg) && sameIdentity(l.id, id)
 }
 
 // sameIdentity reports whether a and b key clients alike.
-func sameIdentity(a, b identity) bool {
-	return a.keyer == b.keyer &&
-		a.resolver.Header == b.resolver.Header &&
-		reflect.DeepEqual(a.resolver.Trusted.Prefixes(), b.resolver.Trusted.Prefixes())
+func sameIdentity(a, b Identity) bool {
+	return a.Keyer == b.Keyer &&
+		a.Resolver.Header == b.Resolver.Header &&
+		reflect.DeepEqual(a.Resolver.Trusted.Prefixes(), b.Resolver.Trusted.Prefixes())
 }
 
 // close stops the limiter and its cluster Store. Permits held stay valid.
@@ -123,16 +128,11 @@ func (l *limiter) collectors() []prometheus.Collector {
 	return []prometheus.Collector{l.total, l.wait}
 }
 
-// limiterDeps are what every limiter of a server is built with.
-type limiterDeps struct {
-	log      *slog.Logger
-	cluster  *cluster // nil: counts in this process only
-	onReject func(key string, r *http.Request, err error)
-}
-
 // newLimiter builds the limiter of cfg (effective) for listener ln, route
-// route ("" for the listener's client limit) in slot kind.
-func newLimiter(cfg *config.Limit, id identity, ln, route string, kind limitKind, deps limiterDeps) (*limiter, error) {
+// route ("" for the listener's client limit) in slot kind, logging to log,
+// counting in a Store of stores when it is set. On error nothing is left
+// open.
+func newLimiter(cfg *config.Limit, id Identity, ln, route string, kind limitKind, log *slog.Logger, stores Stores) (*limiter, error) {
 	labels := prometheus.Labels{"listener": ln, "route": route, "limit": kind.label()}
 	opts := promlimit.Opts{Subsystem: "exchanges", ConstLabels: labels}
 	wait := promlimit.NewWaitHistogram(opts, nil)
@@ -143,11 +143,13 @@ func newLimiter(cfg *config.Limit, id identity, ln, route string, kind limitKind
 	name := limiterName(ln, route, kind)
 	policy, err := limitPolicy(cfg, kind)
 	if err != nil {
-		return nil, fmt.Errorf("proxy: %s: %w", name, err)
+		return nil, fmt.Errorf("route: limit %s: %w", name, err)
 	}
-	cs, err := deps.cluster.store(name, labels)
-	if err != nil {
-		return nil, err
+	var cs LimitStore
+	if stores != nil {
+		if cs, err = stores.LimitStore(name, labels); err != nil {
+			return nil, err // it names the store
+		}
 	}
 	hc := httplimit.Config{
 		Policy:         policy,
@@ -157,7 +159,7 @@ func newLimiter(cfg *config.Limit, id identity, ln, route string, kind limitKind
 		TunnelPermits:  cfg.TunnelPermits,
 		ReleaseTunnels: cfg.ReleaseTunnels,
 		Observer:       promlimit.ObserverFor[string](wait),
-		Logger:         deps.log,
+		Logger:         log,
 		Name:           name,
 	}
 	if !cfg.IsCountingTunnels() {
@@ -165,19 +167,18 @@ func newLimiter(cfg *config.Limit, id identity, ln, route string, kind limitKind
 		// permit only until its 101.
 		hc.Key, hc.ReleaseTunnels = forward.ExceptConnect(key), true
 	}
-	hc.OnReject = deps.onReject
 	hc.OnAdmit, hc.Reject = exchange.AdmissionHooks(kind.label(), cfg.Queue.Timeout, refusalResponse(cfg))
 	var closer io.Closer
 	var redisMetrics prometheus.Collector
-	if cs != nil { // a nil *clusterStore must not become a non-nil Store
-		hc.Store, closer, redisMetrics = cs, cs, cs.metrics
+	if cs != nil {
+		hc.Store, closer, redisMetrics = cs, cs, cs.Collector()
 	}
 	lim, err := httplimit.New(hc)
 	if err != nil {
 		if closer != nil {
 			_ = closer.Close()
 		}
-		return nil, fmt.Errorf("proxy: %s: %w", hc.Name, err)
+		return nil, fmt.Errorf("route: limit %s: %w", hc.Name, err)
 	}
 	return &limiter{
 		cfg:   *cfg,
@@ -228,10 +229,10 @@ func limiterName(ln, route string, kind limitKind) string {
 }
 
 // keyFunc returns the httplimit key function of a config key.
-func keyFunc(k config.LimitKey, id identity) (httplimit.KeyFunc, error) {
+func keyFunc(k config.LimitKey, id Identity) (httplimit.KeyFunc, error) {
 	switch k {
 	case config.KeyClientIP, "":
-		return httplimit.ByClientIP(id.resolver), nil
+		return httplimit.ByClientIP(id.Resolver), nil
 	case config.KeyUser, config.KeyProxyUser:
 		// Only the name the listener's authentication verified: Validate
 		// refuses these keys on a listener without auth.
@@ -246,7 +247,7 @@ func keyFunc(k config.LimitKey, id identity) (httplimit.KeyFunc, error) {
 	if name, ok := k.Header(); ok {
 		return httplimit.ByHeader(name)
 	}
-	return nil, fmt.Errorf("proxy: unknown limit key %q", k)
+	return nil, fmt.Errorf("route: unknown limit key %q", k)
 }
 
 // cidrPermits turns client_ip overrides, written as addresses or CIDRs, into

@@ -1,4 +1,4 @@
-package daemon
+package route
 
 import (
 	"fmt"
@@ -28,14 +28,14 @@ type forwardState struct {
 // reading of its htpasswd file, put in effect when the reload commits.
 type authState struct {
 	cfg    config.Auth // effective
-	id     identity
+	id     Identity
 	a      *proxyauth.Authenticator
 	commit func() // nil once committed, and for a new Authenticator
 	stats  prometheus.Collector
 }
 
 // authenticator returns t's Authenticator, or nil.
-func (t *routeTable) authenticator() *proxyauth.Authenticator {
+func (t *Table) authenticator() *proxyauth.Authenticator {
 	if t == nil || t.auth == nil {
 		return nil
 	}
@@ -43,7 +43,7 @@ func (t *routeTable) authenticator() *proxyauth.Authenticator {
 }
 
 // forwardProxy returns t's forward proxy, or nil.
-func (t *routeTable) forwardProxy() *forward.Proxy {
+func (t *Table) forwardProxy() *forward.Proxy {
 	if t == nil || t.forward == nil {
 		return nil
 	}
@@ -57,10 +57,10 @@ func (t *routeTable) forwardProxy() *forward.Proxy {
 // request refused by a limiter holds the permits of the limits before it
 // only until it is answered. The requests inside intercepted sessions pass
 // the same rate and limits again, each with its own permits.
-func (b *tableBuilder) buildForward() (*routeTable, error) {
-	t := &routeTable{forward: &forwardState{}}
-	fail := func(err error) (*routeTable, error) {
-		t.closeNew(b.old)
+func (b *tableBuilder) buildForward() (*Table, error) {
+	t := &Table{forward: &forwardState{}}
+	fail := func(err error) (*Table, error) {
+		t.Discard(b.old)
 		return nil, err
 	}
 	if err := b.forwardProxy(t); err != nil {
@@ -81,9 +81,9 @@ func (b *tableBuilder) buildForward() (*routeTable, error) {
 	if b.lc.IsLocalClientsOnly() {
 		// Outermost: a client refused here holds no rate token and no permit.
 		h = forward.LocalClientsOnly(h, forward.LocalClientsConfig{
-			ClientAddr: b.id.resolver.ClientAddr,
+			ClientAddr: b.id.Resolver.ClientAddr,
 			Listener:   b.lc.Name,
-			Logger:     b.deps.log.With("listener", b.lc.Name),
+			Logger:     b.log.With("listener", b.lc.Name),
 			OnRefuse:   exchange.ForwardRefused,
 		})
 	}
@@ -96,7 +96,7 @@ func (b *tableBuilder) buildForward() (*routeTable, error) {
 // first, so that a request it delays holds no permit, then the client
 // limit, then the forward limits outermost first. Each call wraps the same
 // limiters, so that every chain it makes counts in them.
-func (b *tableBuilder) forwardLimits(t *routeTable) (func(http.Handler) http.Handler, error) {
+func (b *tableBuilder) forwardLimits(t *Table) (func(http.Handler) http.Handler, error) {
 	limits := b.lc.Forward.Limits
 	t.forward.limits = make([]*limiter, len(limits))
 	for i := len(limits) - 1; i >= 0; i-- {
@@ -141,16 +141,16 @@ func (b *tableBuilder) forwardLimits(t *routeTable) (func(http.Handler) http.Han
 // forwardProxy puts in t the proxy of the listener: the old table's when
 // its settings did not change (with its idle target connections and open
 // tunnels), otherwise a new one.
-func (b *tableBuilder) forwardProxy(t *routeTable) error {
+func (b *tableBuilder) forwardProxy(t *Table) error {
 	cfg := *b.lc.Forward
 	cfg.Limits, cfg.Intercept = nil, nil // the limits and the interceptor are kept on their own
 	if old := b.old; old != nil && old.forward != nil && reflect.DeepEqual(old.forward.cfg, cfg) {
 		t.forward.cfg, t.forward.proxy, t.forward.stats = cfg, old.forward.proxy, old.forward.stats
 		return nil
 	}
-	policy, err := forwardPolicy(&cfg)
+	policy, err := ForwardPolicy(&cfg)
 	if err != nil {
-		return fmt.Errorf("proxy: listener %s: destinations: %w", b.lc.Name, err)
+		return fmt.Errorf("route: listener %s: destinations: %w", b.lc.Name, err)
 	}
 	p, err := forward.New(forward.Config{
 		Policy:                policy,
@@ -162,12 +162,12 @@ func (b *tableBuilder) forwardProxy(t *routeTable) error {
 		MaxIdleConns:          cfg.MaxIdleConns,
 		IdleConnTimeout:       cfg.IdleConnTimeout,
 		Via:                   cfg.Via,
-		Logger:                b.deps.log.With("listener", b.lc.Name),
+		Logger:                b.log.With("listener", b.lc.Name),
 		OnRefuse:              exchange.ForwardRefused,
 		OnTargetError:         exchange.CountTargetError(b.routeMetrics("")),
 	})
 	if err != nil {
-		return fmt.Errorf("proxy: listener %s: %w", b.lc.Name, err)
+		return fmt.Errorf("route: listener %s: forward proxy: %w", b.lc.Name, err)
 	}
 	t.forward.cfg, t.forward.proxy = cfg, p
 	t.forward.stats = forward.NewCollector(p, prometheus.Labels{"listener": b.lc.Name})
@@ -179,7 +179,7 @@ func (b *tableBuilder) forwardProxy(t *routeTable) error {
 // kept, with its cache and failure counts: its htpasswd file is read now,
 // and put in effect only when the table is installed, so that a file that
 // does not load fails the reload and changes nothing.
-func (b *tableBuilder) authenticate(t *routeTable, h *http.Handler) error {
+func (b *tableBuilder) authenticate(t *Table, h *http.Handler) error {
 	ac := b.lc.Auth
 	if ac == nil {
 		return nil
@@ -191,7 +191,7 @@ func (b *tableBuilder) authenticate(t *routeTable, h *http.Handler) error {
 	if old := b.old; old != nil && old.auth != nil && old.auth.sameAs(ac, b.id) && b.lc.IsForward() == (old.forward != nil) {
 		commit, err := old.auth.a.PrepareReload()
 		if err != nil {
-			return fmt.Errorf("proxy: listener %s: auth: %w", b.lc.Name, err)
+			return fmt.Errorf("route: listener %s: auth: %w", b.lc.Name, err)
 		}
 		t.auth = &authState{cfg: old.auth.cfg, id: old.auth.id, a: old.auth.a, commit: commit, stats: old.auth.stats}
 		*h = exchange.Gated("auth", exchange.AuthRefusal, t.auth.a.Wrap, *h)
@@ -199,7 +199,7 @@ func (b *tableBuilder) authenticate(t *routeTable, h *http.Handler) error {
 	}
 	failures, err := proxyauth.NewFailureLimiter(proxyauth.FailureConfig{Burst: ac.Failures.Burst, Interval: ac.Failures.Interval})
 	if err != nil {
-		return fmt.Errorf("proxy: listener %s: auth: %w", b.lc.Name, err)
+		return fmt.Errorf("route: listener %s: auth: %w", b.lc.Name, err)
 	}
 	a, err := proxyauth.New(proxyauth.Config{
 		File:                ac.Htpasswd,
@@ -209,11 +209,11 @@ func (b *tableBuilder) authenticate(t *routeTable, h *http.Handler) error {
 		MaxConcurrentChecks: ac.MaxConcurrentChecks,
 		CheckTimeout:        ac.CheckTimeout,
 		Failures:            failures,
-		Resolver:            b.id.resolver,
-		Logger:              b.deps.log.With("listener", b.lc.Name),
+		Resolver:            b.id.Resolver,
+		Logger:              b.log.With("listener", b.lc.Name),
 	})
 	if err != nil {
-		return fmt.Errorf("proxy: listener %s: auth: %w", b.lc.Name, err)
+		return fmt.Errorf("route: listener %s: auth: %w", b.lc.Name, err)
 	}
 	t.auth = &authState{cfg: *ac, id: b.id, a: a, stats: proxyauth.NewCollector(a, prometheus.Labels{"listener": b.lc.Name})}
 	*h = exchange.Gated("auth", exchange.AuthRefusal, a.Wrap, *h)
@@ -222,51 +222,22 @@ func (b *tableBuilder) authenticate(t *routeTable, h *http.Handler) error {
 
 // sameAs reports whether s was built from cfg for a listener with identity
 // id, so that a reload can keep its Authenticator.
-func (s *authState) sameAs(cfg *config.Auth, id identity) bool {
+func (s *authState) sameAs(cfg *config.Auth, id Identity) bool {
 	return reflect.DeepEqual(&s.cfg, cfg) && sameIdentity(s.id, id)
 }
 
 // commitAuth puts in effect the htpasswd file a reload read for t's kept
 // Authenticator.
-func (t *routeTable) commitAuth() {
+func (t *Table) commitAuth() {
 	if t.auth != nil && t.auth.commit != nil {
 		t.auth.commit()
 		t.auth.commit = nil
 	}
 }
 
-// retireExtras retires what old holds and t does not: an Authenticator
-// closes once no request is being checked, a forward proxy once its last
-// tunnel has closed (both at the latest when the server stops). t may be
-// nil (the listener is gone).
-func (s *Server) retireExtras(old, t *routeTable) {
-	if a := old.authenticator(); a != nil && a != t.authenticator() {
-		s.retired.Add(1)
-		idle := a.Idle()
-		go func() {
-			defer s.retired.Done()
-			defer a.Close()
-			select {
-			case <-idle:
-			case <-s.base.Done():
-			}
-		}()
-	}
-	if p := old.forwardProxy(); p != nil && p != t.forwardProxy() {
-		s.retired.Add(1)
-		go func() {
-			defer s.retired.Done()
-			// Its tunnels run on under the settings they opened with; the
-			// server's stop cuts them.
-			_ = p.Shutdown(s.base)
-		}()
-	}
-	s.retireIntercept(old, t)
-}
-
 // closeExtras closes t's Authenticator and forward proxy, cutting its
 // tunnels.
-func (t *routeTable) closeExtras() {
+func (t *Table) closeExtras() {
 	if a := t.authenticator(); a != nil {
 		_ = a.Close()
 	}
@@ -278,7 +249,7 @@ func (t *routeTable) closeExtras() {
 
 // extraCollectors returns the metrics of t's authentication and forward
 // proxy.
-func (t *routeTable) extraCollectors() []prometheus.Collector {
+func (t *Table) extraCollectors() []prometheus.Collector {
 	var out []prometheus.Collector
 	if t.auth != nil {
 		out = append(out, t.auth.stats)
@@ -292,10 +263,11 @@ func (t *routeTable) extraCollectors() []prometheus.Collector {
 	return out
 }
 
-// forwardPolicy returns the destination policy of f (its destinations and connect_ports),
+// ForwardPolicy returns the destination policy of f (its destinations and connect_ports),
 // as the forward proxy applies it. It fails for what config refuses, and for what
-// forward.NewPolicy refuses.
-func forwardPolicy(f *config.Forward) (*forward.Policy, error) {
+// forward.NewPolicy refuses. The daemon's build pass (daemon.Check) calls it too, so that
+// check and a table's build refuse the same policies.
+func ForwardPolicy(f *config.Forward) (*forward.Policy, error) {
 	d := f.Destinations
 	pc := forward.PolicyConfig{Allow: d.Allow, Deny: d.Deny}
 	var err error
