@@ -434,7 +434,7 @@ func testReloadKeepsRateStateWhenUnchanged(t *testing.T) {
 func retiringRates() int {
 	n := 0
 	for _, g := range allGoroutines() {
-		if strings.Contains(g, "(*Server).retireRate.func") {
+		if strings.Contains(g, "route.Background.retireRate.func") {
 			n++
 		}
 	}

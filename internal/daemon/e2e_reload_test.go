@@ -342,7 +342,7 @@ func retiringGoroutines() []string {
 	buf = buf[:runtime.Stack(buf, true)]
 	var out []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "(*Server).retire.func") {
+		if strings.Contains(g, "route.Background.retireLimiter.func") {
 			out = append(out, g)
 		}
 	}

@@ -35,15 +35,24 @@ func (t *Table) Retire(next *Table, bg Background) {
 		bg.Log = slog.Default()
 	}
 	for _, l := range next.retiredLimiters(t) {
-		bg.retire(l.lim.Idle(), l.close)
+		bg.retireLimiter(l)
 	}
 	for _, r := range t.rates() {
 		if !next.ownsRate(r) {
-			bg.retire(r.retire(), r.close)
+			bg.retireRate(r)
 		}
 	}
 	if a := t.authenticator(); a != nil && a != next.authenticator() {
-		bg.retire(a.Idle(), func() { _ = a.Close() })
+		bg.Group.Add(1)
+		idle := a.Idle()
+		go func() {
+			defer bg.Group.Done()
+			defer a.Close()
+			select {
+			case <-idle:
+			case <-bg.Stop.Done():
+			}
+		}()
 	}
 	if p := t.forwardProxy(); p != nil && p != next.forwardProxy() {
 		bg.Group.Add(1)
@@ -57,13 +66,31 @@ func (t *Table) Retire(next *Table, bg Background) {
 	t.retireIntercept(next, bg)
 }
 
-// retire calls close, in the background, once idle is closed or bg.Stop
-// is done.
-func (bg Background) retire(idle <-chan struct{}, close func()) {
+// retireLimiter closes l, in the background, once its last permit has
+// come back or bg.Stop is done. It waits without polling. (Its own
+// function, apart from retireRate, so that a goroutine dump tells what
+// each waiting goroutine retires.)
+func (bg Background) retireLimiter(l *limiter) {
 	bg.Group.Add(1)
+	idle := l.lim.Idle()
 	go func() {
 		defer bg.Group.Done()
-		defer close()
+		defer l.close()
+		select {
+		case <-idle:
+		case <-bg.Stop.Done():
+		}
+	}()
+}
+
+// retireRate closes r, in the background, once no exchange is inside it
+// or bg.Stop is done.
+func (bg Background) retireRate(r *rateLimiter) {
+	bg.Group.Add(1)
+	idle := r.retire()
+	go func() {
+		defer bg.Group.Done()
+		defer r.close()
 		select {
 		case <-idle:
 		case <-bg.Stop.Done():

@@ -117,8 +117,8 @@ type Config struct {
 	// means a new one (relay.NewTransport) for this table alone.
 	Transport *uptransport.Transport
 
-	// Buffers lends the relays their copy buffers. Nil means each copy
-	// allocates its own.
+	// Buffers lends the relays their copy buffers. Nil means a pool of
+	// this table's own (relay.NewBufferPool).
 	Buffers httputil.BufferPool
 
 	// Access is where access lines go. Nil: the table logs none.
@@ -177,6 +177,9 @@ func Build(cfg Config) (*Table, error) {
 	}
 	if b.Transport == nil {
 		b.Transport = relay.NewTransport()
+	}
+	if b.Buffers == nil {
+		b.Buffers = relay.NewBufferPool()
 	}
 	t, err := b.build()
 	if err != nil {
