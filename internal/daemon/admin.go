@@ -63,7 +63,8 @@ func (a adminSource) Listeners() []admin.Listener {
 	for _, f := range fronts {
 		l := admin.Listener{Config: &f.cfg, Addr: f.addr().String(), Conns: f.conns, AcceptRate: f.acceptRate()}
 		if f.h3 != nil {
-			l.Conns, l.QUIC = h3Conns{f}, f.h3.ctrl
+			l.Conns = h3Conns{f}
+			l.QUIC, _ = f.ln.QUIC()
 		}
 		if f.table != nil && f.cfg.RoutesFrom == "" {
 			l.Table = f.adminTable(f.table.Load(), paths)
@@ -124,9 +125,9 @@ func adminRate(r *rateLimiter) *admin.Rate {
 // the route's requests, through the full server otherwise.
 func (f *front) pathOf(t *routeTable, r *routeState) config.DataPath {
 	switch {
-	case f.h3 != nil || t.lean == nil || r.lean == nil || f.altSvc.Load() != nil:
+	case f.h3 != nil || t.lean == nil || r.lean == nil || f.ln.AltSvc() != "":
 		return config.PathFull
-	case r.lean.OnLoop() && f.http != nil && f.http.loop != nil:
+	case r.lean.OnLoop() && f.ln.Loops() != nil:
 		return config.PathEventLoops
 	}
 	return config.PathLean
@@ -136,8 +137,8 @@ func (f *front) pathOf(t *routeTable, r *routeState) config.DataPath {
 // nil without one.
 func (f *front) acceptRate() *admin.AcceptRate {
 	switch {
-	case f.h3 != nil && f.h3.rates.handshake != nil:
-		return &admin.AcceptRate{Limit: f.cfg.HandshakeRate.Limit(), Handshake: true, Snapshot: f.h3.rates.handshake.Snapshot}
+	case f.h3 != nil && f.h3.handshake != nil:
+		return &admin.AcceptRate{Limit: f.cfg.HandshakeRate.Limit(), Handshake: true, Snapshot: f.h3.handshake.Snapshot}
 	case f.conns != nil && f.cfg.ConnRate != nil:
 		return &admin.AcceptRate{Limit: f.cfg.ConnRate.Limit(), Snapshot: f.conns.RateSnapshot}
 	}
@@ -145,14 +146,21 @@ func (f *front) acceptRate() *admin.AcceptRate {
 }
 
 // h3Conns are an http3 listener's connection counts: its QUIC admission
-// mapped onto a connlimit.Listener's (h3Front.stats), and the clients
-// holding its per-client permits (quicadmit takes them without waiting).
+// mapped onto a connlimit.Listener's (listen.Front.QUICStats), with the
+// attempts its lists refused, and the clients holding its per-client
+// permits (quicadmit takes them without waiting).
 type h3Conns struct{ f *front }
 
-func (c h3Conns) Stats() connlimit.Stats { return c.f.connStats() }
+func (c h3Conns) Stats() connlimit.Stats {
+	s := c.f.ln.QUICStats()
+	// quicadmit never sees the attempts the lists refuse.
+	s.Refused.Filtered = c.f.denied.denyList.Load() + c.f.denied.notAllowed.Load()
+	return s
+}
 
 func (c h3Conns) Snapshot(top int) limit.Snapshot[clientkey.Key] {
-	return c.f.h3.perClient.Snapshot(top)
+	_, perClient := c.f.ln.QUIC()
+	return perClient.Snapshot(top)
 }
 
 // Collect sends the metrics of every listener and limiter s runs now.

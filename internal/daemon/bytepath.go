@@ -12,17 +12,6 @@ import (
 // The byte path (internal/bytepath) sees a listener, its route table and
 // its routes only through the views this file fills in.
 
-// byteListener returns the byte path's view of f: the byte path's part
-// of the route table f serves now, read for each request.
-func byteListener(f *front) bytepath.Listener {
-	return bytepath.Listener{
-		Table:  func() *bytepath.Table { return f.table.Load().lean },
-		AltSvc: &f.altSvc,
-		Active: &f.active,
-		Log:    f.log,
-	}
-}
-
 // byteRoutes are a table's routes as the byte path picks them: the
 // route the router would pick, when the byte path serves its requests.
 type byteRoutes []*route

@@ -361,17 +361,8 @@ func (s *Server) serve(f *front, cfg *config.Config) error {
 	if f.cfg.RoutesFrom != "" {
 		table = s.tables[f.cfg.RoutesFrom]
 	}
-	switch {
-	case f.cfg.Protocol == config.ProtocolTCP:
-		f.serveTCP(s.base, cfg.Log.IsAccessLogOn())
-		return nil
-	case f.h3 != nil:
-		f.serveH3(table)
-		return nil
-	default:
-		f.serveHTTP(table, s.base, s.loopCounts)
-		return nil
-	}
+	f.serve(table, s.base, s.loopCounts, cfg.Log.IsAccessLogOn())
+	return nil
 }
 
 // Addr returns the address of the listener named name, or nil if there is
@@ -435,26 +426,6 @@ func (s *Server) reloadAdmin(cfg *config.Config) error {
 		old.Close()
 	}
 	return nil
-}
-
-// sameBoundAddr reports whether listen names the bound address a (TCP or
-// UDP): the same port, and the same IP or an unspecified one.
-func sameBoundAddr(a net.Addr, listen string) bool {
-	want, err := net.ResolveTCPAddr("tcp", listen)
-	if err != nil || want.Port == 0 {
-		return false
-	}
-	var ip net.IP
-	var port int
-	switch a := a.(type) {
-	case *net.TCPAddr:
-		ip, port = a.IP, a.Port
-	case *net.UDPAddr:
-		ip, port = a.IP, a.Port
-	default:
-		return false
-	}
-	return port == want.Port && (ip.Equal(want.IP) || want.IP == nil && ip.IsUnspecified())
 }
 
 // Draining reports whether Shutdown has begun.
@@ -581,7 +552,7 @@ func (s *Server) finish(cut bool) {
 	if cut {
 		ctx, cancel := context.WithTimeout(context.Background(), forceWait)
 		for _, f := range s.frontList() {
-			_ = waitZero(ctx, &f.active)
+			_ = f.ln.WaitIdle(ctx)
 		}
 		cancel()
 	}
