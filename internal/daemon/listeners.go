@@ -167,15 +167,16 @@ func (h tableHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // serve starts f serving: HTTP listeners with the route table in table,
-// tcp listeners toward their upstream.
-func (f *front) serve(table *atomic.Pointer[routeTable], base context.Context, loopCounts *evloop.Counts, accessLog bool) {
+// tcp listeners toward their upstream. It fails only as listen.Front.Serve
+// does, on a front that serves already.
+func (f *front) serve(table *atomic.Pointer[routeTable], base context.Context, loopCounts *evloop.Counts, accessLog bool) error {
 	s := listen.Serving{Base: base, LoopCounts: loopCounts, LoopPanicHook: testHookLoopPanic, AccessLog: accessLog}
 	if f.cfg.Protocol != config.ProtocolTCP {
 		f.table = table
 		s.Handler = tableHandler{table}
 		s.Bytes = func() *bytepath.Table { return table.Load().lean }
 	}
-	f.ln.Serve(s)
+	return f.ln.Serve(s)
 }
 
 func (f *front) addr() net.Addr                        { return f.ln.Addr() }

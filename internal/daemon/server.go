@@ -361,8 +361,7 @@ func (s *Server) serve(f *front, cfg *config.Config) error {
 	if f.cfg.RoutesFrom != "" {
 		table = s.tables[f.cfg.RoutesFrom]
 	}
-	f.serve(table, s.base, s.loopCounts, cfg.Log.IsAccessLogOn())
-	return nil
+	return f.serve(table, s.base, s.loopCounts, cfg.Log.IsAccessLogOn())
 }
 
 // Addr returns the address of the listener named name, or nil if there is

@@ -48,7 +48,9 @@ listeners:
 		b.Fatal(err)
 	}
 	defer f.Close()
-	f.Serve(listen.Serving{})
+	if err := f.Serve(listen.Serving{}); err != nil {
+		b.Fatal(err)
+	}
 	c, err := net.Dial("tcp", f.Addr().String())
 	if err != nil {
 		b.Fatal(err)

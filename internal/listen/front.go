@@ -286,8 +286,16 @@ func (f *Front) DetachSocketFilter() {
 // Serve starts serving the admitted connections with s: HTTP (or HTTPS
 // with HTTP/2) on the servers built when f was bound, HTTP/3, or the TCP
 // proxy to the listener's upstream. It returns at once; errors of the
-// serving goroutines are logged. It must be called once, by one goroutine.
-func (f *Front) Serve(s Serving) {
+// serving goroutines are logged. It fails, starting nothing, when f serves
+// already or s has no Handler for an HTTP listener. It must not be called
+// by two goroutines at once.
+func (f *Front) Serve(s Serving) error {
+	switch {
+	case f.Serving():
+		return errorf(f.cfg.Name, "serve: already serving")
+	case s.Handler == nil && f.cfg.Protocol != config.ProtocolTCP:
+		return errorf(f.cfg.Name, "serve: no handler for an %s listener", f.cfg.Protocol)
+	}
 	if s.Base == nil {
 		s.Base = context.Background()
 	}
@@ -305,6 +313,7 @@ func (f *Front) Serve(s Serving) {
 			f.tcp.serve(s.Base, f.conns)
 		}()
 	}
+	return nil
 }
 
 // ServeHTTP serves one request with the handler given to Serve, counting

@@ -105,8 +105,8 @@ listeners:
 		t.Fatalf("http3 front: conns %v, cert %v, HTTP/1.1 server %q", h3.Conns(), h3.Cert() != nil, h3.HTTP1Server())
 	}
 	listen.LinkAltSvc([]*listen.Front{web, h3})
-	web.Serve(listen.Serving{Handler: named("web")})
-	h3.Serve(listen.Serving{Handler: named("h3")})
+	serve(t, web, listen.Serving{Handler: named("web")})
+	serve(t, h3, listen.Serving{Handler: named("h3")})
 
 	want := `h3=":` + strconv.Itoa(h3.Addr().(*net.UDPAddr).Port) + `"; ma=86400`
 	c := clientFrom("127.0.0.2")

@@ -94,6 +94,14 @@ func get(t *testing.T, c *http.Client, addr net.Addr) (int, string, string) {
 	return resp.StatusCode, string(body), resp.Header.Get("Alt-Svc")
 }
 
+// serve starts f serving with s.
+func serve(t *testing.T, f *listen.Front, s listen.Serving) {
+	t.Helper()
+	if err := f.Serve(s); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func shutdown(t *testing.T, f *listen.Front) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -124,7 +132,7 @@ func TestFrontServesEachHTTP1Server(t *testing.T) {
 			if f.Serving() {
 				t.Fatal("a bound front serves before Serve")
 			}
-			f.Serve(listen.Serving{Handler: named("web")})
+			serve(t, f, listen.Serving{Handler: named("web")})
 			if !f.Serving() {
 				t.Fatal("not serving after Serve")
 			}
@@ -169,7 +177,7 @@ func TestFrontAdmission(t *testing.T) {
 		},
 		Log: slog.New(slog.DiscardHandler),
 	})
-	f.Serve(listen.Serving{Handler: named("web")})
+	serve(t, f, listen.Serving{Handler: named("web")})
 
 	var held []net.Conn
 	for range 2 {
@@ -242,7 +250,7 @@ func TestFrontTCPProxy(t *testing.T) {
 `)
 	var out logtest.Buffer
 	f := bindTCP(t, lc, listen.Admission{Log: slog.New(slog.NewTextHandler(&out, nil))})
-	f.Serve(listen.Serving{AccessLog: true})
+	serve(t, f, listen.Serving{AccessLog: true})
 	if f.HTTP1Server() != "" || f.Loops() != nil {
 		t.Fatalf("a tcp listener has an HTTP server: %q", f.HTTP1Server())
 	}
@@ -294,7 +302,7 @@ func echoUpstream(t *testing.T) string {
 func TestShareTakesOverSocket(t *testing.T) {
 	lc := httpListener(t, "web", config.HTTP1ServerNetHTTP)
 	old := bindTCP(t, lc, listen.Admission{})
-	old.Serve(listen.Serving{Handler: named("old")})
+	serve(t, old, listen.Serving{Handler: named("old")})
 	c := clientFrom("127.0.0.2")
 	if _, body, _ := get(t, c, old.Addr()); body != "old" {
 		t.Fatalf("old front answered %q", body)
@@ -319,7 +327,7 @@ func TestShareTakesOverSocket(t *testing.T) {
 	t.Cleanup(nf.Close)
 	old.StopAccepting()
 	nf.Conns().Adopt(old.Conns())
-	nf.Serve(listen.Serving{Handler: named("new")})
+	serve(t, nf, listen.Serving{Handler: named("new")})
 	nf.DetachSocketFilter() // none installed: a no-op
 	fresh := clientFrom("127.0.0.2")
 	if _, body, _ := get(t, fresh, nf.Addr()); body != "new" {
@@ -366,6 +374,28 @@ func TestBindErrors(t *testing.T) {
 	if _, err := listen.BindH3(h3, listen.Admission{}); err == nil || !strings.HasPrefix(err.Error(), "listen: listener web: load certificate: ") {
 		t.Fatalf("BindH3 without its certificate: %v", err)
 	}
+}
+
+// Serve refuses, starting nothing, an HTTP listener without a handler
+// and a listener that serves already.
+func TestServeErrors(t *testing.T) {
+	f := bindTCP(t, httpListener(t, "web", config.HTTP1ServerNetHTTP), listen.Admission{})
+	if err := f.Serve(listen.Serving{}); err == nil || err.Error() != "listen: listener web: serve: no handler for an http listener" {
+		t.Fatalf("Serve without a handler: %v", err)
+	}
+	if f.Serving() {
+		t.Fatal("serving after a failed Serve")
+	}
+	serve(t, f, listen.Serving{Handler: named("web")})
+	if err := f.Serve(listen.Serving{Handler: named("again")}); err == nil || err.Error() != "listen: listener web: serve: already serving" {
+		t.Fatalf("Serve twice: %v", err)
+	}
+	c := clientFrom("127.0.0.2")
+	if _, body, _ := get(t, c, f.Addr()); body != "web" {
+		t.Fatalf("after a second Serve the listener answers %q, want the first handler's", body)
+	}
+	c.CloseIdleConnections()
+	shutdown(t, f)
 }
 
 func TestSameBoundAddr(t *testing.T) {
