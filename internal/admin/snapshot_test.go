@@ -115,7 +115,7 @@ func (rs *routeServer) listeners(t *testing.T) []admin.Listener {
 		{
 			Config: web, Addr: "127.0.0.1:8080", Conns: connListener(t, 4, 2),
 			Table: &admin.Table{
-				Rate: &admin.Rate{Config: config.Rate{Rate: rate.PerSecond(100), Burst: 50, DryRun: true}, Limiter: rs.rate},
+				Rate: &admin.Rate{Config: config.Rate{Rate: config.PerSecondRate(100), Burst: 50, DryRun: true}, Limiter: rs.rate},
 				Routes: []admin.Route{{
 					Name: "api", Path: config.PathLean,
 					Planned: &config.RoutePath{Path: config.PathFull, Why: "rate block"},

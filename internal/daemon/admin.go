@@ -96,7 +96,7 @@ func (f *front) adminTable(t *routeTable, paths *map[string]config.RoutePath) *a
 	if t.forward != nil {
 		fw := &admin.Forward{Proxy: t.forward.proxy}
 		if st := t.interceptState(); st != nil {
-			fw.Interceptor, fw.Upstream = st.ic, st.up
+			fw.Interceptor, fw.Upstream = st.a.Interceptor(), st.a.Upstream()
 		}
 		for _, l := range t.forward.limits {
 			fw.Limits = append(fw.Limits, *adminLimit(l))
@@ -138,9 +138,9 @@ func (f *front) pathOf(t *routeTable, r *routeState) config.DataPath {
 func (f *front) acceptRate() *admin.AcceptRate {
 	switch {
 	case f.h3 != nil && f.h3.handshake != nil:
-		return &admin.AcceptRate{Limit: f.cfg.HandshakeRate.Limit(), Handshake: true, Snapshot: f.h3.handshake.Snapshot}
+		return &admin.AcceptRate{Limit: rateLimitOf(f.cfg.HandshakeRate.Limit()), Handshake: true, Snapshot: f.h3.handshake.Snapshot}
 	case f.conns != nil && f.cfg.ConnRate != nil:
-		return &admin.AcceptRate{Limit: f.cfg.ConnRate.Limit(), Snapshot: f.conns.RateSnapshot}
+		return &admin.AcceptRate{Limit: rateLimitOf(f.cfg.ConnRate.Limit()), Snapshot: f.conns.RateSnapshot}
 	}
 	return nil
 }

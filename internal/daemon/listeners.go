@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -129,6 +128,9 @@ func bindFrontOn(raw net.Listener, lc config.Listener, log *slog.Logger, cl *clu
 		return nil, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
 	}
 	adm.Store, adm.ConnRateStore = cc.Store, cc.ConnRateStore
+	if lc.ConnRate != nil {
+		adm.ConnRate = rateLimitOf(lc.ConnRate.Limit())
+	}
 	if f.ln, err = listen.NewTCP(raw, lc, adm); err != nil {
 		f.closeStore()
 		return nil, err
@@ -231,19 +233,4 @@ func linkAltSvc(fronts []*front) {
 		lns[i] = f.ln
 	}
 	listen.LinkAltSvc(lns)
-}
-
-// waitZero waits until n is zero or ctx ends (then it returns ctx.Err()),
-// looking every 10 ms: an interceptor's drain.
-func waitZero(ctx context.Context, n *atomic.Int64) error {
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for n.Load() > 0 {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-	return nil
 }

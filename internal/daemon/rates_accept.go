@@ -67,7 +67,7 @@ func (r *h3Rates) build(f *front, cl *cluster) error {
 		return err
 	}
 	rc := rate.Config[clientkey.Key]{
-		Rate:  lc.HandshakeRate.Rate,
+		Rate:  rateOf(lc.HandshakeRate.Rate),
 		Burst: lc.HandshakeRate.Burst,
 		Delay: rate.NoDelay, // a handshake is admitted or refused, never delayed
 		Hash:  clientkey.Key.Hash,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/seed-a07d1050/portcullis/internal/accesslog"
 	"github.com/seed-a07d1050/portcullis/internal/admin"
+	"github.com/seed-a07d1050/portcullis/internal/cidrlist"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/evloop"
 	"github.com/seed-a07d1050/portcullis/internal/exchange"
@@ -99,8 +100,9 @@ func routePathsOf(cfg *config.Config) *map[string]config.RoutePath {
 	return &m
 }
 
-// Start validates cfg, binds every listener and the admin listener, and
-// starts serving. It returns once every socket is open, so that their
+// Start validates cfg, builds what it names as [Check] does (a problem
+// there is reported at its field's line, and nothing is opened), binds
+// every listener and the admin listener, and starts serving. It returns once every socket is open, so that their
 // addresses are known ([Server.Addr]). On error nothing is left open or
 // running, and the error says which listener failed. cfg is not modified
 // nor kept: Start works on its effective copy.
@@ -112,6 +114,10 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	eff := cfg.Effective()
+	vals, err := buildValues(eff) // what check builds, before anything opens
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
 	s := &Server{
 		log:        opts.Logger,
 		transport:  relay.NewTransport(),
@@ -150,7 +156,7 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.cluster = cl
-	fronts, err := s.bindAll(eff)
+	fronts, err := s.bindAll(eff, vals.lists)
 	if err != nil {
 		s.cluster.close()
 		s.cancelBase()
@@ -197,12 +203,8 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 }
 
 // bindAll binds a new front for every listener of cfg, with its deny and
-// allow lists. On error it closes what it bound and returns the error.
-func (s *Server) bindAll(cfg *config.Config) ([]*front, error) {
-	lists, err := readLists(cfg)
-	if err != nil {
-		return nil, err
-	}
+// allow lists (by listener name, from buildValues). On error it closes what it bound and returns the error.
+func (s *Server) bindAll(cfg *config.Config, lists map[string]*cidrlist.Matcher) ([]*front, error) {
 	var out []*front
 	for _, lc := range cfg.Listeners {
 		f, err := bindFront(lc, s.log, s.cluster, frontLists{m: lists[lc.Name]})

@@ -222,6 +222,7 @@ func connConfig(lc *config.Listener, adm Admission) connlimit.Config {
 		Filter:             adm.Filter,
 		Logger:             logOf(adm),
 		Name:               lc.Name,
+		ConnRate:           adm.ConnRate,
 		Store:              adm.Store,
 		ConnRateStore:      adm.ConnRateStore,
 	}
@@ -230,9 +231,6 @@ func connConfig(lc *config.Listener, adm Admission) connlimit.Config {
 	}
 	for _, o := range lc.ConnOverrides {
 		c.PrefixOverrides = append(c.PrefixOverrides, connlimit.Override{Prefix: o.CIDR, Max: o.Max})
-	}
-	if lc.ConnRate != nil {
-		c.ConnRate = lc.ConnRate.Limit()
 	}
 	return c
 }

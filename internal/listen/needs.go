@@ -45,6 +45,9 @@ type Admission struct {
 	// read: it may wrap the transport's VerifySourceAddress and
 	// ConnContext to refuse clients before quicadmit sees them. Nil: none.
 	FilterQUIC func(*quic.Transport)
+	// ConnRate is a TCP listener's conn_rate: how fast one client may open
+	// connections. The zero Limit: none.
+	ConnRate rate.Limit
 	// Store counts a TCP listener's per-client connection caps with the
 	// other nodes (a cluster). Nil: in this process. The listener does not
 	// close it.
