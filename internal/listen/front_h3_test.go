@@ -133,8 +133,9 @@ listeners:
 	if _, err := second.Get(url); err == nil {
 		t.Fatal("a second QUIC connection of a client capped at 1 was served")
 	}
-	if st := h3.QUICStats(); st.Refused.ClientCap != 1 {
-		t.Fatalf("per-client refusals: %d, want 1", st.Refused.ClientCap)
+	// The client may try more than once; quicadmit's tests count exactly.
+	if st := h3.QUICStats(); st.Refused.ClientCap == 0 || st.Open != 1 {
+		t.Fatalf("after a second connection: %d per-client refusals, %d open; want some and 1", st.Refused.ClientCap, st.Open)
 	}
 	denied, _ := h3Client(t, "127.0.0.3", cert.Pool)
 	if _, err := denied.Get(url); err == nil {
