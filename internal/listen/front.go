@@ -179,6 +179,10 @@ func Share(holder *Front, name string) (net.Listener, error) {
 // admission, and for HTTP its servers; it does not serve yet. On error raw
 // is closed; the stores of adm are the caller's to close.
 func NewTCP(raw net.Listener, lc config.Listener, adm Admission) (*Front, error) {
+	if lc.Protocol == config.ProtocolHTTP3 {
+		_ = raw.Close()
+		return nil, errorf(lc.Name, "an http3 listener is bound with BindH3, not on a TCP socket")
+	}
 	f := &Front{cfg: lc, log: logOf(adm).With("listener", lc.Name), raw: raw, served: make(chan struct{})}
 	if lc.Protocol == config.ProtocolHTTPS {
 		if err := f.loadCert(); err != nil {
@@ -247,8 +251,9 @@ func (f *Front) Addr() net.Addr {
 func (f *Front) Conns() *connlimit.Listener { return f.conns }
 
 // Collector returns the metrics of the listener's own admission: its
-// connection caps (and conn_rate totals are the caller's), or, for http3,
-// its QUIC admission and per-client cap.
+// connection caps, or, for http3, its QUIC admission and per-client cap.
+// The metrics of what Admission gave it (conn_rate totals, the Stores,
+// handshake_rate) are the caller's to add.
 func (f *Front) Collector() prometheus.Collector { return f.stats }
 
 // Serving reports whether f was started.

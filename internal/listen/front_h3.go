@@ -40,6 +40,9 @@ type h3Front struct {
 // and its certificate. It does not serve yet. On error nothing is left
 // open; the handshake rate of adm is the caller's to close.
 func BindH3(lc config.Listener, adm Admission) (*Front, error) {
+	if lc.Protocol != config.ProtocolHTTP3 {
+		return nil, errorf(lc.Name, "BindH3 binds http3 listeners, not %s", lc.Protocol)
+	}
 	f := &Front{cfg: lc, log: logOf(adm).With("listener", lc.Name), served: make(chan struct{})}
 	udp, err := net.ListenPacket("udp", lc.Listen)
 	if err != nil {

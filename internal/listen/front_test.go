@@ -368,8 +368,21 @@ func TestBindErrors(t *testing.T) {
 	if _, err := raw.Accept(); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("the socket of a failed NewTCP: Accept = %v, want net.ErrClosed", err)
 	}
+	if _, err := listen.BindH3(lc, listen.Admission{}); err == nil || err.Error() != "listen: listener web: BindH3 binds http3 listeners, not http" {
+		t.Fatalf("BindH3 of an http listener: %v", err)
+	}
 	h3 := lc
 	h3.Protocol = config.ProtocolHTTP3
+	raw, err = listen.ListenTCP(lc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := listen.NewTCP(raw, h3, listen.Admission{}); err == nil || !strings.Contains(err.Error(), "bound with BindH3") {
+		t.Fatalf("NewTCP of an http3 listener: %v", err)
+	}
+	if _, err := raw.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("the socket of a refused NewTCP: Accept = %v, want net.ErrClosed", err)
+	}
 	h3.TLS = config.TLS{CertFile: t.TempDir() + "/none.pem", KeyFile: t.TempDir() + "/none-key.pem"}
 	if _, err := listen.BindH3(h3, listen.Admission{}); err == nil || !strings.HasPrefix(err.Error(), "listen: listener web: load certificate: ") {
 		t.Fatalf("BindH3 without its certificate: %v", err)
