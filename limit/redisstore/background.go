@@ -111,10 +111,12 @@ func (s *Store[K]) flush() {
 
 // spares is how many of e's unsent releases stay unsent in this batch:
 // up to floor(limit × SpareShare) while the key was acquired here within
-// the last ReleaseHold, none once it is quiet. It is called with e's
-// shard lock held.
+// the last ReleaseHold, none once it is quiet, and none while Redis's
+// count is to be rewritten (dirty): Acquire does not take such releases
+// back, and a correction of a snapshot's count must not wait. It is
+// called with e's shard lock held.
 func (s *Store[K]) spares(e *entry[K], now int64) int {
-	if e.pending >= 0 || s.s.SpareShare == 0 || now-e.acquired >= int64(s.s.ReleaseHold) {
+	if e.pending >= 0 || e.dirty || s.s.SpareShare == 0 || now-e.acquired >= int64(s.s.ReleaseHold) {
 		return 0
 	}
 	return min(-e.pending, int(float64(e.limit)*s.s.SpareShare))
@@ -149,7 +151,7 @@ func (s *Store[K]) heartbeat() {
 			// scripts.go).
 			calls = append(calls, syncCall{name: e.name, mode: "a", n: e.held + e.inflight, epoch: epoch, message: e.ks})
 			entries = append(entries, e)
-			e.pending = 0
+			e.pending, e.phantom = 0, 0
 			e.dirty = e.inflight != 0
 			e.epoch = epoch
 		}
@@ -212,14 +214,33 @@ func (s *Store[K]) applySync(calls []syncCall, entries []*entry[K]) {
 		sh.mu.Lock()
 		if c.err != nil {
 			e.dirty = true
+			if c.mode == "a" {
+				e.phantom = 0 // the rewrite counts afresh
+			}
 		} else {
 			e.others, e.seen = c.reply.others, now
 			if c.reply.mine > 0 {
 				e.renewed = now
 			}
+			if c.mode == "a" && c.epoch == e.epoch {
+				s.appliedLocked(e, c.epoch)
+			}
 		}
 		s.forgetIfIdle(sh, e, now)
 		sh.mu.Unlock()
+	}
+}
+
+// appliedLocked records that Redis applied e's snapshot of epoch and takes
+// off the permits it counted for acquires since refused (see
+// endRefusedLocked), in the next flush. It is called with e's shard lock
+// held.
+func (s *Store[K]) appliedLocked(e *entry[K], epoch int64) {
+	e.written = epoch
+	if e.phantom > 0 {
+		e.pending -= e.phantom
+		e.phantom = 0
+		s.queueLocked(e)
 	}
 }
 

@@ -24,6 +24,8 @@ type entry[K comparable] struct {
 	queued   bool  // in the store's sync queue
 	dirty    bool  // Redis may be wrong about this node's count: rewrite it
 	epoch    int64 // of the last heartbeat snapshot, which did not count later acquires
+	written  int64 // epoch of the last snapshot Redis applied (0 none)
+	phantom  int   // refused acquires the snapshot epoch counted, to take off once it is applied
 	renewed  int64 // when Redis last renewed this node's lease on the key (Unix ns, node clock); 0 never
 
 	others  int   // other nodes' live permits, as of seen

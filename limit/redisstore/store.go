@@ -249,9 +249,40 @@ func (s *Store[K]) endAcquire(ctx context.Context, c acquireCall[K], reply acqui
 		return true, nil
 	}
 	e.watched = nowNs
-	sh.mu.Unlock()
+	if s.endRefusedLocked(e, c.epoch) {
+		sh.mu.Unlock()
+		s.kickSync()
+	} else {
+		sh.mu.Unlock()
+	}
 	s.br.success()
 	return false, nil
+}
+
+// endRefusedLocked takes back the permit a heartbeat snapshot counted for
+// a refused acquire. A snapshot counts the acquires in flight (an acquire
+// Redis grants before the snapshot's write lands would be lost otherwise),
+// so once that write is applied Redis counts one permit too many for each
+// of them that was refused. Left to the next snapshot, a node whose
+// acquires of a key are always in flight (waiters polling a full key)
+// would keep that phantom permit for good and refuse itself the permits
+// other nodes give back (issue 38: a node refused every millisecond saw a
+// dead node's permits a heartbeat or more after the lease ended). The
+// correction is a delta sent after the write (the sync loop sends both,
+// in that order), and only once the write has been applied: a write that
+// failed counted nothing, and its rewrite counts afresh. It is called
+// with e's shard lock held and reports whether the sync loop must be
+// woken.
+func (s *Store[K]) endRefusedLocked(e *entry[K], epoch int64) bool {
+	if e.epoch <= epoch {
+		return false // no snapshot was taken while it was in flight
+	}
+	if e.written != e.epoch {
+		e.phantom++ // applySync takes it off once the write is applied
+		return false
+	}
+	e.pending--
+	return s.queueLocked(e)
 }
 
 // callAcquire runs the acquire script under Config.Timeout and records it.
