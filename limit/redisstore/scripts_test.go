@@ -85,6 +85,71 @@ func TestScriptEpochs(t *testing.T) {
 	}
 }
 
+// Acquires that a snapshot counted while they were in flight, step by
+// step: granted before the snapshot's write, the write's count holds them
+// once; granted after it, Redis counts them twice and the reply says so
+// (stale, with the write's epoch), which the node answers with a delta of
+// -1; acquires tagged with the write's own epoch are never stale.
+func TestScriptInFlightAcquires(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer client.Close()
+	st, err := New[string](Config{Client: client, NodeID: "n", Prefix: "f:", Lease: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	const name = "f:{k}"
+	acquire := func(epoch int64, stale bool, ae int64) func() {
+		return func() {
+			t.Helper()
+			r, err := st.runAcquire(ctx, name, 100, epoch, 0, "k")
+			if err != nil || !r.granted || r.stale != stale || (stale && r.ae != ae) {
+				t.Fatalf("acquire(epoch %d): %+v, %v; want stale %v (ae %d)", epoch, r, err, stale, ae)
+			}
+		}
+	}
+	write := func(mode string, n int, epoch int64) func() {
+		return func() {
+			t.Helper()
+			if err := st.runSync(ctx, []syncCall{{name: name, mode: mode, n: n, epoch: epoch, message: "k"}}); err != nil {
+				t.Fatalf("sync %s %d @%d: %v", mode, n, epoch, err)
+			}
+		}
+	}
+	steps := []struct {
+		name string
+		do   func()
+		want int // the node's count in Redis after the step; it holds want too
+	}{
+		{"snapshot 20 of one held", write("a", 1, 20), 1},
+		{"acquire of epoch 20 after its write", acquire(20, false, 0), 2},
+		{"snapshot 21: 2 held and one of epoch 20 in flight", write("a", 3, 21), 3},
+		{"that acquire granted after the write: stale", acquire(20, true, 21), 4},
+		{"the node takes the second count off", write("d", -1, 21), 3},
+		{"acquire of epoch 21 after its write", acquire(21, false, 0), 4},
+		{"acquire of epoch 22 before its write", acquire(22, false, 0), 5},
+		{"acquire of epoch 21, in flight at snapshot 22, before its write", acquire(21, false, 0), 6},
+		{"snapshot 22: 4 held and one in flight; adds the one of epoch 22", write("a", 5, 22), 6},
+		{"acquire of epoch 21 still in flight at 22, after its write: stale", acquire(21, true, 22), 7},
+		{"the node takes the second count off", write("d", -1, 22), 6},
+		{"absolute zero removes the node", write("a", 0, 23), 0},
+	}
+	for _, s := range steps {
+		s.do()
+		n, _ := client.HGet(ctx, name, "c:n").Int()
+		if n != s.want {
+			t.Fatalf("%s: count %d, want %d", s.name, n, s.want)
+		}
+	}
+	if n, _ := client.Exists(ctx, name).Result(); n != 0 {
+		fields, _ := client.HGetAll(ctx, name).Result()
+		t.Fatalf("hash left after the node's count went to zero: %v", fields)
+	}
+}
+
 // Expired fields of other nodes are dropped by the next script and do not
 // count.
 func TestScriptDropsExpiredNodes(t *testing.T) {

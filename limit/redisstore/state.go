@@ -21,6 +21,7 @@ type entry[K comparable] struct {
 	held     int   // permits this node holds through the Store
 	inflight int   // acquire scripts under way
 	pending  int   // change of this node's count not yet sent to Redis
+	fixes    int   // of pending's decrements, corrections of a double count (never reused)
 	queued   bool  // in the store's sync queue
 	dirty    bool  // Redis may be wrong about this node's count: rewrite it
 	epoch    int64 // of the last heartbeat snapshot, which did not count later acquires
@@ -63,6 +64,11 @@ func (s *Store[K]) entryLocked(sh *shard[K], key K, ks string) *entry[K] {
 func (s *Store[K]) fresh(e *entry[K], now int64) bool {
 	return e.seen != 0 && now-e.seen < int64(s.s.Lease)
 }
+
+// reusable is how many permits e released that Redis still counts for
+// this node and Acquire may take back: the unsent releases, less the
+// corrections of double counts (fixes) among the unsent decrements.
+func (e *entry[K]) reusable() int { return max(-(e.pending + e.fixes), 0) }
 
 // forgetIfIdle drops e when nothing about it remains to do. It is called
 // with sh.mu held.

@@ -196,7 +196,7 @@ func (s *Store[K]) beginAcquire(key K, limit, local int) (c acquireCall[K], ok b
 	sh.mu.Lock()
 	e := s.entryLocked(sh, key, ks)
 	e.limit, e.acquired = limit, now.UnixNano()
-	if e.pending < 0 && !e.dirty && e.held < limit && s.br.current() == BreakerClosed &&
+	if e.reusable() > 0 && !e.dirty && e.held < limit && s.br.current() == BreakerClosed &&
 		now.UnixNano()-e.renewed < int64(s.s.Lease/2) {
 		// A permit this node released and has not told Redis of yet:
 		// Redis still counts it for this node, so taking it again
@@ -216,7 +216,7 @@ func (s *Store[K]) beginAcquire(key K, limit, local int) (c acquireCall[K], ok b
 	// Releases not yet sent ride along with the script: a busy key's
 	// releases then cost no round trip of their own.
 	c = acquireCall[K]{key: key, e: e, sh: sh, limit: limit, local: local, epoch: e.epoch, delta: e.pending}
-	e.pending = 0
+	e.pending, e.fixes = 0, 0
 	sh.mu.Unlock()
 	return c, false, nil, false
 }
@@ -244,7 +244,17 @@ func (s *Store[K]) endAcquire(ctx context.Context, c acquireCall[K], reply acqui
 	if reply.granted {
 		e.renewed = nowNs
 		e.held++
+		wake := false
+		if reply.stale && reply.ae == e.epoch {
+			// Granted after the write of the snapshot that counted it as
+			// in flight: Redis counts it twice. (A newer snapshot, not
+			// yet applied, counted it once and will overwrite both.)
+			wake = s.fixLocked(e)
+		}
 		sh.mu.Unlock()
+		if wake {
+			s.kickSync()
+		}
 		s.br.success()
 		return true, nil
 	}
@@ -270,9 +280,10 @@ func (s *Store[K]) endAcquire(ctx context.Context, c acquireCall[K], reply acqui
 // dead node's permits a heartbeat or more after the lease ended). The
 // correction is a delta sent after the write (the sync loop sends both,
 // in that order), and only once the write has been applied: a write that
-// failed counted nothing, and its rewrite counts afresh. It is called
-// with e's shard lock held and reports whether the sync loop must be
-// woken.
+// failed counted nothing, and its rewrite counts afresh. (A granted
+// acquire's reply says itself whether the write counted it twice: see
+// scripts.go.) It is called with e's shard lock held and reports whether
+// the sync loop must be woken.
 func (s *Store[K]) endRefusedLocked(e *entry[K], epoch int64) bool {
 	if e.epoch <= epoch {
 		return false // no snapshot was taken while it was in flight
@@ -281,7 +292,17 @@ func (s *Store[K]) endRefusedLocked(e *entry[K], epoch int64) bool {
 		e.phantom++ // applySync takes it off once the write is applied
 		return false
 	}
+	return s.fixLocked(e)
+}
+
+// fixLocked queues the correction of a permit Redis counts twice for e:
+// a decrement that Acquire must not take back as a released permit, since
+// the count it corrects was written by a snapshot, not granted under the
+// limit. It is called with e's shard lock held and reports whether the
+// sync loop must be woken.
+func (s *Store[K]) fixLocked(e *entry[K]) bool {
 	e.pending--
+	e.fixes++
 	return s.queueLocked(e)
 }
 
