@@ -72,17 +72,19 @@ local ae, w = tonumber(h[aen]) or 0, tonumber(h['w']) or 0
 `
 
 // acquireScript: KEYS[1] the key's hash; ARGV node, limit, lease ms, TTL
-// ms, epoch, delta, channel, message. It first applies delta, this node's
-// releases not yet sent, unless an absolute write of a snapshot newer
-// than epoch already counted them (ae > epoch), floored at 0; then takes
-// one permit for node if the live total is under limit, or marks the key
-// refused (w) for a lease; and publishes message on channel when the
+// ms, epoch, delta, channel, message, extra (absent: 0). It first applies
+// delta, this node's releases not yet sent, unless an absolute write of a
+// snapshot newer than epoch already counted them (ae > epoch), floored at
+// 0; then takes one permit for node if the live total is under limit, and
+// with it up to extra more as long as the total stays within limit (for
+// acquires waiting on this one), or marks the key refused (w) for a
+// lease; and publishes message on channel when the
 // node's count fell while some node was recently refused, so that other
 // nodes' waiters retry. It writes the node's fields in one HSET (or
 // deletes them at 0) and renews the hash's TTL. It returns {granted (0 or
-// 1), others, mine after, stale, ae}: stale is 1 when the permit was
-// granted after the absolute write of snapshot ae, newer than the
-// acquire's epoch, had counted it (see above).
+// 1), others, mine after, stale, ae, extra permits taken}: stale is 1 when
+// the permit was granted after the absolute write of snapshot ae, newer
+// than the acquire's epoch, had counted it (see above).
 var acquireScript = redis.NewScript(liveLua + `
 local lease, epoch, d = tonumber(ARGV[3]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local mine = before
@@ -90,15 +92,17 @@ if d ~= 0 and epoch >= ae then
   mine = before + d
   if mine < 0 then mine = 0 end
 end
-local granted, stale = 0, 0
-if others + mine < tonumber(ARGV[2]) then
-  mine = mine + 1
+local granted, stale, got = 0, 0, 0
+local limit = tonumber(ARGV[2])
+if others + mine < limit then
+  got = math.max(math.min(tonumber(ARGV[9]) or 0, limit - others - mine - 1), 0)
+  mine = mine + 1 + got
   granted = 1
   local ac = tonumber(h[acn]) or 0
   if epoch > ae then
-    redis.call('HSET', key, cn, mine, en, now + lease, aen, epoch, acn, 1)
+    redis.call('HSET', key, cn, mine, en, now + lease, aen, epoch, acn, 1 + got)
   elseif epoch == ae and ac >= 0 then
-    redis.call('HSET', key, cn, mine, en, now + lease, acn, ac + 1)
+    redis.call('HSET', key, cn, mine, en, now + lease, acn, ac + 1 + got)
   else
     if epoch < ae and ac < 0 then stale = 1 end
     redis.call('HSET', key, cn, mine, en, now + lease)
@@ -118,7 +122,7 @@ if mine < before and w > now then
   redis.call('PUBLISH', ARGV[7], ARGV[8])
 end
 redis.call('PEXPIRE', key, ARGV[4])
-return {granted, others, mine, stale, ae}
+return {granted, others, mine, stale, ae, got}
 `)
 
 // syncScript: KEYS[1] the key's hash; ARGV node, mode, n, lease ms, TTL ms,
@@ -167,6 +171,7 @@ type acquireReply struct {
 	others, mine int
 	stale        bool  // granted after a write of snapshot ae had counted it
 	ae           int64 // the newest snapshot epoch Redis had seen from the node
+	got          int   // permits taken besides the acquire's own
 }
 
 // syncReply is the decoded answer of syncScript.
@@ -190,11 +195,11 @@ func ints(v any, n int) ([]int64, error) {
 }
 
 func decodeAcquire(v any) (acquireReply, error) {
-	x, err := ints(v, 5)
+	x, err := ints(v, 6)
 	if err != nil {
 		return acquireReply{}, err
 	}
-	return acquireReply{granted: x[0] == 1, others: int(x[1]), mine: int(x[2]), stale: x[3] == 1, ae: x[4]}, nil
+	return acquireReply{granted: x[0] == 1, others: int(x[1]), mine: int(x[2]), stale: x[3] == 1, ae: x[4], got: int(x[5])}, nil
 }
 
 func decodeSync(v any) (syncReply, error) {
@@ -285,10 +290,10 @@ func (s *Store[K]) pipeSync(ctx context.Context, calls []syncCall, idx []int) er
 }
 
 // runAcquire runs acquireScript: EVALSHA, and EVAL after NOSCRIPT.
-func (s *Store[K]) runAcquire(ctx context.Context, name string, limit int, epoch int64, delta int, message string) (acquireReply, error) {
+func (s *Store[K]) runAcquire(ctx context.Context, name string, limit int, epoch int64, delta, extra int, message string) (acquireReply, error) {
 	lease := s.s.Lease.Milliseconds()
 	v, err := acquireScript.Run(ctx, s.s.Client, []string{name},
-		s.s.NodeID, limit, lease, 2*lease, epoch, delta, s.s.channel, message).Result()
+		s.s.NodeID, limit, lease, 2*lease, epoch, delta, s.s.channel, message, extra).Result()
 	if err != nil {
 		return acquireReply{}, fmt.Errorf("redisstore: acquire script: %w", err)
 	}

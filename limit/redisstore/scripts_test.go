@@ -33,7 +33,7 @@ func TestScriptEpochs(t *testing.T) {
 	}
 	acquire := func(epoch int64) {
 		t.Helper()
-		r, err := st.runAcquire(ctx, name, 100, epoch, 0, "k")
+		r, err := st.runAcquire(ctx, name, 100, epoch, 0, 0, "k")
 		if err != nil || !r.granted {
 			t.Fatalf("acquire(epoch %d): %+v, %v", epoch, r, err)
 		}
@@ -62,12 +62,12 @@ func TestScriptEpochs(t *testing.T) {
 		{"acquire of epoch 13", func() { acquire(13) }, 1},
 		{"snapshot 14 with the acquire in flight counted", func() { write("a", 1, 14) }, 1},
 		{"acquire carrying a release of epoch 14", func() {
-			if r, err := st.runAcquire(ctx, name, 100, 14, -1, "k"); err != nil || !r.granted || r.mine != 1 {
+			if r, err := st.runAcquire(ctx, name, 100, 14, -1, 0, "k"); err != nil || !r.granted || r.mine != 1 {
 				t.Fatalf("acquire with delta: %+v, %v", r, err)
 			}
 		}, 1},
 		{"acquire carrying a stale release (epoch 13) ignores it", func() {
-			if r, err := st.runAcquire(ctx, name, 100, 13, -1, "k"); err != nil || !r.granted || r.mine != 2 {
+			if r, err := st.runAcquire(ctx, name, 100, 13, -1, 0, "k"); err != nil || !r.granted || r.mine != 2 {
 				t.Fatalf("acquire with stale delta: %+v, %v", r, err)
 			}
 		}, 2},
@@ -105,7 +105,7 @@ func TestScriptInFlightAcquires(t *testing.T) {
 	acquire := func(epoch int64, stale bool, ae int64) func() {
 		return func() {
 			t.Helper()
-			r, err := st.runAcquire(ctx, name, 100, epoch, 0, "k")
+			r, err := st.runAcquire(ctx, name, 100, epoch, 0, 0, "k")
 			if err != nil || !r.granted || r.stale != stale || (stale && r.ae != ae) {
 				t.Fatalf("acquire(epoch %d): %+v, %v; want stale %v (ae %d)", epoch, r, err, stale, ae)
 			}
@@ -150,6 +150,38 @@ func TestScriptInFlightAcquires(t *testing.T) {
 	}
 }
 
+// An acquire that takes permits for the acquires waiting on it takes as
+// many as the limit leaves, never more, and counts them with its own.
+func TestScriptExtraPermitsWithinLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer client.Close()
+	st, err := New[string](Config{Client: client, NodeID: "n", Prefix: "x:", Lease: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	const name = "x:{k}"
+	future := time.Now().Add(time.Hour).UnixMilli()
+	client.HSet(ctx, name, "c:o", 1, "e:o", future)
+	r, err := st.runAcquire(ctx, name, 4, 1, 0, 5, "k")
+	if err != nil || !r.granted || r.got != 2 || r.mine != 3 || r.others != 1 {
+		t.Fatalf("acquire with 5 extra under a limit of 4, 1 held elsewhere: %+v, %v; want granted, 2 extra, mine 3", r, err)
+	}
+	if r, err := st.runAcquire(ctx, name, 4, 1, 0, 5, "k"); err != nil || r.granted || r.got != 0 || r.mine != 3 {
+		t.Fatalf("acquire at the limit: %+v, %v; want refused, nothing taken", r, err)
+	}
+	// The write of snapshot 1 adds the 3 acquired under its epoch.
+	if err := st.runSync(ctx, []syncCall{{name: name, mode: "a", n: 0, epoch: 1, message: "k"}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := client.HGet(ctx, name, "c:n").Int(); n != 3 {
+		t.Fatalf("count after the write of snapshot 1: %d, want 3", n)
+	}
+}
+
 // Expired fields of other nodes are dropped by the next script and do not
 // count.
 func TestScriptDropsExpiredNodes(t *testing.T) {
@@ -166,7 +198,7 @@ func TestScriptDropsExpiredNodes(t *testing.T) {
 	const name = "e:{k}"
 	future := time.Now().Add(time.Hour).UnixMilli()
 	client.HSet(ctx, name, "c:dead", 5, "e:dead", 1, "ae:dead", 3, "ac:dead", 1, "c:live", 2, "e:live", future)
-	r, err := st.runAcquire(ctx, name, 3, 1, 0, "k")
+	r, err := st.runAcquire(ctx, name, 3, 1, 0, 0, "k")
 	if err != nil || !r.granted || r.others != 2 || r.mine != 1 {
 		t.Fatalf("acquire: %+v, %v; want granted with others=2 (the dead node dropped)", r, err)
 	}
@@ -176,7 +208,7 @@ func TestScriptDropsExpiredNodes(t *testing.T) {
 			t.Fatalf("expired field %s still there: %v", f, fields)
 		}
 	}
-	if r, _ := st.runAcquire(ctx, name, 3, 1, 0, "k"); r.granted {
+	if r, _ := st.runAcquire(ctx, name, 3, 1, 0, 0, "k"); r.granted {
 		t.Fatal("granted over the limit: live 2 + mine 1 = 3")
 	}
 	if fields, _ := client.HGetAll(ctx, name).Result(); fields["w"] == "" {
@@ -229,7 +261,7 @@ func TestScriptNotifies(t *testing.T) {
 		}
 	}
 	acquire := func(d int) bool {
-		r, err := st.runAcquire(ctx, name, 1, 0, d, "k")
+		r, err := st.runAcquire(ctx, name, 1, 0, d, 0, "k")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -154,13 +154,53 @@ func (s *Store[K]) NodeID() string { return s.s.NodeID }
 // first it returns ctx.Err(). A refusal or error holds nothing; a true
 // answer must be matched by one Release. After Close it returns
 // [ErrClosed].
+//
+// Acquires of one key that come while another's script is in flight wait
+// for it (bounded by ctx) and then take back a permit if it left one
+// unused; the next script then takes one permit for each acquire still
+// waiting, as many as the limit allows, in one call (see [coalesce]).
 func (s *Store[K]) Acquire(ctx context.Context, key K, limit, local int) (bool, error) {
-	c, ok, err, decided := s.beginAcquire(key, limit, local)
-	if decided {
-		return ok, err
+	var w *entry[K] // the entry this Acquire waits on, between rounds
+	for round := 0; ; round++ {
+		c, wait, decided, ok, err := s.beginAcquire(key, limit, local, w, round < maxWaits)
+		if decided {
+			return ok, err
+		}
+		if wait != nil {
+			w = c.e
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				s.stopWaiting(w)
+				return false, ctx.Err()
+			}
+		}
+		reply, err := s.callAcquire(ctx, c.e, limit, c.epoch, c.delta, c.extra)
+		return s.endAcquire(ctx, c, reply, err)
 	}
-	reply, err := s.callAcquire(ctx, c.e, limit, c.epoch, c.delta)
-	return s.endAcquire(ctx, c, reply, err)
+}
+
+// maxWaits is how many in-flight scripts of its key one Acquire waits for
+// before it runs its own: the first may leave it nothing (it took only
+// its own permit), the second takes one for each waiter.
+const maxWaits = 2
+
+// coalesce: concurrent acquires of one key share script calls. When a key
+// goes from quiet to busy (a new connection burst, a client that comes
+// back), the acquires that arrive within one round trip would each cost a
+// call; instead they wait for the call in flight, and the next call takes
+// their permits too (its extra), which they then take back as released
+// permits (Redis counts them for this node, so that is exact). A call
+// that failed or was refused ends the waiting: each then asks on its own.
+
+// stopWaiting forgets an Acquire that waited on e and gave up.
+func (s *Store[K]) stopWaiting(e *entry[K]) {
+	sh := s.shardOf(e.ks)
+	sh.mu.Lock()
+	e.waiting--
+	s.forgetIfIdle(sh, e, s.s.Clock.Now().UnixNano())
+	sh.mu.Unlock()
 }
 
 // An acquireCall is an Acquire whose script is to run: what endAcquire
@@ -172,24 +212,33 @@ type acquireCall[K comparable] struct {
 	limit, local int
 	epoch        int64
 	delta        int
+	extra        int // permits to take besides its own, for acquires waiting on it
+	taking       bool
 }
 
 // beginAcquire decides key's Acquire without Redis where it can: after
 // Close, for no limit, by the failure policy while the breaker is open, or
 // by taking back a permit this node released and has not sent (decided
-// true, with the answer). Otherwise it counts the script as in flight and
-// returns the call to run.
-func (s *Store[K]) beginAcquire(key K, limit, local int) (c acquireCall[K], ok bool, err error, decided bool) {
+// true, with the answer). Otherwise, when mayWait and another Acquire's
+// script of the key that may take permits for it is in flight, it returns
+// a channel closed when that script ends (and c.e, the entry waited on);
+// else it counts the script as in flight and returns the call to run.
+// waited is the entry an Acquire waited on in its previous round, nil in
+// its first (and for [AcquireJointly], which never waits).
+func (s *Store[K]) beginAcquire(key K, limit, local int, waited *entry[K], mayWait bool) (c acquireCall[K], wait <-chan struct{}, decided, ok bool, err error) {
+	if waited != nil {
+		defer s.stopWaiting(waited)
+	}
 	if s.closed.Load() {
-		return c, false, ErrClosed, true
+		return c, nil, true, false, ErrClosed
 	}
 	if limit <= 0 {
-		return c, false, nil, true
+		return c, nil, true, false, nil
 	}
 	now := s.s.Clock.Now()
 	if !s.br.allow(now) {
 		ok, err = s.fallback(key, limit, local, errBreakerOpen)
-		return c, ok, err, true
+		return c, nil, true, ok, err
 	}
 	ks := s.keyString(key)
 	sh := s.shardOf(ks)
@@ -210,15 +259,34 @@ func (s *Store[K]) beginAcquire(key K, limit, local int) (c acquireCall[K], ok b
 		e.pending++
 		sh.mu.Unlock()
 		s.st.reused.Add(1)
-		return c, true, nil, true
+		return c, nil, true, true, nil
+	}
+	if mayWait && e.taking != nil && !e.alone {
+		e.waiting++
+		ch := e.taking
+		sh.mu.Unlock()
+		return acquireCall[K]{e: e}, ch, false, false, nil
 	}
 	e.inflight++
 	// Releases not yet sent ride along with the script: a busy key's
 	// releases then cost no round trip of their own.
 	c = acquireCall[K]{key: key, e: e, sh: sh, limit: limit, local: local, epoch: e.epoch, delta: e.pending}
 	e.pending, e.fixes = 0, 0
+	if mayWait && e.taking == nil {
+		// Acquires of the key that come meanwhile wait for this call,
+		// which takes a permit for each of those already waiting.
+		c.taking, c.extra = true, max(e.waiting-boolInt(waited == e), 0)
+		e.taking = make(chan struct{})
+	}
 	sh.mu.Unlock()
-	return c, false, nil, false
+	return c, nil, false, false, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // endAcquire ends the call begun by beginAcquire with Redis's reply or
@@ -227,6 +295,11 @@ func (s *Store[K]) endAcquire(ctx context.Context, c acquireCall[K], reply acqui
 	e, sh := c.e, c.sh
 	sh.mu.Lock()
 	e.inflight--
+	if c.taking {
+		close(e.taking)
+		e.taking = nil
+		e.alone = err != nil || !reply.granted
+	}
 	if err != nil {
 		// The script may have run: have the heartbeat rewrite the count.
 		e.dirty = true
@@ -244,6 +317,9 @@ func (s *Store[K]) endAcquire(ctx context.Context, c acquireCall[K], reply acqui
 	if reply.granted {
 		e.renewed = nowNs
 		e.held++
+		// The permits taken for the acquires waiting on this call: Redis
+		// counts them for this node, which they take back as released.
+		e.pending -= reply.got
 		wake := false
 		if reply.stale && reply.ae == e.epoch {
 			// Granted after the write of the snapshot that counted it as
@@ -307,11 +383,11 @@ func (s *Store[K]) fixLocked(e *entry[K]) bool {
 }
 
 // callAcquire runs the acquire script under Config.Timeout and records it.
-func (s *Store[K]) callAcquire(ctx context.Context, e *entry[K], limit int, epoch int64, delta int) (acquireReply, error) {
+func (s *Store[K]) callAcquire(ctx context.Context, e *entry[K], limit int, epoch int64, delta, extra int) (acquireReply, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.s.Timeout)
 	defer cancel()
 	start := time.Now()
-	reply, err := s.runAcquire(ctx, e.name, limit, epoch, delta, e.ks)
+	reply, err := s.runAcquire(ctx, e.name, limit, epoch, delta, extra, e.ks)
 	s.st.call(opAcquire, time.Since(start), err)
 	return reply, err
 }

@@ -214,6 +214,80 @@ func TestAlwaysAskingNodeTakesFrozenNodesPermits(t *testing.T) {
 	}
 }
 
+// Acquires of one key that arrive together share script calls: the first
+// runs alone, those that came during its round trip wait for it, and the
+// next call takes a permit for each of them. Eight acquires at once on a
+// quiet key, over a 10 ms round trip, cost two calls instead of eight;
+// every one is granted, Redis counts exactly what the node holds, and a
+// waiter that gives up holds nothing.
+func TestConcurrentAcquiresShareCalls(t *testing.T) {
+	srv := redistest.Start(t)
+	px := redistest.NewProxy(t, srv.Addr())
+	px.SetDelay(5 * time.Millisecond)
+	bc, err := redisstore.NewClient(redisstore.ClientOptions{Addrs: []string{px.Addr()}, MinIdleConns: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bc.Close() })
+	n := newNode(t, "", redisstore.Config{Client: bc, NodeID: "a", OnError: redisstore.Closed, Timeout: time.Second},
+		limit.Config[string]{Policy: limit.Policy[string]{Permits: 64}})
+	c := newClient(t, srv.Addr())
+	const rounds, burst = 4, 8
+	for r := range rounds {
+		calls := n.st.Stats().Acquire.Calls
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var got []limit.Permit[string]
+		for range burst {
+			wg.Go(func() {
+				<-start
+				p, err := n.l.Acquire(context.Background(), "k")
+				if err != nil {
+					t.Errorf("round %d: %v", r, err)
+					return
+				}
+				mu.Lock()
+				got = append(got, p)
+				mu.Unlock()
+			})
+		}
+		close(start)
+		wg.Wait()
+		if len(got) != burst {
+			t.Fatalf("round %d: %d of %d granted", r, len(got), burst)
+		}
+		waitFor(t, "Redis to count the burst", 2*time.Second, func() bool { return sameCounts(t, c, "k", n) })
+		used := n.st.Stats().Acquire.Calls - calls
+		t.Logf("round %d: %d acquires, %d calls", r, burst, used)
+		if used > 3 {
+			t.Errorf("round %d: %d acquires at once cost %d calls; want them to share (2, or 3 when one came late)", r, burst, used)
+		}
+		releaseAll(got)
+		waitFor(t, "the releases sent", 2*time.Second, func() bool { return len(counts(t, c, "k")) == 0 })
+	}
+	// A waiter that gives up: its context ends while it waits.
+	px.SetDelay(100 * time.Millisecond)
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		p, err := n.l.Acquire(context.Background(), "k")
+		if err == nil {
+			p.Release()
+		}
+	}()
+	time.Sleep(20 * time.Millisecond) // the first call is on its way (100 ms each way)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	_, err = n.l.Acquire(ctx, "k")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("waiter with a 30 ms context: %v", err)
+	}
+	<-first
+	px.SetDelay(0)
+	waitFor(t, "counts back to zero", 2*time.Second, func() bool { return len(counts(t, c, "k")) == 0 && n.st.Stats().Held == 0 })
+}
+
 // Redis stopped mid-test: Open serves on the node cap, Closed refuses; the
 // breaker opens so requests stop paying for calls; after Redis restarts
 // (empty) both recover by themselves and Redis's counts converge to what
