@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/seed-a07d1050/portcullis/browser/internal/browsertest"
+	"github.com/seed-a07d1050/portcullis/internal/admin"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/daemon"
 )
@@ -165,14 +166,14 @@ func (d *testDaemon) client(ip string) *http.Client {
 }
 
 // snapshot reads /debug/limits.
-func (d *testDaemon) snapshot() daemon.Snapshot {
+func (d *testDaemon) snapshot() admin.Snapshot {
 	d.t.Helper()
 	resp, err := http.Get(d.adminURL("/debug/limits"))
 	if err != nil {
 		d.t.Fatalf("debug/limits: %v", err)
 	}
 	defer resp.Body.Close()
-	var s daemon.Snapshot
+	var s admin.Snapshot
 	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
 		d.t.Fatalf("debug/limits: %v", err)
 	}
@@ -187,7 +188,7 @@ func (d *testDaemon) checkIdle() {
 	if d.manualStop {
 		read = d.srv.Snapshot
 	}
-	var last daemon.Snapshot
+	var last admin.Snapshot
 	idle := func() bool {
 		d.mu.Lock()
 		for _, c := range d.clients {

@@ -218,7 +218,7 @@ func (f *runFlags) config() (*config.Config, error) {
 		return nil, err
 	}
 	cfg := &config.Config{Log: logCfg, Admin: config.Admin{Listen: f.admin, TokenFile: f.adminToken}, Listeners: []config.Listener{ln}}
-	if err := cfg.Validate(); err != nil {
+	if err := daemon.Check(cfg); err != nil { // validates, then builds what the daemon will
 		return nil, flagError(err)
 	}
 	return cfg, nil
@@ -251,7 +251,7 @@ func (f *runFlags) rates(ln *config.Listener) error {
 		if err != nil {
 			return fmt.Errorf("--max-rate-per-client: %w", err)
 		}
-		r := &config.Rate{Rate: l.Rate, Burst: l.Burst, Key: config.KeyClientIP}
+		r := &config.Rate{Rate: configRate(l.Rate), Burst: l.Burst, Key: config.KeyClientIP}
 		if l.Delay == rate.NoDelay {
 			r.NoDelay = true
 		} else {
@@ -267,9 +267,15 @@ func (f *runFlags) rates(ln *config.Listener) error {
 		case l.Delay != 0:
 			return fmt.Errorf("--max-conn-rate-per-client %q: a connection is never delayed: give a rate and a burst only", f.maxConnRate)
 		}
-		ln.ConnRate = &config.ConnRate{Rate: l.Rate, Burst: l.Burst}
+		ln.ConnRate = &config.ConnRate{Rate: configRate(l.Rate), Burst: l.Burst}
 	}
 	return nil
+}
+
+// configRate is the configuration's form of a rate the flags parsed with package rate
+// (whose messages the flags' errors keep).
+func configRate(r rate.Rate) config.RateValue {
+	return config.RateValue{Events: r.Events, Per: r.Per}
 }
 
 // parseCIDR reads the value of flag (--trusted-proxy, --forward-allow): a
@@ -324,8 +330,20 @@ func addClientLimits(cfg *config.Config, n int) ([]string, error) {
 	return notes, nil
 }
 
+// loadConfig reads and validates file, then runs the daemon's build pass
+// (daemon.Check) on it, as Start and Reload do before they bind anything:
+// the lists, htpasswd files, CAs, rules and target patterns it names must
+// load. check, run and a SIGHUP's reload so refuse the same files, with the
+// same file:line messages.
 func loadConfig(file string) (*config.Config, error) {
-	return config.Load(file)
+	cfg, err := config.Load(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := daemon.Check(cfg); err != nil {
+		return nil, err
+	}
+	return cfg, nil
 }
 
 // serve starts the daemon from cfg and runs it until SIGTERM or SIGINT.

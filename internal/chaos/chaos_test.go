@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed-a07d1050/portcullis/internal/daemon"
+	"github.com/seed-a07d1050/portcullis/internal/admin"
 )
 
 var (
@@ -343,7 +343,7 @@ func (e *env) checkCaps(tal *tally) {
 	}
 }
 
-func checkLimit(tal *tally, what string, permits int, busy []daemon.KeySnapshot) {
+func checkLimit(tal *tally, what string, permits int, busy []admin.KeySnapshot) {
 	for _, k := range busy {
 		if permits > 0 && k.InUse > permits {
 			tal.violate("%s: key %s has %d permits in use, limit %d", what, k.Key, k.InUse, permits)

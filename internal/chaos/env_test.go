@@ -23,6 +23,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/clientkey"
 	"github.com/seed-a07d1050/portcullis/connlimit"
 	"github.com/seed-a07d1050/portcullis/httplimit"
+	"github.com/seed-a07d1050/portcullis/internal/admin"
 	"github.com/seed-a07d1050/portcullis/internal/backend"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/daemon"
@@ -504,7 +505,7 @@ func reloadLeftovers() []string {
 	return out
 }
 
-func appendLimit(out []string, what string, l *daemon.LimitSnapshot) []string {
+func appendLimit(out []string, what string, l *admin.LimitSnapshot) []string {
 	if l == nil || (l.Totals.InUse == 0 && l.Totals.Waiting == 0 && l.Totals.Keys == 0) {
 		return out
 	}
@@ -513,8 +514,8 @@ func appendLimit(out []string, what string, l *daemon.LimitSnapshot) []string {
 }
 
 // adminSnapshot reads /debug/limits from the admin listener.
-func (e *env) adminSnapshot(ctx context.Context) (daemon.Snapshot, error) {
-	var s daemon.Snapshot
+func (e *env) adminSnapshot(ctx context.Context) (admin.Snapshot, error) {
+	var s admin.Snapshot
 	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+e.daemon.AdminAddr().String()+"/debug/limits", nil)
 	if err != nil {
 		return s, err

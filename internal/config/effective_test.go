@@ -14,7 +14,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
-	"github.com/seed-a07d1050/portcullis/rate"
 )
 
 // TestRoundTrip checks that the effective output of each example parses back to the same
@@ -138,7 +137,7 @@ cluster: {redis: {addrs: ["r:6379"]}}
 		{"rate lease", e.Cluster.RateLease, 32},
 		{"spare share", e.Cluster.SpareShare, 0.1},
 		{"flush interval", e.Cluster.FlushInterval, 10 * time.Millisecond},
-		{"rate", *l0.Routes[0].Rate, config.Rate{Rate: rate.PerSecond(10), Key: config.KeyClientIP, Status: 429, Headers: config.RateHeadersRefusal}},
+		{"rate", *l0.Routes[0].Rate, config.Rate{Rate: config.PerSecondRate(10), Key: config.KeyClientIP, Status: 429, Headers: config.RateHeadersRefusal}},
 		{"listener name", l0.Name, "https-0"},
 		{"http3 name", l1.Name, "http3-1"},
 		{"tcp name", l2.Name, "tcp-2"},

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strconv"
 	"strings"
@@ -190,4 +191,61 @@ func (l *errorList) join() error {
 		errs[i] = e
 	}
 	return errors.Join(errs...)
+}
+
+// Problems collects the problems found in the values of a Config while building what they
+// describe, outside Validate: a CA certificate that does not parse, an htpasswd line whose
+// hash is not bcrypt, a deny_file line that is not an address. Config parses and checks its
+// values with the standard library only; the daemon builds the runtime objects (and finds
+// these problems) in its prepare step, which `portcullis check` runs too. Each problem is
+// an *Error placed where the field that named the value was written, so that it reads as
+// Validate's errors do.
+type Problems struct {
+	list errorList
+}
+
+// Problems returns an empty list of problems in c, positioned by c's YAML text; a Config
+// built in Go (or nil) places them nowhere, as its Validate errors.
+func (c *Config) Problems() *Problems {
+	p := &Problems{}
+	if c != nil {
+		p.list.src = c.src
+	}
+	return p
+}
+
+// Add records a problem of the value at path (as Validate names paths, see [IndexPath] and
+// [KeyPath]): msg says what is wrong, lower-case, and cause, if not nil, is wrapped.
+func (p *Problems) Add(path string, cause error, msg string) {
+	p.list.add(path, cause, msg)
+}
+
+// Err returns the problems recorded so far, sorted by position and joined as Validate joins
+// its own, each wrapping ErrInvalid; nil when there is none.
+func (p *Problems) Err() error {
+	return p.list.join()
+}
+
+// ListenerPath returns the path of the listener at index i of Config.Listeners,
+// "listeners[i]", to which the paths of its fields are appended.
+func ListenerPath(i int) string { return indexPath("listeners", i) }
+
+// IndexPath returns the path of element i of the list at path: "a.b[2]".
+func IndexPath(path string, i int) string { return indexPath(path, i) }
+
+// KeyPath returns the path of the map entry key at path: a.overrides["batch"].
+func KeyPath(path, key string) string { return keyPath(path, key) }
+
+// QuoteGot returns the " (got "X")" that ends a message about the value s.
+func QuoteGot(s string) string { return quoteGot(s) }
+
+// FileProblem returns the message of a file named by the configuration that cannot be
+// read, as Validate words it ("cannot read: no such file or directory (got "F")"), and
+// whether err is such a failure (an *fs.PathError).
+func FileProblem(file string, err error) (string, bool) {
+	var pe *fs.PathError
+	if !errors.As(err, &pe) {
+		return "", false
+	}
+	return readProblem(err) + quoteGot(file), true
 }

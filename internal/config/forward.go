@@ -70,8 +70,9 @@ var DefaultConnectPorts = []string{"443"}
 // before any limit counts a request.
 type Auth struct {
 	// Htpasswd is the file of users, in Apache's htpasswd format with bcrypt hashes only
-	// (`htpasswd -B`). It must load at Validate time, and is read again on every reload:
-	// a file that does not load fails the reload. Required.
+	// (`htpasswd -B`). Validate checks that it can be read; it must load when the daemon
+	// builds the configuration (daemon.Check: `portcullis check`, start and every reload),
+	// so a file that does not load fails the reload. Required.
 	Htpasswd string `yaml:"htpasswd"`
 
 	// Realm is the realm of the Basic challenge, shown by browsers: printable ASCII

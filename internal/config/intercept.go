@@ -24,7 +24,8 @@ const (
 type Intercept struct {
 	// CACert is the PEM file of the CA certificate (then, optionally, the certificates
 	// that chain it to a root, sent after each leaf), as `portcullis ca create` writes it.
-	// It must load with CAKey at Validate time, and is read again on every reload. Required.
+	// Validate checks that it can be read; it must load with CAKey when the daemon builds the
+	// configuration (daemon.Check: `portcullis check`, start and every reload). Required.
 	CACert string `yaml:"ca_cert"`
 
 	// CAKey is the PEM file of the CA's private key, unencrypted: ECDSA, or RSA of at least
@@ -92,7 +93,8 @@ type InterceptLeaves struct {
 type InterceptUpstream struct {
 	// CAFile is a PEM file of the authorities a target's certificate must chain to, for
 	// private servers. Empty means the system's roots. It must hold at least one
-	// certificate at Validate time, and is read again on every reload.
+	// certificate when the daemon builds the configuration (daemon.Check: `portcullis
+	// check`, start and every reload); Validate checks that it can be read.
 	CAFile string `yaml:"ca_file"`
 
 	// InsecureSkipVerifyUpstream accepts any certificate from targets, expired,

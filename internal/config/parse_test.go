@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
-	"github.com/seed-a07d1050/portcullis/rate"
 )
 
 func mustParse(t *testing.T, text string) *config.Config {
@@ -88,17 +87,17 @@ func TestFullExampleValues(t *testing.T) {
 		{"reset", pg.ResetOnRefuse, true},
 		{"local share", c.Cluster.LocalShare, 0.1},
 		{"flush interval", c.Cluster.FlushInterval, 10 * time.Millisecond},
-		{"conn rate", *web.ConnRate, config.ConnRate{Rate: rate.PerSecond(20), Burst: 40}},
-		{"listener rate nodelay", web.Rate.Limit(), rate.Limit{Rate: rate.PerSecond(50), Burst: 100, Delay: rate.NoDelay}},
-		{"route rate", api.Rate.Limit(), rate.Limit{Rate: rate.PerSecond(10), Burst: 20, Delay: 5}},
+		{"conn rate", *web.ConnRate, config.ConnRate{Rate: config.PerSecondRate(20), Burst: 40}},
+		{"listener rate nodelay", web.Rate.Limit(), config.RateLimit{Rate: config.PerSecondRate(50), Burst: 100, Delay: config.RateNoDelay}},
+		{"route rate", api.Rate.Limit(), config.RateLimit{Rate: config.PerSecondRate(10), Burst: 20, Delay: 5}},
 		{"route rate headers", api.Rate.Headers, config.RateHeadersAlways},
-		{"rate overrides", api.Rate.Overrides, map[string]rate.Limit{
-			"batch":   {Rate: rate.PerSecond(100), Burst: 50, Delay: rate.NoDelay},
-			"partner": {Rate: rate.Unlimited},
+		{"rate overrides", api.Rate.Overrides, map[string]config.RateLimit{
+			"batch":   {Rate: config.PerSecondRate(100), Burst: 50, Delay: config.RateNoDelay},
+			"partner": {Rate: config.UnlimitedRate},
 		}},
 		{"rate dry run", ws.Rate.DryRun, true},
-		{"handshake rate", *h3.HandshakeRate, config.ConnRate{Rate: rate.PerSecond(5), Burst: 10}},
-		{"rate per minute by host", *plain.Rate, config.Rate{Rate: rate.PerMinute(600), Burst: 60, Key: config.KeyHost}},
+		{"handshake rate", *h3.HandshakeRate, config.ConnRate{Rate: config.PerSecondRate(5), Burst: 10}},
+		{"rate per minute by host", *plain.Rate, config.Rate{Rate: config.RateValue{Events: 600, Per: time.Minute}, Burst: 60, Key: config.KeyHost}},
 	}
 	for _, c := range checks {
 		if !reflect.DeepEqual(c.got, c.want) {

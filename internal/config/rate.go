@@ -1,10 +1,6 @@
 package config
 
-import (
-	"maps"
-
-	"github.com/seed-a07d1050/portcullis/rate"
-)
+import "maps"
 
 // Rate is a keyed request rate, nginx limit_req's model: each key value may make Rate
 // requests, with Burst more arriving early; of those, the first Delay go through at once and
@@ -13,8 +9,8 @@ import (
 // request holds no permit while it waits.
 type Rate struct {
 	// Rate is the sustained rate per key value, written "10r/s", "600r/m", "30r/h" or
-	// "unlimited" (rate.ParseRate). Required: the zero Rate is invalid.
-	Rate rate.Rate `yaml:"rate"`
+	// "unlimited" (ParseRateValue). Required: the zero RateValue is invalid.
+	Rate RateValue `yaml:"rate"`
 
 	// Burst is how many requests of one key value may arrive ahead of Rate (nginx's burst).
 	// Zero means none: a request less than one interval after the previous one is refused.
@@ -51,16 +47,17 @@ type Rate struct {
 	// "100r/s burst=50", "5r/s burst=10 nodelay", "unlimited". With key client_ip an
 	// override's key is an IP address or CIDR, and the longest prefix holding a client key
 	// wins. Nil means none.
-	Overrides map[string]rate.Limit `yaml:"overrides"`
+	Overrides map[string]RateLimit `yaml:"overrides"`
 }
 
 // ConnRate is a per-client rate of new connections (or QUIC handshakes), checked at accept:
 // one over it is refused as one over the connection cap is. Its burst is admitted at once;
 // a connection is never delayed.
 type ConnRate struct {
-	// Rate is the sustained rate per client key, "20r/s", "600r/m", "30r/h" (rate.ParseRate).
-	// Required: the zero Rate is invalid; "unlimited" is accepted and limits nothing.
-	Rate rate.Rate `yaml:"rate"`
+	// Rate is the sustained rate per client key, "20r/s", "600r/m", "30r/h"
+	// (ParseRateValue). Required: the zero RateValue is invalid; "unlimited" is accepted and
+	// limits nothing.
+	Rate RateValue `yaml:"rate"`
 
 	// Burst is how many connections one client may open at once beyond Rate. Zero means
 	// none. Negative and above 1073741824 are invalid.
@@ -80,18 +77,18 @@ const (
 	RateHeadersNever RateHeaders = "never"
 )
 
-// Limit returns the rate.Limit of r: its Rate, Burst and Delay, NoDelay as rate.NoDelay.
-func (r *Rate) Limit() rate.Limit {
-	l := rate.Limit{Rate: r.Rate, Burst: r.Burst, Delay: r.Delay}
+// Limit returns the RateLimit of r: its Rate, Burst and Delay, NoDelay as RateNoDelay.
+func (r *Rate) Limit() RateLimit {
+	l := RateLimit{Rate: r.Rate, Burst: r.Burst, Delay: r.Delay}
 	if r.NoDelay {
-		l.Delay = rate.NoDelay
+		l.Delay = RateNoDelay
 	}
 	return l
 }
 
-// Limit returns the rate.Limit of c: its Rate and Burst, the burst admitted at once.
-func (c *ConnRate) Limit() rate.Limit {
-	return rate.Limit{Rate: c.Rate, Burst: c.Burst, Delay: rate.NoDelay}
+// Limit returns the RateLimit of c: its Rate and Burst, the burst admitted at once.
+func (c *ConnRate) Limit() RateLimit {
+	return RateLimit{Rate: c.Rate, Burst: c.Burst, Delay: RateNoDelay}
 }
 
 // effective fills a rate's defaults.

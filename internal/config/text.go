@@ -7,14 +7,12 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/seed-a07d1050/portcullis/rate"
 )
 
 var (
 	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
-	rateType            = reflect.TypeFor[rate.Rate]()
-	rateLimitType       = reflect.TypeFor[rate.Limit]()
+	rateType            = reflect.TypeFor[RateValue]()
+	rateLimitType       = reflect.TypeFor[RateLimit]()
 )
 
 // textForms name, for the "must be" of an error, the values written as text (a type whose
@@ -25,7 +23,7 @@ var textForms = map[reflect.Type]string{
 }
 
 // isTextType reports whether values of t are written in YAML as one string that t reads
-// itself (encoding.TextUnmarshaler), such as a rate.Rate.
+// itself (encoding.TextUnmarshaler), such as a RateValue.
 func isTextType(t reflect.Type) bool {
 	_, ok := textForms[t]
 	return ok && reflect.PointerTo(t).Implements(textUnmarshalerType)
@@ -53,8 +51,8 @@ func textCause(err error) string {
 	return ": " + msg
 }
 
-// errorPhrase returns an error of package rate without its "rate: " prefix and the input it
-// quoted, which the error's "(got ...)" already shows.
+// errorPhrase returns a parse error without any "rate: " prefix or the input it quoted,
+// which the error's "(got ...)" already shows.
 func errorPhrase(err error) string {
 	msg := err.Error()
 	if i := strings.LastIndex(msg, `": `); i >= 0 {

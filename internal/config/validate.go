@@ -17,7 +17,10 @@ import (
 // Validate checks c and returns nil when the daemon can run with it, or every problem found,
 // in the form [Parse] describes, each wrapping ErrInvalid. It reads (never writes) the files
 // c names: certificates and keys must load, a CA file must hold certificates, a password
-// file must be non-empty and a token key file well-formed. Validate does not modify c.
+// file must be non-empty and a token key file well-formed; the other files (deny and allow
+// lists, htpasswd files, the interception CA and upstream roots) must be readable, and what
+// they hold is checked by the daemon's build pass (daemon.Check), as are intercept rules and
+// target_host overrides. Validate does not modify c.
 // A nil Config is invalid.
 func (c *Config) Validate() error {
 	if c == nil {

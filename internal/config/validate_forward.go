@@ -1,9 +1,7 @@
 package config
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"net/http"
 	"net/netip"
@@ -13,9 +11,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
-
-	"github.com/seed-a07d1050/portcullis/internal/forward"
-	"github.com/seed-a07d1050/portcullis/internal/proxyauth"
 )
 
 // forwardLimit is a limit of forward.limits: keyed by client_ip, proxy_user, target_host or
@@ -65,8 +60,8 @@ func (v *validator) listenerMode(l *Listener, p string) {
 func (v *validator) auth(a *Auth, p string) {
 	if a.Htpasswd == "" {
 		v.addf(p+".htpasswd", "required: an htpasswd file of bcrypt hashes, as `htpasswd -B -c FILE USER` makes")
-	} else if _, err := proxyauth.LoadHtpasswd(a.Htpasswd); err != nil {
-		v.htpasswdProblems(p+".htpasswd", a.Htpasswd, err)
+	} else {
+		v.readable(p+".htpasswd", a.Htpasswd) // its lines are checked where it is loaded
 	}
 	if len(a.Realm) > 128 {
 		v.addf(p+".realm", "must be at most 128 bytes (got %d bytes)", len(a.Realm))
@@ -101,25 +96,6 @@ func (v *validator) auth(a *Auth, p string) {
 
 // maxFailureBudget bounds burst × interval of auth.failures.
 const maxFailureBudget = 8760 * time.Hour
-
-// htpasswdProblems reports why an htpasswd file does not load: one problem per bad line.
-func (v *validator) htpasswdProblems(p, file string, err error) {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		v.fileProblem(p, file, err, "")
-		return
-	}
-	var errs []error
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	} else {
-		errs = []error{err}
-	}
-	for _, e := range errs {
-		msg := strings.TrimPrefix(e.Error(), proxyauth.ErrHtpasswd.Error()+": ")
-		v.add(p, e, "does not load: "+msg)
-	}
-}
 
 func (v *validator) forward(f *Forward, p string) {
 	v.destinations(&f.Destinations, p+".destinations")
@@ -199,25 +175,39 @@ func (v *validator) portRanges(ports []string, p string) {
 	}
 }
 
+// A PortRange is an inclusive range of TCP ports, From ≤ To, as destinations.ports and
+// connect_ports write them: "443" is From = To = 443.
+type PortRange struct {
+	From, To uint16
+}
+
+// String returns r as ParsePortRange reads it: "443" or "1024-65535".
+func (r PortRange) String() string {
+	if r.From == r.To {
+		return strconv.Itoa(int(r.From))
+	}
+	return fmt.Sprintf("%d-%d", r.From, r.To)
+}
+
 // ParsePortRange reads a destinations.ports entry: a port ("443") or an inclusive range
 // ("1024-65535"), within 1 to 65535.
-func ParsePortRange(s string) (forward.PortRange, error) {
+func ParsePortRange(s string) (PortRange, error) {
 	from, to, isRange := strings.Cut(s, "-")
 	a, err := parsePortNumber(from)
 	if err != nil {
-		return forward.PortRange{}, err
+		return PortRange{}, err
 	}
 	if !isRange {
-		return forward.PortRange{From: a, To: a}, nil
+		return PortRange{From: a, To: a}, nil
 	}
 	b, err := parsePortNumber(to)
 	if err != nil {
-		return forward.PortRange{}, err
+		return PortRange{}, err
 	}
 	if a > b {
-		return forward.PortRange{}, fmt.Errorf("must be a port or a range low-high, low first")
+		return PortRange{}, fmt.Errorf("must be a port or a range low-high, low first")
 	}
-	return forward.PortRange{From: a, To: b}, nil
+	return PortRange{From: a, To: b}, nil
 }
 
 func parsePortNumber(s string) (uint16, error) {
@@ -231,38 +221,13 @@ func parsePortNumber(s string) (uint16, error) {
 	return uint16(n), nil
 }
 
-// Policy returns the destination policy d describes, as the forward proxy applies it,
-// with the default CONNECT ports. It fails for what Validate refuses.
-func (d Destinations) Policy() (*forward.Policy, error) {
-	pc := forward.PolicyConfig{Allow: d.Allow, Deny: d.Deny}
-	var err error
-	if pc.Ports, err = portRanges("destinations.ports", d.Ports); err != nil {
-		return nil, err
-	}
-	return forward.NewPolicy(pc)
-}
-
-// Policy returns the destination policy of f (its destinations and connect_ports), as
-// the forward proxy applies it. It fails for what Validate refuses.
-func (f *Forward) Policy() (*forward.Policy, error) {
-	d := f.Destinations
-	pc := forward.PolicyConfig{Allow: d.Allow, Deny: d.Deny}
-	var err error
-	if pc.Ports, err = portRanges("destinations.ports", d.Ports); err != nil {
-		return nil, err
-	}
-	if pc.ConnectPorts, err = portRanges("connect_ports", f.ConnectPorts); err != nil {
-		return nil, err
-	}
-	return forward.NewPolicy(pc)
-}
-
-// portRanges parses a list of ports and ranges; nil stays nil (the default).
-func portRanges(field string, list []string) ([]forward.PortRange, error) {
+// PortRanges parses a list of ports and ranges that Validate accepted; nil stays nil (the
+// default). It fails, naming field and entry, for what Validate refuses.
+func PortRanges(field string, list []string) ([]PortRange, error) {
 	if list == nil {
 		return nil, nil
 	}
-	out := make([]forward.PortRange, 0, len(list))
+	out := make([]PortRange, 0, len(list))
 	for _, s := range list {
 		r, err := ParsePortRange(s)
 		if err != nil {
@@ -271,45 +236,6 @@ func portRanges(field string, list []string) ([]forward.PortRange, error) {
 		out = append(out, r)
 	}
 	return out, nil
-}
-
-// TargetPermits returns the per-target permits of a target_host limit's overrides, as the
-// forward proxy applies them: nil without overrides.
-func (l *Limit) TargetPermits() (func(string) int, error) {
-	return forward.TargetPermits(l.Overrides)
-}
-
-// targetOverrides checks the overrides of a target_host limit: each names a target,
-// "host:port" or "host", and no two name the same one.
-func (v *validator) targetOverrides(l *Limit, p string) {
-	bad := false
-	for _, key := range slices.Sorted(maps.Keys(l.Overrides)) {
-		if key == "" {
-			continue // reported by overrides
-		}
-		if _, err := forward.TargetPermits(map[string]int{key: 1}); err != nil {
-			bad = true
-			v.addf(keyPath(p, key), "must be a target host or host:port: %s (got %q)", targetProblem(err), key)
-		}
-	}
-	if !bad {
-		if _, err := forward.TargetPermits(l.Overrides); err != nil {
-			v.addf(p, "%s", strings.TrimPrefix(err.Error(), "forward: "))
-		}
-	}
-}
-
-// targetProblem is the reason a target does not parse, without the package prefixes.
-func targetProblem(err error) string {
-	var te *forward.TargetError
-	if errors.As(err, &te) {
-		return te.Reason
-	}
-	s := err.Error()
-	if i := strings.LastIndex(s, ": "); i >= 0 {
-		return s[i+2:]
-	}
-	return s
 }
 
 // reverseLimits refuses the keys and settings that only forward listeners have, and a user

@@ -64,10 +64,9 @@ func (v *validator) limitKey(k LimitKey, p string, kind limitKind) {
 
 // overrides checks per-key permits, in key order so the errors come out the same every time.
 func (v *validator) overrides(l *Limit, p string) {
+	// A target_host override names a target pattern, which the forward proxy parses where
+	// the daemon builds the limit (the prepare step, which check runs too).
 	byIP := orDefault(l.Key, KeyClientIP) == KeyClientIP
-	if l.Key == KeyTargetHost {
-		v.targetOverrides(l, p)
-	}
 	for _, key := range slices.Sorted(maps.Keys(l.Overrides)) {
 		kp := keyPath(p, key)
 		n := l.Overrides[key]

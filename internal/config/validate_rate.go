@@ -5,7 +5,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/seed-a07d1050/portcullis/rate"
+	"github.com/seed-a07d1050/portcullis/internal/ratetext"
 )
 
 // listenerRates checks the rates of a listener: its request rate, connection rate and
@@ -96,16 +96,16 @@ func (v *validator) connRate(c *ConnRate, p string) {
 }
 
 // rateLimit checks the rate and burst of the block at p.
-func (v *validator) rateLimit(r rate.Rate, burst int, p string) {
+func (v *validator) rateLimit(r RateValue, burst int, p string) {
 	switch {
 	case r.IsZero():
 		v.addf(p+".rate", "required: a rate such as 10r/s, 600r/m or 30r/h")
 		return
-	case r.Validate() != nil:
-		v.addf(p+".rate", "%v (got %s)", errorPhrase(r.Validate()), r)
+	case r.Problem() != "":
+		v.addf(p+".rate", "%s (got %s)", r.Problem(), r)
 		return
 	}
-	if _, err := r.MarshalText(); err != nil {
+	if !r.HasText() {
 		v.addf(p+".rate", "must count per second, minute or hour, as in 10r/s, 600r/m or 30r/h (got %s)", r)
 		return
 	}
@@ -113,7 +113,7 @@ func (v *validator) rateLimit(r rate.Rate, burst int, p string) {
 		v.addf(p+".burst", "must be from 0 to %d (got %d)", 1<<30, burst)
 		return
 	}
-	if err := (rate.Limit{Rate: r, Burst: burst}).Validate(); err != nil {
+	if !ratetext.SpanFits(r, burst) {
 		v.addf(p+".burst", "spans too long at %s: (burst+1) intervals must stay under about 73 years (got %d)", r, burst)
 	}
 }
@@ -121,10 +121,8 @@ func (v *validator) rateLimit(r rate.Rate, burst int, p string) {
 // rateOverrides checks per-key limits, in key order so the errors come out the same every
 // time.
 func (v *validator) rateOverrides(r *Rate, p string) {
+	// A target_host override is parsed where the daemon builds the rate, as a limit's.
 	byIP := orDefault(r.Key, KeyClientIP) == KeyClientIP
-	if r.Key == KeyTargetHost {
-		v.rateTargets(r, p)
-	}
 	for _, key := range slices.Sorted(maps.Keys(r.Overrides)) {
 		kp := keyPath(p, key)
 		switch {
@@ -138,25 +136,13 @@ func (v *validator) rateOverrides(r *Rate, p string) {
 			}
 		}
 		lim := r.Overrides[key]
-		switch err := lim.Validate(); {
-		case err != nil:
-			v.addf(kp, "must be a valid rate limit: %s", errorPhrase(err))
-		case !lim.Rate.IsUnlimited():
-			if _, err := lim.MarshalText(); err != nil {
-				v.addf(kp, "must count per second, minute or hour, as in 10r/s, 600r/m or 30r/h (got %s)", lim.Rate)
-			}
+		switch problem := lim.Problem(); {
+		case problem != "":
+			v.addf(kp, "must be a valid rate limit: %s", problem)
+		case !lim.Rate.HasText():
+			v.addf(kp, "must count per second, minute or hour, as in 10r/s, 600r/m or 30r/h (got %s)", lim.Rate)
 		}
 	}
-}
-
-// rateTargets checks the overrides of a target_host rate as targetOverrides checks a
-// limit's: each names a target, "host:port" or "host", and no two the same one.
-func (v *validator) rateTargets(r *Rate, p string) {
-	all := make(map[string]int, len(r.Overrides))
-	for key := range r.Overrides {
-		all[key] = 1
-	}
-	v.targetOverrides(&Limit{Key: KeyTargetHost, Overrides: all}, p)
 }
 
 // clusterRates checks the cluster fields that only rates use.

@@ -3,8 +3,10 @@
 // built from a [config.Config]. It assembles the packages named for what
 // they hold: internal/exchange (one exchange's record and metrics),
 // internal/accesslog (its line), internal/relay (the upstream exchange),
-// and the libraries (connlimit, httplimit, rate, quicadmit, forward,
-// intercept). internal/README.md in the repository draws the map.
+// internal/bytepath (the byte path of the event-loop server),
+// internal/admin (the admin listener and live page), and the libraries
+// (connlimit, httplimit, rate, quicadmit, forward, intercept).
+// internal/README.md in the repository draws the map.
 //
 // A [Server] runs the listeners of a configuration, each of them wrapped in
 // its admission layer (front.go, front_h3.go, lists.go, tcp.go):
@@ -28,19 +30,19 @@
 // exchange in progress finishes on the table it started with. With a
 // cluster section, the route and client limits count in Redis
 // (cluster.go, limit/redisstore). A plain GET or HEAD to a route the byte
-// path can serve is answered by lean.go and loop.go without an
-// http.Request's full machinery; anything else is handed to the full
-// server.
+// path can serve is answered by internal/bytepath without an
+// http.Request's full machinery, through the views of the route table
+// bytepath.go fills in; anything else is handed to the full server.
 //
 // Every HTTP exchange is counted in its route's request metrics and, unless
 // log.access_log is false, logged when it ends with what the route and the
 // limits decided (internal/exchange, internal/accesslog).
 //
-// The admin listener (admin.go) serves /metrics (Prometheus: the limiters
-// through promlimit, the request metrics, the Go and process collectors),
-// /debug/limits (a JSON [Snapshot]), /healthz, /readyz, and the live page
-// (/live/, live.go, see internal/livepage) with its event stream, sampled
-// once a second while the admin listener runs.
+// The admin listener is internal/admin: /metrics, /debug/limits (see
+// [Server.Snapshot]), /healthz, /readyz and the live page. The daemon
+// starts it and implements its Source (admin.go): the listeners, route
+// tables and limiters running now, the metrics collectors, readiness, and
+// the cluster's Redis health.
 //
 // Lifecycle: [Start] binds everything and serves; [Server.Reload] applies a
 // new configuration (reload.go); [Server.Shutdown] drains and

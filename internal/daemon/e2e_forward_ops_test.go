@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed-a07d1050/portcullis/internal/daemon"
+	"github.com/seed-a07d1050/portcullis/internal/admin"
 )
 
 // TestForwardDestinationPolicyByDefault checks that a forward listener
@@ -131,7 +131,7 @@ func (d *testDaemon) inUse(listener string) int {
 
 // listenerNow reads the snapshot of the named listener in process, which
 // works after shutdown too.
-func (d *testDaemon) listenerNow(name string) daemon.ListenerSnapshot {
+func (d *testDaemon) listenerNow(name string) admin.ListenerSnapshot {
 	d.t.Helper()
 	for _, l := range d.srv.Snapshot().Listeners {
 		if l.Name == name {
@@ -139,7 +139,7 @@ func (d *testDaemon) listenerNow(name string) daemon.ListenerSnapshot {
 		}
 	}
 	d.t.Fatalf("no listener %s", name)
-	return daemon.ListenerSnapshot{}
+	return admin.ListenerSnapshot{}
 }
 
 // resetConn closes c with a TCP RST.

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/url"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -230,95 +228,6 @@ func TestLiveEventsEndAtAdminMove(t *testing.T) {
 	_, r = events(t, d, nil)
 	if f := listenersFrame(t, r); len(f.Listeners) != 1 {
 		t.Errorf("the new admin listener's frame: %+v", f)
-	}
-}
-
-// With admin.token_file, a browser gets the token form on the live page;
-// the right token sets a cookie that opens the page and its event stream,
-// and nothing else; a wrong one sets nothing; a rotated token ends the
-// cookie.
-func TestLivePageTokenForm(t *testing.T) {
-	dir := t.TempDir()
-	tokenFile := filepath.Join(dir, "admin.token")
-	writeToken(t, tokenFile, adminToken)
-	cfg := strings.Replace(liveConfig, `admin: {listen: "127.0.0.1:0"}`, `admin: {listen: "127.0.0.1:0", token_file: "`+tokenFile+`"}`, 1)
-	d := startDaemon(t, cfg)
-	d.manualStop = true // the idle check reads the snapshot in process
-	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	do := func(method, path string, body url.Values, header http.Header) (*http.Response, string) {
-		t.Helper()
-		req, err := http.NewRequest(method, d.adminURL(path), strings.NewReader(body.Encode()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for k, v := range header {
-			req.Header[k] = v
-		}
-		if body != nil {
-			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		}
-		resp, err := noRedirect.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, string(b)
-	}
-	browser := http.Header{"Accept": {"text/html,application/xhtml+xml"}}
-
-	if resp, _ := do("GET", "/", nil, nil); resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != livepage.PagePath {
-		t.Errorf("GET /: %d to %q, want 303 to %s", resp.StatusCode, resp.Header.Get("Location"), livepage.PagePath)
-	}
-	resp, body := do("GET", livepage.PagePath, nil, browser)
-	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, `name="token"`) || strings.Contains(body, "127.0.0.") {
-		t.Errorf("the page without the token: %d, want 401 and the form, nothing more:\n%s", resp.StatusCode, body)
-	}
-	if resp, body := do("GET", livepage.PagePath, nil, nil); resp.StatusCode != http.StatusUnauthorized || strings.Contains(body, "<form") {
-		t.Errorf("a script without the token: %d %q, want 401 in a line", resp.StatusCode, body)
-	}
-
-	resp, body = do("POST", livepage.LoginPath, url.Values{"token": {adminTokenLater}}, browser)
-	if resp.StatusCode != http.StatusUnauthorized || len(resp.Cookies()) != 0 || !strings.Contains(body, "not the admin token") {
-		t.Errorf("a wrong token: %d, cookies %v, want 401, none, and the form saying so", resp.StatusCode, resp.Cookies())
-	}
-	resp, _ = do("POST", livepage.LoginPath, url.Values{"token": {adminToken + "\n"}}, browser)
-	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != livepage.PagePath || len(resp.Cookies()) != 1 {
-		t.Fatalf("the right token: %d to %q with cookies %v, want 303 to %s with one", resp.StatusCode, resp.Header.Get("Location"), resp.Cookies(), livepage.PagePath)
-	}
-	c := resp.Cookies()[0]
-	if !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != livepage.PagePath || strings.Contains(c.Value, adminToken) {
-		t.Errorf("cookie %+v: want HttpOnly, SameSite=Strict, Path=%s, and not the token itself", c, livepage.PagePath)
-	}
-	withCookie := http.Header{"Accept": browser["Accept"], "Cookie": {c.Name + "=" + c.Value}}
-	for _, tc := range []struct {
-		path string
-		want int
-	}{
-		{livepage.PagePath, http.StatusOK},
-		{"/debug/limits", http.StatusUnauthorized}, // the cookie opens the page only
-		{"/metrics", http.StatusUnauthorized},
-	} {
-		if resp, _ := do("GET", tc.path, nil, withCookie); resp.StatusCode != tc.want {
-			t.Errorf("GET %s with the cookie: %d, want %d", tc.path, resp.StatusCode, tc.want)
-		}
-	}
-	if resp, r := events(t, d, withCookie); resp.StatusCode != http.StatusOK {
-		t.Errorf("event stream with the cookie: %d", resp.StatusCode)
-	} else if f := listenersFrame(t, r); len(f.Listeners) != 1 {
-		t.Errorf("event stream with the cookie: %+v", f)
-	}
-	forged := http.Header{"Accept": browser["Accept"], "Cookie": {c.Name + "=" + c.Value + "A"}}
-	if resp, _ := do("GET", livepage.PagePath, nil, forged); resp.StatusCode != http.StatusUnauthorized {
-		t.Errorf("GET the page with another cookie value: %d, want 401", resp.StatusCode)
-	}
-
-	writeToken(t, tokenFile, adminTokenLater)
-	if err := d.srv.Reload(parseConfig(t, cfg, d.backend.URL())); err != nil {
-		t.Fatal(err)
-	}
-	if resp, _ := do("GET", livepage.PagePath, nil, withCookie); resp.StatusCode != http.StatusUnauthorized {
-		t.Errorf("the old cookie after the token rotated: %d, want 401", resp.StatusCode)
 	}
 }
 

@@ -14,12 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed-a07d1050/portcullis/internal/daemon"
+	"github.com/seed-a07d1050/portcullis/internal/admin"
 )
 
 // rateOf returns the rate snapshot of the named route ("" for the
 // listener's own rate).
-func (d *testDaemon) rateOf(listener, route string) *daemon.RateSnapshot {
+func (d *testDaemon) rateOf(listener, route string) *admin.RateSnapshot {
 	d.t.Helper()
 	if route == "" {
 		return d.listener(listener).Rate

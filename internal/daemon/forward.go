@@ -148,7 +148,7 @@ func (b *tableBuilder) forwardProxy(t *routeTable) error {
 		t.forward.cfg, t.forward.proxy, t.forward.stats = cfg, old.forward.proxy, old.forward.stats
 		return nil
 	}
-	policy, err := cfg.Policy()
+	policy, err := forwardPolicy(&cfg)
 	if err != nil {
 		return fmt.Errorf("proxy: listener %s: destinations: %w", b.lc.Name, err)
 	}
@@ -170,7 +170,7 @@ func (b *tableBuilder) forwardProxy(t *routeTable) error {
 		return fmt.Errorf("proxy: listener %s: %w", b.lc.Name, err)
 	}
 	t.forward.cfg, t.forward.proxy = cfg, p
-	t.forward.stats = newForwardCollector(p, b.lc.Name)
+	t.forward.stats = forward.NewCollector(p, prometheus.Labels{"listener": b.lc.Name})
 	return nil
 }
 
@@ -215,7 +215,7 @@ func (b *tableBuilder) authenticate(t *routeTable, h *http.Handler) error {
 	if err != nil {
 		return fmt.Errorf("proxy: listener %s: auth: %w", b.lc.Name, err)
 	}
-	t.auth = &authState{cfg: *ac, id: b.id, a: a, stats: newAuthCollector(a, b.lc.Name)}
+	t.auth = &authState{cfg: *ac, id: b.id, a: a, stats: proxyauth.NewCollector(a, prometheus.Labels{"listener": b.lc.Name})}
 	*h = exchange.Gated("auth", exchange.AuthRefusal, a.Wrap, *h)
 	return nil
 }
@@ -290,4 +290,33 @@ func (t *routeTable) extraCollectors() []prometheus.Collector {
 		out = append(out, st.stats)
 	}
 	return out
+}
+
+// forwardPolicy returns the destination policy of f (its destinations and connect_ports),
+// as the forward proxy applies it. It fails for what config refuses, and for what
+// forward.NewPolicy refuses.
+func forwardPolicy(f *config.Forward) (*forward.Policy, error) {
+	d := f.Destinations
+	pc := forward.PolicyConfig{Allow: d.Allow, Deny: d.Deny}
+	var err error
+	if pc.Ports, err = portRanges("destinations.ports", d.Ports); err != nil {
+		return nil, err
+	}
+	if pc.ConnectPorts, err = portRanges("connect_ports", f.ConnectPorts); err != nil {
+		return nil, err
+	}
+	return forward.NewPolicy(pc)
+}
+
+// portRanges parses a list of ports and ranges; nil stays nil (forward's default).
+func portRanges(field string, list []string) ([]forward.PortRange, error) {
+	parsed, err := config.PortRanges(field, list)
+	if parsed == nil {
+		return nil, err
+	}
+	out := make([]forward.PortRange, len(parsed))
+	for i, r := range parsed {
+		out[i] = forward.PortRange{From: r.From, To: r.To}
+	}
+	return out, nil
 }

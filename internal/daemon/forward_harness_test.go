@@ -21,8 +21,8 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/seed-a07d1050/portcullis/internal/admin"
 	"github.com/seed-a07d1050/portcullis/internal/config"
-	"github.com/seed-a07d1050/portcullis/internal/daemon"
 	"github.com/seed-a07d1050/portcullis/internal/testcert"
 )
 
@@ -125,7 +125,7 @@ func (d *testDaemon) listenerProtocol(name string) string {
 }
 
 // forwardOf returns the forward snapshot of the named listener.
-func (d *testDaemon) forwardOf(name string) *daemon.ForwardSnapshot {
+func (d *testDaemon) forwardOf(name string) *admin.ForwardSnapshot {
 	d.t.Helper()
 	f := d.listener(name).Forward
 	if f == nil {
@@ -135,7 +135,7 @@ func (d *testDaemon) forwardOf(name string) *daemon.ForwardSnapshot {
 }
 
 // forwardLimit returns the totals of the forward limit keyed by key.
-func (d *testDaemon) forwardLimit(listener, key string) daemon.LimitSnapshot {
+func (d *testDaemon) forwardLimit(listener, key string) admin.LimitSnapshot {
 	d.t.Helper()
 	for _, l := range d.forwardOf(listener).Limits {
 		if l.Key == key {
@@ -143,7 +143,7 @@ func (d *testDaemon) forwardLimit(listener, key string) daemon.LimitSnapshot {
 		}
 	}
 	d.t.Fatalf("listener %s has no %s limit", listener, key)
-	return daemon.LimitSnapshot{}
+	return admin.LimitSnapshot{}
 }
 
 func basicAuth(user, pass string) string {

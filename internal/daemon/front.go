@@ -239,7 +239,7 @@ func (f *front) connConfig(log *slog.Logger) connlimit.Config {
 		c.PrefixOverrides = append(c.PrefixOverrides, connlimit.Override{Prefix: o.CIDR, Max: o.Max})
 	}
 	if lc.ConnRate != nil {
-		c.ConnRate = lc.ConnRate.Limit()
+		c.ConnRate = rateLimitOf(lc.ConnRate.Limit())
 	}
 	return c
 }
@@ -281,14 +281,6 @@ func (f *front) connStats() connlimit.Stats {
 		return s
 	}
 	return f.conns.Stats()
-}
-
-// busyClients lists the client keys holding connections, busiest first.
-func (f *front) busyClients(top int) []KeySnapshot {
-	if f.h3 != nil {
-		return f.h3.busy(top)
-	}
-	return connKeys(f.conns, top)
 }
 
 // serveH3 starts serving HTTP/3 with the route table in table.

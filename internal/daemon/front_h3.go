@@ -214,15 +214,6 @@ func (h *h3Front) stats() connlimit.Stats {
 	}
 }
 
-func (h *h3Front) busy(top int) []KeySnapshot {
-	keys := h.perClient.Snapshot(top).Keys
-	out := make([]KeySnapshot, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, KeySnapshot{Key: k.Key.String(), InUse: k.InUse, Refused: k.Refused})
-	}
-	return out
-}
-
 // quicCollector exports a Controller's snapshot and the per-client cap.
 type quicCollector struct {
 	h         *h3Front

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed-a07d1050/portcullis/internal/admin"
 	"github.com/seed-a07d1050/portcullis/internal/backend"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/daemon"
@@ -299,14 +300,14 @@ func clientFrom(ip string) *http.Client {
 }
 
 // snapshot reads /debug/limits.
-func (d *testDaemon) snapshot() daemon.Snapshot {
+func (d *testDaemon) snapshot() admin.Snapshot {
 	d.t.Helper()
 	resp, err := http.Get(d.adminURL("/debug/limits"))
 	if err != nil {
 		d.t.Fatalf("debug/limits: %v", err)
 	}
 	defer resp.Body.Close()
-	var s daemon.Snapshot
+	var s admin.Snapshot
 	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
 		d.t.Fatalf("debug/limits: %v", err)
 	}
@@ -324,7 +325,7 @@ func (d *testDaemon) checkIdle() {
 			c.CloseIdleConnections()
 		}
 	}
-	var last daemon.Snapshot
+	var last admin.Snapshot
 	read := d.snapshot
 	if d.manualStop {
 		read = d.srv.Snapshot
@@ -396,7 +397,7 @@ func await(t *testing.T, ch <-chan result) result {
 }
 
 // route returns the snapshot of the named route of the named listener.
-func (s routeFinder) route(listener, name string) daemon.RouteSnapshot {
+func (s routeFinder) route(listener, name string) admin.RouteSnapshot {
 	for _, l := range s.Listeners {
 		if l.Name != listener {
 			continue
@@ -407,23 +408,23 @@ func (s routeFinder) route(listener, name string) daemon.RouteSnapshot {
 			}
 		}
 	}
-	return daemon.RouteSnapshot{}
+	return admin.RouteSnapshot{}
 }
 
-type routeFinder struct{ daemon.Snapshot }
+type routeFinder struct{ admin.Snapshot }
 
-func (d *testDaemon) route(listener, name string) daemon.RouteSnapshot {
+func (d *testDaemon) route(listener, name string) admin.RouteSnapshot {
 	return routeFinder{d.snapshot()}.route(listener, name)
 }
 
-func (d *testDaemon) listener(name string) daemon.ListenerSnapshot {
+func (d *testDaemon) listener(name string) admin.ListenerSnapshot {
 	for _, l := range d.snapshot().Listeners {
 		if l.Name == name {
 			return l
 		}
 	}
 	d.t.Fatalf("no listener %s in snapshot", name)
-	return daemon.ListenerSnapshot{}
+	return admin.ListenerSnapshot{}
 }
 
 // readKeptOK reads the next response from br and fails t unless it is a

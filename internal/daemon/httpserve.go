@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/seed-a07d1050/portcullis/internal/bytepath"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/evloop"
 	"github.com/seed-a07d1050/portcullis/internal/h2check"
@@ -43,11 +44,11 @@ type httpServers struct {
 
 	// loop relays the plainest exchanges of the plain connections on event
 	// loops, with http1_server eventloop on an http listener (see
-	// loopExchanges); fast serves what it gives back. Nil otherwise, and
+	// bytepath.Loops); fast serves what it gives back. Nil otherwise, and
 	// until start.
 	loop     *evloop.Server
-	loopWith *loopExchanges // the loop's Handler; nil without eventloop
-	loopLn   net.Listener   // what fast accepts from while the loops run
+	loopWith *bytepath.Loops // the loop's Handler; nil without eventloop
+	loopLn   net.Listener    // what fast accepts from while the loops run
 }
 
 // newHTTPServers builds the servers of f, an http or https front, without
@@ -68,11 +69,12 @@ func newHTTPServers(f *front) *httpServers {
 			Logger:            f.log,
 		}
 		if lc.HTTP1Server.Lean() {
-			h.fast.Exchanges = leanExchanges{f}
+			h.fast.Exchanges = bytepath.NewPoller(byteListener(f))
 		}
 		if lc.Protocol != config.ProtocolHTTPS {
 			if lc.HTTP1Server == config.HTTP1ServerEventLoop {
-				h.loopWith = &loopExchanges{f: f, srv: h.fast}
+				h.loopWith = bytepath.NewLoops(byteListener(f), h.fast)
+				h.loopWith.PanicHook = testHookLoopPanic
 			}
 			return h
 		}
@@ -132,7 +134,7 @@ func (h *httpServers) start(conns net.Listener, base context.Context, served cha
 		}()
 	}
 	if h.startLoop(loopCounts, log) {
-		h.loopLn = &loopListener{Listener: conns, loop: h.loop, takes: h.loopWith.takes}
+		h.loopLn = &loopListener{Listener: conns, loop: h.loop, takes: h.loopWith.Takes}
 	}
 	go func() {
 		defer close(served)
@@ -158,7 +160,7 @@ func (h *httpServers) startLoop(counts *evloop.Counts, log func(error)) bool {
 	if h.loopWith == nil {
 		return false
 	}
-	loop, err := h.loopWith.start(counts)
+	loop, err := h.loopWith.Start(counts)
 	if err != nil {
 		log(fmt.Errorf("http1_server eventloop: event loops unavailable, serving every connection with the lean path in Go's poller: %w", err))
 		return false

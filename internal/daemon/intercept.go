@@ -2,102 +2,24 @@ package daemon
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"net/http"
-	"os"
-	"reflect"
-	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/exchange"
-	"github.com/seed-a07d1050/portcullis/internal/forward"
 	"github.com/seed-a07d1050/portcullis/internal/intercept"
 )
 
-// interceptState is the TLS interception of a forward listener's table: the
-// Interceptor in front of the proxy, the Upstream its requests go to, the
-// leaves it shows clients, and the chain of limits the requests inside go
-// through.
-//
-// A reload keeps each part whose inputs did not change: the leaves (with
-// their cache) while the CA files hold the same bytes and the leaves block
-// is the same; the Upstream (with its idle target connections) while the
-// proxy, the upstream block and the ca_file's bytes are the same; the
-// Interceptor (with its open sessions) while the proxy, the leaves, the
-// rules and the session settings are the same. A kept Interceptor serves
-// the requests of its sessions through chain, which the reload points at
-// the new table's limits when it commits, so that from then on they count
-// under the new configuration, as every new exchange does.
+// interceptState is the TLS interception of a forward listener's table:
+// its intercept.Assembly (the Interceptor in front of the proxy, the
+// Upstream its requests go to, the leaves it shows clients, and the chain
+// of limits the requests inside go through), which a reload keeps part by
+// part as intercept.Assembly says, and its metrics.
 type interceptState struct {
-	leavesKey leavesKey
-	leaves    *intercept.Leaves
-	upKey     upstreamKey
-	up        *intercept.Upstream
-	icKey     interceptorKey
-	ic        *intercept.Interceptor
-	chain     *innerChain // the Interceptor's Handler, shared by the tables that keep it
-	next      http.Handler
-	stats     prometheus.Collector
-	drain     time.Duration // how long a replaced Interceptor's sessions may finish
-}
-
-// leavesKey is what a Leaves is built from.
-type leavesKey struct {
-	ca  [sha256.Size]byte // of the CA certificate file's bytes, a zero byte, the key file's
-	cfg config.InterceptLeaves
-}
-
-// upstreamKey is what an Upstream is built from.
-type upstreamKey struct {
-	proxy    *forward.Proxy
-	roots    [sha256.Size]byte // of the upstream ca_file; zero without
-	cfg      config.InterceptUpstream
-	via      string
-	maxIdle  int
-	maxAll   int
-	idleConn time.Duration
-}
-
-// interceptorKey is what an Interceptor is built from.
-type interceptorKey struct {
-	proxy           *forward.Proxy
-	leaves          *intercept.Leaves
-	only, bypass    []string
-	handshake, idle time.Duration
-	http2           bool
-	readHeader      time.Duration
-	read, write     time.Duration
-	maxHeaderBytes  int
-	listener        string
-}
-
-// innerChain is the handler an Interceptor serves the requests inside its
-// sessions with: the chain of limits and the Upstream of the table in
-// force, swapped when a reload commits. It counts the requests inside it,
-// which no listener's http.Server sees.
-type innerChain struct {
-	h      atomic.Pointer[http.Handler]
-	active atomic.Int64
-}
-
-func (c *innerChain) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c.active.Add(1)
-	defer c.active.Add(-1)
-	(*c.h.Load()).ServeHTTP(w, r)
-}
-
-// wait waits up to d for the requests inside the chain to return.
-// Interceptor.Shutdown and Close end sessions and so cancel the requests
-// inside, but do not wait for their handlers, which give their permits
-// back as they return.
-func (c *innerChain) wait(d time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	_ = waitZero(ctx, &c.active)
+	a     *intercept.Assembly
+	stats prometheus.Collector
 }
 
 // stoppingInterceptor is a table's Interceptor as the server stops it:
@@ -106,165 +28,76 @@ func (c *innerChain) wait(d time.Duration) {
 // are back when the server's Shutdown returns.
 type stoppingInterceptor struct{ st *interceptState }
 
-func (s stoppingInterceptor) Shutdown(ctx context.Context) error {
-	err := s.st.ic.Shutdown(ctx)
-	s.st.chain.wait(forceWait)
-	return err
-}
-
-func (s stoppingInterceptor) Close() error {
-	_ = s.st.ic.Close()
-	s.st.chain.wait(forceWait)
-	return nil
-}
+func (s stoppingInterceptor) Shutdown(ctx context.Context) error { return s.st.a.Shutdown(ctx) }
+func (s stoppingInterceptor) Close() error                       { return s.st.a.Close() }
 
 // intercept puts the listener's Interceptor, when it has an intercept
 // block, in front of *h (the forward proxy), and records it in t. limits
 // puts a handler behind the listener's rate and limits, in their order;
 // the requests inside sessions pass through them too, each taking and
 // releasing its own permits. It reuses what it can of the old table's, as
-// interceptState says. On error it leaves nothing of its own open.
+// intercept.Assembly says. On error it leaves nothing of its own open.
 func (b *tableBuilder) intercept(t *routeTable, limits func(http.Handler) http.Handler, h *http.Handler) error {
 	ic := b.lc.Forward.Intercept
 	if ic == nil {
 		return nil
 	}
-	old := b.old.interceptState()
-	st := &interceptState{drain: b.drain}
-	if err := b.interceptLeaves(st, ic, old); err != nil {
+	var old *intercept.Assembly
+	if o := b.old.interceptState(); o != nil {
+		old = o.a
+	}
+	a, err := intercept.NewAssembly(b.assemblyConfig(ic, t, limits), old)
+	if err != nil {
 		return fmt.Errorf("proxy: listener %s: intercept: %w", b.lc.Name, err)
 	}
-	if err := b.interceptUpstream(st, ic, t.forward.proxy, old); err != nil {
-		return fmt.Errorf("proxy: listener %s: intercept: %w", b.lc.Name, err)
-	}
-	st.next = exchange.Handler(limits(st.up), b.exchangeOpts())
-	if err := b.interceptor(st, ic, t.forward.proxy, old); err != nil {
-		if old == nil || st.up != old.up {
-			_ = st.up.Close()
-		}
-		return fmt.Errorf("proxy: listener %s: intercept: %w", b.lc.Name, err)
-	}
-	st.stats = intercept.NewCollector(st.ic, st.up, prometheus.Labels{"listener": b.lc.Name})
-	t.forward.intercept = st
-	*h = st.ic.Wrap(*h)
+	t.forward.intercept = &interceptState{a: a, stats: a.Collector(prometheus.Labels{"listener": b.lc.Name})}
+	*h = a.Wrap(*h)
 	return nil
 }
 
-// interceptLeaves puts in st the old leaves when the CA files hold the
-// same bytes and the leaves block did not change, so that their cache
-// carries over; otherwise new ones. The files are read, and the CA
-// checked, at every build: a CA that no longer loads fails the reload.
-func (b *tableBuilder) interceptLeaves(st *interceptState, ic *config.Intercept, old *interceptState) error {
-	certPEM, err := os.ReadFile(ic.CACert)
-	if err != nil {
-		return fmt.Errorf("read CA certificate: %w", err)
+// assemblyConfig is what the interception of ic is built from: the
+// listener's forward proxy (in t), its session settings, and the chain of
+// its limits with the exchange handler around it.
+func (b *tableBuilder) assemblyConfig(ic *config.Intercept, t *routeTable, limits func(http.Handler) http.Handler) intercept.AssemblyConfig {
+	lc, fw := b.lc, b.lc.Forward
+	return intercept.AssemblyConfig{
+		Proxy:              t.forward.proxy,
+		CACertFile:         ic.CACert,
+		CAKeyFile:          ic.CAKey,
+		AllowReadableCAKey: ic.AllowReadableCAKey,
+		Leaves:             leafSettings(ic),
+		Intercept:          ic.Intercept,
+		Bypass:             ic.Bypass,
+		HandshakeTimeout:   ic.HandshakeTimeout,
+		IdleTimeout:        ic.IdleTimeout,
+		ReadHeaderTimeout:  lc.ReadHeaderTimeout,
+		ReadTimeout:        lc.ReadTimeout,
+		WriteTimeout:       lc.WriteTimeout,
+		MaxHeaderBytes:     lc.MaxHeaderBytes,
+		DisableHTTP2:       !ic.IsOfferingHTTP2(),
+		Upstream: intercept.UpstreamSettings{
+			RootsFile:                  ic.Upstream.CAFile,
+			InsecureSkipVerifyUpstream: ic.Upstream.InsecureSkipVerifyUpstream,
+			Timeout:                    ic.Upstream.Timeout,
+			MaxIdleConnsPerTarget:      fw.MaxIdleConnsPerTarget,
+			MaxIdleConns:               fw.MaxIdleConns,
+			IdleConnTimeout:            fw.IdleConnTimeout,
+			Via:                        fw.Via,
+		},
+		Inner: func(up *intercept.Upstream) http.Handler {
+			return exchange.Handler(limits(up), b.exchangeOpts())
+		},
+		Drain:  b.drain,
+		Wait:   forceWait,
+		Name:   lc.Name,
+		Logger: b.deps.log.With("listener", lc.Name),
 	}
-	keyPEM, err := os.ReadFile(ic.CAKey)
-	if err != nil {
-		return fmt.Errorf("read CA key: %w", err)
-	}
-	if !ic.AllowReadableCAKey {
-		if err := intercept.CheckKeyFile(ic.CAKey); err != nil {
-			return err
-		}
-	}
-	ca, err := intercept.ParseCA(certPEM, keyPEM)
-	if err != nil {
-		return fmt.Errorf("CA %s (key %s): %w", ic.CACert, ic.CAKey, err)
-	}
-	h := sha256.New()
-	h.Write(certPEM)
-	h.Write([]byte{0})
-	h.Write(keyPEM)
-	st.leavesKey = leavesKey{cfg: ic.Leaves}
-	h.Sum(st.leavesKey.ca[:0])
-	if old != nil && old.leavesKey == st.leavesKey {
-		st.leaves = old.leaves
-		return nil
-	}
-	st.leaves, err = ic.Leaves.Build(ca)
-	return err
 }
 
-// interceptUpstream puts in st the old Upstream when nothing it is built
-// from changed, so that its idle target connections carry over; otherwise
-// a new one.
-func (b *tableBuilder) interceptUpstream(st *interceptState, ic *config.Intercept, p *forward.Proxy, old *interceptState) error {
-	fw := b.lc.Forward
-	st.upKey = upstreamKey{proxy: p, cfg: ic.Upstream, via: fw.Via, maxIdle: fw.MaxIdleConnsPerTarget, maxAll: fw.MaxIdleConns, idleConn: fw.IdleConnTimeout}
-	var roots []byte
-	if f := ic.Upstream.CAFile; f != "" {
-		var err error
-		if roots, err = os.ReadFile(f); err != nil {
-			return fmt.Errorf("read upstream CA file: %w", err)
-		}
-		st.upKey.roots = sha256.Sum256(roots)
-	}
-	if old != nil && old.upKey == st.upKey {
-		st.up = old.up
-		return nil
-	}
-	uc := intercept.UpstreamConfig{
-		Dialer:                     p.Dialer(),
-		InsecureSkipVerifyUpstream: ic.Upstream.InsecureSkipVerifyUpstream,
-		UpstreamTimeout:            ic.Upstream.Timeout,
-		MaxIdleConnsPerTarget:      fw.MaxIdleConnsPerTarget,
-		MaxIdleConns:               fw.MaxIdleConns,
-		IdleConnTimeout:            fw.IdleConnTimeout,
-		Via:                        fw.Via,
-		Logger:                     b.deps.log.With("listener", b.lc.Name),
-	}
-	if roots != nil {
-		pool, err := intercept.LoadRoots(ic.Upstream.CAFile)
-		if err != nil {
-			return err
-		}
-		uc.RootCAs = pool
-	}
-	up, err := intercept.NewUpstream(uc)
-	if err != nil {
-		return err
-	}
-	st.up = up
-	return nil
-}
-
-// interceptor puts in st the old Interceptor, with its sessions, when
-// nothing it is built from changed; otherwise a new one, serving.
-func (b *tableBuilder) interceptor(st *interceptState, ic *config.Intercept, p *forward.Proxy, old *interceptState) error {
-	lc := b.lc
-	st.icKey = interceptorKey{
-		proxy: p, leaves: st.leaves, only: ic.Intercept, bypass: ic.Bypass,
-		handshake: ic.HandshakeTimeout, idle: ic.IdleTimeout, http2: ic.IsOfferingHTTP2(),
-		readHeader: lc.ReadHeaderTimeout, read: lc.ReadTimeout, write: lc.WriteTimeout,
-		maxHeaderBytes: lc.MaxHeaderBytes, listener: lc.Name,
-	}
-	if old != nil && reflect.DeepEqual(old.icKey, st.icKey) {
-		st.ic, st.chain = old.ic, old.chain
-		return nil
-	}
-	only, bypass, err := ic.Rules()
-	if err != nil {
-		return err
-	}
-	st.chain = new(innerChain)
-	st.chain.h.Store(&st.next)
-	st.ic, err = intercept.New(intercept.Config{
-		Leaves:            st.leaves,
-		Handler:           st.chain,
-		Intercept:         only,
-		Bypass:            bypass,
-		Policy:            p.Dialer().Policy(),
-		HandshakeTimeout:  ic.HandshakeTimeout,
-		IdleTimeout:       ic.IdleTimeout,
-		ReadHeaderTimeout: lc.ReadHeaderTimeout,
-		ReadTimeout:       lc.ReadTimeout,
-		WriteTimeout:      lc.WriteTimeout,
-		MaxHeaderBytes:    lc.MaxHeaderBytes,
-		DisableHTTP2:      !ic.IsOfferingHTTP2(),
-		Logger:            b.deps.log.With("listener", lc.Name),
-	})
-	return err
+// leafSettings are the leaves block of ic as intercept takes it: zero fields
+// take intercept's defaults, which are the block's.
+func leafSettings(ic *config.Intercept) intercept.LeafSettings {
+	return intercept.LeafSettings{Validity: ic.Leaves.Validity, RenewBefore: ic.Leaves.RenewBefore, CacheSize: ic.Leaves.CacheSize}
 }
 
 // interceptState returns t's interception, or nil.
@@ -280,7 +113,7 @@ func (t *routeTable) interceptState() *interceptState {
 // t's limits.
 func (t *routeTable) commitIntercept() {
 	if st := t.interceptState(); st != nil {
-		st.chain.h.Store(&st.next)
+		st.a.Commit()
 	}
 }
 
@@ -291,53 +124,34 @@ func (t *routeTable) closeNewIntercept(old *routeTable) {
 	if st == nil {
 		return
 	}
-	if o == nil || st.ic != o.ic {
-		_ = st.ic.Close()
+	var oa *intercept.Assembly
+	if o != nil {
+		oa = o.a
 	}
-	if o == nil || st.up != o.up {
-		_ = st.up.Close()
-	}
+	st.a.Discard(oa)
 }
 
-// retireIntercept retires what old's interception has and t's does not: a
-// replaced Interceptor stops intercepting new CONNECTs, lets the requests
-// under way finish within its drain time (closing its sessions as they
-// fall idle), then cuts what is left; a replaced Upstream closes its idle
-// target connections once that Interceptor is done. t may be nil (the
+// retireIntercept retires, in the background, what old's interception has
+// and t's does not (intercept.Assembly.Retire): a replaced Interceptor's
+// sessions finish within the drain time, then are cut. t may be nil (the
 // listener is gone).
 func (s *Server) retireIntercept(old, t *routeTable) {
 	o, st := old.interceptState(), t.interceptState()
 	if o == nil {
 		return
 	}
-	oldIC := o.ic
-	if st != nil && st.ic == oldIC {
-		oldIC = nil
-	}
-	oldUp := o.up
-	if st != nil && st.up == oldUp {
-		oldUp = nil
-	}
-	if oldIC == nil && oldUp == nil {
-		return
-	}
-	drain := o.drain
+	var next *intercept.Assembly
 	if st != nil {
-		drain = st.drain
+		next = st.a
+	}
+	if !o.a.Replaced(next) {
+		return
 	}
 	s.retired.Add(1)
 	go func() {
 		defer s.retired.Done()
-		if oldIC != nil {
-			ctx, cancel := context.WithTimeout(s.base, drain)
-			if err := oldIC.Shutdown(ctx); err != nil {
-				s.log.Warn("sessions of a replaced interceptor cut off after the shutdown timeout", "sessions", oldIC.Sessions())
-			}
-			cancel()
-			o.chain.wait(forceWait)
-		}
-		if oldUp != nil {
-			_ = oldUp.Close()
+		if cut, sessions := o.a.Retire(s.base, next); cut {
+			s.log.Warn("sessions of a replaced interceptor cut off after the shutdown timeout", "sessions", sessions)
 		}
 	}()
 }
@@ -345,43 +159,6 @@ func (s *Server) retireIntercept(old, t *routeTable) {
 // closeIntercept ends t's interception at once, for a server that stops.
 func (t *routeTable) closeIntercept() {
 	if st := t.interceptState(); st != nil {
-		_ = st.ic.Close()
-		_ = st.up.Close()
-	}
-}
-
-// InterceptSnapshot is the state of a forward listener's TLS interception
-// since its Interceptor was made (at start, or by a reload that changed its
-// settings); the leaf counts since its leaves were made (a reload keeps
-// them while the CA files and the leaves block stay the same).
-type InterceptSnapshot struct {
-	SessionsOpen      int    `json:"sessions_open"`
-	Sessions          uint64 `json:"sessions"`
-	Connects          uint64 `json:"connects"`
-	Tunnelled         uint64 `json:"tunnelled"`
-	HandshakeFailures uint64 `json:"handshake_failures"`
-	NotTLS            uint64 `json:"not_tls"`
-	Requests          uint64 `json:"requests"`
-	Misdirected       uint64 `json:"misdirected"`
-	LeavesMinted      uint64 `json:"leaves_minted"`
-	LeavesCached      int    `json:"leaves_cached"`
-	LeafCacheHits     uint64 `json:"leaf_cache_hits"`
-	LeafErrors        uint64 `json:"leaf_errors"`
-	UpstreamFailures  uint64 `json:"upstream_failures"`
-	BadCertificates   uint64 `json:"upstream_bad_certificates"`
-	Unverified        uint64 `json:"upstream_unverified_sessions"`
-}
-
-func interceptSnapshot(t *routeTable) *InterceptSnapshot {
-	st := t.interceptState()
-	if st == nil {
-		return nil
-	}
-	s, u := st.ic.Stats(), st.up.Stats()
-	return &InterceptSnapshot{
-		SessionsOpen: s.Open, Sessions: s.Sessions, Connects: s.Connects, Tunnelled: s.Tunnelled,
-		HandshakeFailures: s.HandshakeFailures, NotTLS: s.NotTLS, Requests: s.Requests, Misdirected: s.Misdirected,
-		LeavesMinted: s.Leaves.Minted, LeavesCached: s.Leaves.Cached, LeafCacheHits: s.Leaves.Hits, LeafErrors: s.Leaves.Errors,
-		UpstreamFailures: u.Failures, BadCertificates: u.BadCertificates, Unverified: u.Unverified,
+		st.a.CloseAll()
 	}
 }

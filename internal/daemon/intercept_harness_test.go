@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seed-a07d1050/portcullis/internal/admin"
 	"github.com/seed-a07d1050/portcullis/internal/config"
-	"github.com/seed-a07d1050/portcullis/internal/daemon"
 	"github.com/seed-a07d1050/portcullis/internal/intercept"
 )
 
@@ -136,7 +136,7 @@ func (d *icDaemon) icClient(user, pass, ip string, roots *x509.CertPool, h2 bool
 }
 
 // intercepted returns the interception snapshot of the listener.
-func (d *icDaemon) intercepted() daemon.InterceptSnapshot {
+func (d *icDaemon) intercepted() admin.InterceptSnapshot {
 	d.t.Helper()
 	ic := d.forwardOf("egress").Intercept
 	if ic == nil {

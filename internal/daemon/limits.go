@@ -211,7 +211,7 @@ func limitPolicy(cfg *config.Limit, kind limitKind) (httplimit.Policy, error) {
 		p.PermitsFor = addrPermits(cfg.Overrides)
 	case config.KeyTargetHost:
 		var err error
-		if p.PermitsFor, err = cfg.TargetPermits(); err != nil {
+		if p.PermitsFor, err = forward.TargetPermits(cfg.Overrides); err != nil {
 			return p, err
 		}
 	default:

@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -57,20 +56,46 @@ func listsOf(m *cidrlist.Matcher, f *front) frontLists {
 	return frontLists{m: m, denied: f.denied}
 }
 
-// readLists reads the deny and allow lists of every listener of cfg, by
-// listener name (nil for a listener without any), so that a reload can
-// fail on a bad file before it binds anything.
-func readLists(cfg *config.Config) (map[string]*cidrlist.Matcher, error) {
-	out := make(map[string]*cidrlist.Matcher, len(cfg.Listeners))
-	for i := range cfg.Listeners {
-		lc := &cfg.Listeners[i]
-		m, err := lc.AccessLists()
-		if err != nil {
-			return nil, fmt.Errorf("proxy: %w", err)
-		}
-		out[lc.Name] = m
+// errEmptyAllow is the problem of an allow_file without an entry, which would refuse every
+// client: more likely a file truncated while written than a wish.
+var errEmptyAllow = errors.New("holds no entry, so every client would be refused (to refuse everyone, write 0.0.0.0/0 and ::/0 in a deny_file)")
+
+// accessLists reads the deny_file and allow_file of lc, the listener at path at, into the
+// matcher it checks its clients against at accept; nil when it has neither, or when a file
+// does not load. Each problem is added to probs at its field: a file that cannot be read,
+// a line that is neither blank, a comment nor an address or CIDR (the message names the
+// file and line: a *cidrlist.ParseError), an allow_file without an entry.
+func accessLists(lc *config.Listener, at string, probs *config.Problems) *cidrlist.Matcher {
+	deny, okDeny := readListFile(lc.DenyFile, false, at+".deny_file", probs)
+	allow, okAllow := readListFile(lc.AllowFile, true, at+".allow_file", probs)
+	if !okDeny || !okAllow || (lc.DenyFile == "" && lc.AllowFile == "") {
+		return nil
 	}
-	return out, nil
+	return cidrlist.New(deny, allow)
+}
+
+// readListFile reads one list file, "" being no list, and reports whether it loaded.
+func readListFile(file string, allow bool, p string, probs *config.Problems) ([]netip.Prefix, bool) {
+	if file == "" {
+		return nil, true
+	}
+	ps, err := cidrlist.ReadFile(file)
+	var pe *cidrlist.ParseError
+	switch {
+	case errors.As(err, &pe):
+		probs.Add(p, err, err.Error())
+	case err != nil:
+		msg, ok := config.FileProblem(file, err)
+		if !ok {
+			msg = err.Error() + config.QuoteGot(file)
+		}
+		probs.Add(p, err, msg)
+	case allow && len(ps) == 0:
+		probs.Add(p, errEmptyAllow, errEmptyAllow.Error()+config.QuoteGot(file))
+	default:
+		return ps, true
+	}
+	return nil, false
 }
 
 // checkClient is the connlimit Filter of f: it refuses a client its lists

@@ -61,9 +61,9 @@ func newRateLimiter(cfg *config.Rate, id identity, ln, route string, deps limite
 	name := limiterName(ln, route, kindRate)
 	rc := httplimit.RateConfig{
 		Key:     key,
-		Rate:    cfg.Rate,
+		Rate:    rateOf(cfg.Rate),
 		Burst:   cfg.Burst,
-		Delay:   cfg.Limit().Delay,
+		Delay:   cfg.Limit().Delay, // config.RateNoDelay is rate.NoDelay
 		Shadow:  cfg.DryRun,
 		Status:  cfg.Status,
 		Headers: rateHeaders(cfg.Headers),
@@ -71,17 +71,18 @@ func newRateLimiter(cfg *config.Rate, id identity, ln, route string, deps limite
 		Name:    name,
 		OnAdmit: rateAdmitted,
 	}
+	overrides := rateOverrides(cfg.Overrides)
 	switch cfg.Key {
 	case config.KeyClientIP, "":
-		rc.LimitFor = cidrLookup(cfg.Overrides)
+		rc.LimitFor = cidrLookup(overrides)
 	case config.KeyTargetAddr:
-		rc.LimitFor = addrLookup(cfg.Overrides)
+		rc.LimitFor = addrLookup(overrides)
 	case config.KeyTargetHost:
-		if rc.LimitFor, err = targetLookup(cfg.Overrides); err != nil {
+		if rc.LimitFor, err = targetLookup(overrides); err != nil {
 			return nil, fmt.Errorf("proxy: %s: %w", name, err)
 		}
 	default:
-		rc.Overrides = cfg.Overrides
+		rc.Overrides = overrides
 	}
 	r := &rateLimiter{cfg: *cfg, id: id, key: key, idle: make(chan struct{})}
 	cs, err := rateStore(deps.cluster, name, func(k string) string { return k }, labels)
@@ -302,6 +303,34 @@ func cidrLookup[V any](overrides map[string]V) func(string) (V, bool) {
 		}
 		return best, bestBits >= 0
 	}
+}
+
+// config.RateNoDelay is rate.NoDelay, so that a Delay is copied as it is.
+var _ [0]struct{} = [config.RateNoDelay - rate.NoDelay]struct{}{}
+
+// rateOf returns the rate.Rate of a configured rate; config reads the text form itself, so
+// that it imports no runtime package, and its values are rate's, field for field.
+func rateOf(r config.RateValue) rate.Rate {
+	return rate.Rate{Events: r.Events, Per: r.Per}
+}
+
+// rateLimitOf returns the rate.Limit of a configured limit (config.RateNoDelay is
+// rate.NoDelay).
+func rateLimitOf(l config.RateLimit) rate.Limit {
+	return rate.Limit{Rate: rateOf(l.Rate), Burst: l.Burst, Delay: l.Delay}
+}
+
+// rateOverrides returns the per-key limits of a rate block as package rate takes them; nil
+// stays nil.
+func rateOverrides(in map[string]config.RateLimit) map[string]rate.Limit {
+	if in == nil {
+		return nil
+	}
+	out := make(map[string]rate.Limit, len(in))
+	for k, l := range in {
+		out[k] = rateLimitOf(l)
+	}
+	return out
 }
 
 // targetLookup turns target_host overrides, written as "host:port" or

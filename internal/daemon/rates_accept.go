@@ -47,17 +47,6 @@ type connRateTotals struct{ l *connlimit.Listener }
 
 func (c connRateTotals) Totals() rate.Totals { return c.l.RateTotals() }
 
-// rateSnapshots adds to ls the state of f's accept-time rate (conn_rate or
-// handshake_rate), if it has one.
-func (f *front) rateSnapshots(ls *ListenerSnapshot) {
-	switch {
-	case f.h3 != nil && f.h3.rates.handshake != nil:
-		ls.HandshakeRate = clientRateSnapshot(f.cfg.HandshakeRate.Limit(), f.h3.rates.handshake.Snapshot(snapshotTop))
-	case f.conns != nil && f.cfg.ConnRate != nil:
-		ls.ConnRate = clientRateSnapshot(f.cfg.ConnRate.Limit(), f.conns.RateSnapshot(snapshotTop))
-	}
-}
-
 // h3Rates is the handshake_rate of an http3 listener: a limiter that
 // quicadmit asks once a client's address is proven, and its cluster Store.
 type h3Rates struct {
@@ -78,7 +67,7 @@ func (r *h3Rates) build(f *front, cl *cluster) error {
 		return err
 	}
 	rc := rate.Config[clientkey.Key]{
-		Rate:  lc.HandshakeRate.Rate,
+		Rate:  rateOf(lc.HandshakeRate.Rate),
 		Burst: lc.HandshakeRate.Burst,
 		Delay: rate.NoDelay, // a handshake is admitted or refused, never delayed
 		Hash:  clientkey.Key.Hash,

@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 
+	"github.com/seed-a07d1050/portcullis/internal/admin"
 	"github.com/seed-a07d1050/portcullis/internal/cidrlist"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 )
@@ -16,7 +17,9 @@ import (
 //
 // It works in two phases, as a database commits. The first builds the new
 // state beside the running one, and nothing that serves changes: it
-// validates cfg, binds the sockets of listeners at new addresses, opens a
+// validates cfg, builds what it names as [Check] does (the lists, htpasswd
+// files, CAs, rules and target patterns, each problem at its field's line),
+// binds the sockets of listeners at new addresses, opens a
 // second descriptor on each socket a changed TCP listener keeps (same
 // address), builds the route tables and their limiters, and reads the
 // certificates. Any failure there (a port taken, a limiter refusing a
@@ -62,11 +65,15 @@ func (s *Server) Reload(cfg *config.Config) error {
 	if !s.cluster.sameAs(eff.Cluster) {
 		return errors.New("proxy: a change of the cluster section needs a restart")
 	}
-	auth, err := loadAdminAuth(eff.Admin) // first phase: read, nothing changes yet
+	auth, err := admin.LoadAuth(eff.Admin) // first phase: read, nothing changes yet
 	if err != nil {
 		return err
 	}
-	p, err := s.prepare(eff)
+	vals, err := buildValues(eff) // what check builds, before anything changes
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	p, err := s.prepare(eff, vals.lists)
 	if err != nil {
 		return err
 	}
@@ -116,8 +123,9 @@ type rebind struct {
 }
 
 // prepare builds the new state of cfg beside the running one, as Reload
-// describes. On error nothing is left of it.
-func (s *Server) prepare(cfg *config.Config) (*reloadPlan, error) {
+// describes, with the deny and allow lists buildValues read (by listener
+// name). On error nothing is left of it.
+func (s *Server) prepare(cfg *config.Config, lists map[string]*cidrlist.Matcher) (*reloadPlan, error) {
 	running := s.frontList()
 	p := &reloadPlan{cfg: cfg, kept: map[*front]bool{}, adopt: map[*front]*front{}, shares: map[*front]*front{}}
 	built := false
@@ -126,10 +134,6 @@ func (s *Server) prepare(cfg *config.Config) (*reloadPlan, error) {
 			p.abort(s)
 		}
 	}()
-	lists, err := readLists(cfg)
-	if err != nil {
-		return nil, err
-	}
 	byName := make(map[string]*front, len(running))
 	for _, f := range running {
 		byName[f.cfg.Name] = f
@@ -174,6 +178,7 @@ func (s *Server) prepare(cfg *config.Config) (*reloadPlan, error) {
 			p.drain = append(p.drain, f)
 		}
 	}
+	var err error
 	if p.tables, err = s.buildTables(cfg); err != nil {
 		return nil, err
 	}

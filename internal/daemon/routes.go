@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/seed-a07d1050/portcullis/internal/bytepath"
 	"github.com/seed-a07d1050/portcullis/internal/exchange"
 )
 
@@ -41,7 +42,7 @@ type route struct {
 	prefix  string        // clean absolute path; "/" matches every path
 	handler http.Handler
 	metrics *exchange.RouteMetrics // nil: none
-	lean    *leanRoute             // nil: the lean path declines the route's requests
+	lean    *bytepath.Route        // nil: the lean path declines the route's requests
 }
 
 // matchHost returns how specifically r's hosts match host (lower-cased, no
@@ -94,6 +95,16 @@ func pick(routes []*route, host, path string) *route {
 	return best
 }
 
+// pickRequest returns the route that serves r, or nil, as pick chooses
+// it for r's host and path ("/" when it has none).
+func pickRequest(routes []*route, r *http.Request) *route {
+	path := r.URL.Path
+	if path == "" {
+		path = "/"
+	}
+	return pick(routes, requestHost(r), path)
+}
+
 // requestHost returns the host a request is for, lower-cased, without port
 // or trailing dot: from Host (HTTP/1.1) or :authority (HTTP/2, which Go puts
 // in Host too).
@@ -138,11 +149,7 @@ type router struct {
 }
 
 func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	path := r.URL.Path
-	if path == "" {
-		path = "/"
-	}
-	route := pick(rt.routes, requestHost(r), path)
+	route := pickRequest(rt.routes, r)
 	if route == nil {
 		exchange.WriteShort(w, http.StatusNotFound, "no route\n")
 		return

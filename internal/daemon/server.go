@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/accesslog"
+	"github.com/seed-a07d1050/portcullis/internal/admin"
+	"github.com/seed-a07d1050/portcullis/internal/cidrlist"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/evloop"
 	"github.com/seed-a07d1050/portcullis/internal/exchange"
@@ -71,7 +73,7 @@ type Server struct {
 	cfg     *config.Config
 	fronts  atomic.Pointer[[]*front]               // in configuration order; read by admin
 	tables  map[string]*atomic.Pointer[routeTable] // by listener name; kept across reloads
-	admin   atomic.Pointer[adminServer]
+	admin   atomic.Pointer[admin.Server]
 	closed  bool
 	retired sync.WaitGroup
 
@@ -81,7 +83,7 @@ type Server struct {
 	downMu sync.Mutex
 	down   map[string]error // listeners that should serve and do not, by name
 
-	adminAuth atomic.Pointer[adminAuth] // the admin token in force; nil: none
+	adminAuth atomic.Pointer[admin.Auth] // the admin token in force; nil: none
 
 	// paths say how each route of the configuration in force is served,
 	// by listener and route name, for the live page.
@@ -98,8 +100,9 @@ func routePathsOf(cfg *config.Config) *map[string]config.RoutePath {
 	return &m
 }
 
-// Start validates cfg, binds every listener and the admin listener, and
-// starts serving. It returns once every socket is open, so that their
+// Start validates cfg, builds what it names as [Check] does (a problem
+// there is reported at its field's line, and nothing is opened), binds
+// every listener and the admin listener, and starts serving. It returns once every socket is open, so that their
 // addresses are known ([Server.Addr]). On error nothing is left open or
 // running, and the error says which listener failed. cfg is not modified
 // nor kept: Start works on its effective copy.
@@ -111,6 +114,10 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	eff := cfg.Effective()
+	vals, err := buildValues(eff) // what check builds, before anything opens
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
 	s := &Server{
 		log:        opts.Logger,
 		transport:  relay.NewTransport(),
@@ -137,7 +144,7 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 		s.access = &accesslog.Logger{Log: s.log}
 	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
-	auth, err := loadAdminAuth(eff.Admin)
+	auth, err := admin.LoadAuth(eff.Admin)
 	if err != nil {
 		s.cancelBase()
 		return nil, err
@@ -149,7 +156,7 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.cluster = cl
-	fronts, err := s.bindAll(eff)
+	fronts, err := s.bindAll(eff, vals.lists)
 	if err != nil {
 		s.cluster.close()
 		s.cancelBase()
@@ -187,7 +194,7 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 	s.paths.Store(routePathsOf(eff))
 	s.fronts.Store(&fronts)
 	if a := s.admin.Load(); a != nil {
-		a.live.Sample() // the live page shows the listeners before its first tick
+		a.Sample() // the live page shows the listeners before its first tick
 	}
 	s.logAdminChange(nil, nil, true)
 	s.logWarnings(eff)
@@ -196,12 +203,8 @@ func Start(cfg *config.Config, opts Options) (*Server, error) {
 }
 
 // bindAll binds a new front for every listener of cfg, with its deny and
-// allow lists. On error it closes what it bound and returns the error.
-func (s *Server) bindAll(cfg *config.Config) ([]*front, error) {
-	lists, err := readLists(cfg)
-	if err != nil {
-		return nil, err
-	}
+// allow lists (by listener name, from buildValues). On error it closes what it bound and returns the error.
+func (s *Server) bindAll(cfg *config.Config, lists map[string]*cidrlist.Matcher) ([]*front, error) {
 	var out []*front
 	for _, lc := range cfg.Listeners {
 		f, err := bindFront(lc, s.log, s.cluster, frontLists{m: lists[lc.Name]})
@@ -391,7 +394,7 @@ func (s *Server) AdminAddr() net.Addr {
 	if a == nil {
 		return nil
 	}
-	return a.ln.Addr()
+	return a.Addr()
 }
 
 func (s *Server) frontList() []*front {
@@ -418,10 +421,10 @@ func (s *Server) drainInBackground(fronts []*front, timeout time.Duration) {
 func (s *Server) reloadAdmin(cfg *config.Config) error {
 	want := cfg.Admin.Listen
 	old := s.admin.Load()
-	if want == s.cfg.Admin.Listen || (old != nil && sameBoundAddr(old.ln.Addr(), want)) {
+	if want == s.cfg.Admin.Listen || (old != nil && sameBoundAddr(old.Addr(), want)) {
 		return nil
 	}
-	var next *adminServer
+	var next *admin.Server
 	if want != "" {
 		a, err := startAdmin(want, s)
 		if err != nil {
@@ -431,7 +434,7 @@ func (s *Server) reloadAdmin(cfg *config.Config) error {
 	}
 	s.admin.Store(next)
 	if old != nil {
-		old.close()
+		old.Close()
 	}
 	return nil
 }
@@ -586,7 +589,7 @@ func (s *Server) finish(cut bool) {
 	}
 	s.retired.Wait()
 	if a := s.admin.Swap(nil); a != nil {
-		a.close()
+		a.Close()
 	}
 	s.closeTables()
 	s.cluster.close()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/accesslog"
+	"github.com/seed-a07d1050/portcullis/internal/bytepath"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	"github.com/seed-a07d1050/portcullis/internal/relay"
@@ -26,7 +27,11 @@ type routeTable struct {
 	routes  []*routeState
 	auth    *authState    // nil without authentication
 	forward *forwardState // nil for a reverse listener
-	lean    *leanTable    // nil unless http1_server is lean and the chain is only routes
+
+	// lean is the byte path's part of the table (internal/bytepath): nil
+	// unless http1_server is eventloop (or lean) and the chain is only
+	// routes.
+	lean *bytepath.Table
 }
 
 // routeState is a route's limiters, kept for snapshots, metrics and reuse.
@@ -35,7 +40,8 @@ type routeState struct {
 	rate   *rateLimiter // nil: no rate
 	limit  *limiter     // nil: no limit
 	shadow *limiter     // nil: no shadow limit
-	lean   *leanRoute   // nil: the lean path declines the route's requests
+
+	lean *bytepath.Route // nil: the byte path declines the route's requests
 }
 
 // limiters returns every limiter of t.
@@ -140,13 +146,11 @@ func (b *tableBuilder) build() (*routeTable, error) {
 	opts := b.exchangeOpts()
 	t.handler = exchange.Handler(h, opts)
 	if b.lc.HTTP1Server.Lean() && t.rate == nil && b.lc.Auth == nil {
-		t.lean = &leanTable{routes: routes, opts: opts, slashes: pp.slashes}
-		for _, r := range routes {
-			t.lean.onLoop = t.lean.onLoop || r.lean != nil && r.lean.onLoop
-		}
+		var counts *exchange.LeanCounts
 		if b.metrics != nil && !testHookNoRequestMetrics {
-			t.lean.counts = b.metrics.LeanCounts(b.lc.Name)
+			counts = b.metrics.LeanCounts(b.lc.Name)
 		}
+		t.lean = byteTableOf(routes, opts, pp, counts)
 	}
 	return t, nil
 }
@@ -184,7 +188,8 @@ func (b *tableBuilder) route(rc *config.Route, client *limiter) (*routeState, ht
 	}
 	rs := &routeState{name: rc.Name}
 	fw := relay.NewForwarding(b.id.resolver)
-	rl := relay.New(p, fw, b.transport, rc.UpstreamTimeout, b.bufs, b.deps.log, b.routeMetrics(rc.Name), b.ids)
+	metrics := b.routeMetrics(rc.Name)
+	rl := relay.New(p, fw, b.transport, rc.UpstreamTimeout, b.bufs, b.deps.log, metrics, b.ids)
 	var h http.Handler = rl
 	if testHookReverseProxy {
 		h = relay.NewReverseProxy(p, fw, b.transport, rc.UpstreamTimeout, b.bufs, b.deps.log)
@@ -207,7 +212,10 @@ func (b *tableBuilder) route(rc *config.Route, client *limiter) (*routeState, ht
 	if client != nil {
 		h = client.lim.Wrap(h)
 	}
-	rs.lean = leanRouteOf(rl, rc.Rate != nil, client, rs.shadow, rs.limit)
+	if rs.lean, err = byteRouteOf(rc.Name, metrics, rl, rc.Rate != nil, client, rs.shadow, rs.limit); err != nil {
+		(&routeTable{routes: []*routeState{rs}}).closeNew(b.old)
+		return nil, nil, err
+	}
 	if rc.Rate != nil {
 		if rs.rate, err = b.rateLimiter(rc.Rate, rc.Name); err != nil {
 			(&routeTable{routes: []*routeState{rs}}).closeNew(b.old)

@@ -20,6 +20,12 @@
 //   - an [Upstream], the handler that carries those requests to their
 //     target over TLS, verifying its certificate, through the destination
 //     policy's dialer.
+//   - an [Assembly], the three as one forward listener runs them across
+//     reloads ([NewAssembly]): each part whose inputs did not change is
+//     kept (the leaf cache, the idle target connections, the open
+//     sessions), a kept Interceptor is pointed at the new limits on
+//     [Assembly.Commit], and a replaced one is drained by
+//     [Assembly.Retire]. [LoadCAFiles] names the CA file at fault.
 //
 // The daemon assembles them with the limiters (internal/proxyauth,
 // httplimit, internal/forward) in this order, each limiter's Wrap called

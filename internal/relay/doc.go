@@ -9,8 +9,8 @@
 // upgrades, and answers its own failures (502, 504). It records what it
 // did in the exchange's state (internal/exchange).
 //
-// The byte path of the event-loop server (internal/daemon's lean.go and
-// loop.go) sends requests as heads the relay writes ([Relay.AppendHead],
+// The byte path of the event-loop server (internal/bytepath) sends
+// requests as heads the relay writes ([Relay.AppendHead],
 // the same bytes as the relay's own request: FuzzLeanHead holds them
 // together) and hands answers it does not write itself back to
 // [Relay.Answer]. [NewReverseProxy] is httputil.ReverseProxy set up the

@@ -580,7 +580,7 @@ func pipe(dst io.Writer, src io.Reader) error {
 	return errPipeDone
 }
 
-var errPipeDone = errors.New("proxy: protocol switch: one side ended")
+var errPipeDone = errors.New("relay: protocol switch: one side ended")
 
 // closeless passes reads to a request body and ignores Close: the
 // fallback closes the body it was given once it is done with it, or when
@@ -599,7 +599,7 @@ func (c *closeless) Read(p []byte) (int, error) {
 	closed := c.closed
 	c.mu.Unlock()
 	if closed {
-		return 0, errors.New("proxy: read of a request body after the upstream exchange closed it")
+		return 0, errors.New("relay: read of a request body after the upstream exchange closed it")
 	}
 	n, err := c.r.Read(p)
 	if err != nil && err != io.EOF {

@@ -54,12 +54,12 @@ func NewPool(urls []string) (*Pool, error) {
 	for _, raw := range urls {
 		u, err := url.Parse(raw)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("proxy: upstream %q is not an http or https URL with a host", raw)
+			return nil, fmt.Errorf("relay: upstream %q is not an http or https URL with a host", raw)
 		}
 		p.ups = append(p.ups, &Upstream{scheme: u.Scheme, host: u.Host, ap: addrPortOf(u.Host)})
 	}
 	if len(p.ups) == 0 {
-		return nil, errors.New("proxy: route has no upstream")
+		return nil, errors.New("relay: route has no upstream")
 	}
 	return p, nil
 }

@@ -50,10 +50,10 @@ type rateLimitDoc struct {
 	Replaces        []replacesDoc `yaml:"replaces"`
 
 	// Portcullis's additions (nginx limit_req's words).
-	Burst     *int                  `yaml:"burst"`
-	Delay     *int                  `yaml:"delay"`
-	NoDelay   bool                  `yaml:"nodelay"`
-	Overrides map[string]rate.Limit `yaml:"overrides"`
+	Burst     *int                        `yaml:"burst"`
+	Delay     *int                        `yaml:"delay"`
+	NoDelay   bool                        `yaml:"nodelay"`
+	Overrides map[string]config.RateLimit `yaml:"overrides"`
 }
 
 type replacesDoc struct {
@@ -429,12 +429,17 @@ func (b *builder) rule(d *descriptorDoc, p, id string) *Rule {
 		return nil
 	}
 	r.Limit = lim
+	if rl.Overrides != nil {
+		r.Overrides = make(map[string]rate.Limit, len(rl.Overrides))
+	}
 	for v, o := range rl.Overrides {
-		if err := o.Validate(); err != nil {
+		// config reads the text form (it imports no runtime package); the values are rate's.
+		lim := rate.Limit{Rate: rate.Rate{Events: o.Rate.Events, Per: o.Rate.Per}, Burst: o.Burst, Delay: o.Delay}
+		if err := lim.Validate(); err != nil {
 			b.fail(fmt.Sprintf("%s.overrides[%q]", rp, v), "%v", err)
 		}
+		r.Overrides[v] = lim
 	}
-	r.Overrides = rl.Overrides
 	return b.done(before, r)
 }
 

@@ -1,4 +1,4 @@
-package daemon
+package admin
 
 import (
 	"cmp"
@@ -86,41 +86,4 @@ func eachCounter(c prometheus.Collector, f func(labels map[string]string, v uint
 		}
 		f(labels, uint64(pb.GetCounter().GetValue()))
 	}
-}
-
-// liveShadows returns the limits and rates of f that only count (a limit's
-// shadow, a route's shadow_limit, a rate's dry_run), with the requests
-// each would have refused: the shadow_refused_total of its collector.
-func liveShadows(f *front) []livepage.Shadow {
-	if f.table == nil || f.cfg.RoutesFrom != "" {
-		return nil
-	}
-	name := f.cfg.Name
-	var out []livepage.Shadow
-	lim := func(id, what string, l *limiter, always bool) {
-		if l != nil && (always || l.cfg.Shadow) {
-			out = append(out, livepage.Shadow{ID: name + "/" + id, Name: what, Limit: limitBound(&l.cfg), WouldRefuse: l.lim.Totals().ShadowRefused})
-		}
-	}
-	rate := func(id, what string, r *rateLimiter) {
-		if r != nil && r.cfg.DryRun {
-			row := liveRate(name+"/"+id+"/rate", what+" rate", r)
-			out = append(out, livepage.Shadow{ID: row.ID, Name: row.Name, Limit: row.Limit, WouldRefuse: r.lim.Totals().ShadowRefused})
-		}
-	}
-	t := f.table.Load()
-	lim("client", "client limit", t.client, false)
-	rate("listener", "listener", t.rate)
-	for _, r := range t.routes {
-		lim("route/"+r.name, "route "+r.name, r.limit, false)
-		lim("route/"+r.name+"/shadow", "route "+r.name+" shadow_limit", r.shadow, true)
-		rate("route/"+r.name, "route "+r.name, r.rate)
-	}
-	if t.forward != nil {
-		for _, l := range t.forward.limits {
-			k := string(forwardKind(l.cfg.Key))
-			lim("forward/"+k, "forward "+k, l, false)
-		}
-	}
-	return out
 }

@@ -1,4 +1,4 @@
-package daemon
+package bytepath
 
 import (
 	"net/http"
@@ -8,8 +8,8 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/relay"
 )
 
-// BenchmarkLeanRequest measures leanRequest, which every request the lean
-// path and the event loops are offered goes through, on a path of the
+// BenchmarkLeanRequest measures relay.IsLeanRequest, which every request
+// the lean path and the event loops are offered goes through (Table.take), on a path of the
 // common shape (no '%', no '\\'): it must allocate nothing.
 func BenchmarkLeanRequest(b *testing.B) {
 	r, err := http.NewRequest(http.MethodGet, "http://app.test/api/v1/users/42/profile?x=1", nil)

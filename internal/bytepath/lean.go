@@ -1,4 +1,4 @@
-package daemon
+package bytepath
 
 import (
 	"io"
@@ -13,13 +13,10 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
-	"github.com/seed-a07d1050/portcullis/clientkey"
 	"github.com/seed-a07d1050/portcullis/httplimit"
-	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	"github.com/seed-a07d1050/portcullis/internal/http1"
 	"github.com/seed-a07d1050/portcullis/internal/httpfield"
-	"github.com/seed-a07d1050/portcullis/internal/httppath"
 	"github.com/seed-a07d1050/portcullis/internal/relay"
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 	"github.com/seed-a07d1050/portcullis/limit"
@@ -51,73 +48,21 @@ import (
 //     ResponseWriter the connection builds on demand (http1.Exchange.Serve),
 //     with the admission already recorded.
 
-// leanTable is what the lean path needs of a listener's route table: nil
-// when the listener's chain has more than routes (authentication, a
-// listener rate, a forward proxy).
-type leanTable struct {
-	routes []*route
-	opts   exchange.Opts        // the chain's exchanges' options
-	counts *exchange.LeanCounts // nil: no metrics
-	onLoop bool                 // some route's leanRoute is onLoop
-	// slashes is the listener's escaped_slashes, as the chain's
-	// reverseRequests cleans with it: a path it would refuse, decode or
-	// redirect is declined, and the chain answers it.
-	slashes httppath.Slashes
-}
-
-// leanRoute is a route the lean path may serve: its relay and its limits
-// in the chain's order (client, shadow, route).
-type leanRoute struct {
-	relay  *relay.Relay
-	limits []leanLimit
-	// onLoop: the event loops may serve it too (see loopExchanges): every
-	// upstream is an IP address, to which a loop connects without asking
-	// a resolver.
-	onLoop bool
-}
-
-type leanLimit struct {
-	by  string // the access log's name of the limit
-	lim *httplimit.Limiter
-	// byPeer: lim keys requests by client address (httplimit.ByClientIP
-	// with res), so a connection's key may be remembered (peerKeys).
-	byPeer bool
-	res    *clientkey.Resolver
-}
-
 // leanMaxBody is the longest response body the lean path writes itself:
 // read whole, then written with its head.
 const leanMaxBody = 32 << 10
 
-// leanRouteOf returns the lean path's view of a route served by rl through
-// the limits given (nil ones skipped), or nil when the route's chain has
-// more than those: a rate, a limit shared through a cluster Store, an
-// https upstream.
-func leanRouteOf(rl *relay.Relay, hasRate bool, limits ...*limiter) *leanRoute {
-	if rl == nil || hasRate || testHookReverseProxy {
-		return nil
-	}
-	ok, onLoop := rl.SendsHeads()
-	if !ok {
-		return nil
-	}
-	lr := &leanRoute{relay: rl, onLoop: onLoop}
-	for _, l := range limits {
-		if l == nil {
-			continue
-		}
-		if l.store != nil {
-			return nil
-		}
-		byPeer := l.cfg.Key == config.KeyClientIP || l.cfg.Key == ""
-		lr.limits = append(lr.limits, leanLimit{by: l.kind.label(), lim: l.lim, byPeer: byPeer, res: l.id.resolver})
-	}
-	return lr
-}
+// Poller is the lean path: the http1.ExchangeHandler of a listener's
+// server with http1_server eventloop (and of the internal part lean
+// alone), which serves on it, in Go's poller, what the event loops do not:
+// TLS connections, every connection on a system without the loops, and
+// the connections the loops give back.
+type Poller struct{ l *Listener }
 
-// leanExchanges is the http1.ExchangeHandler of a listener with
-// http1_server eventloop (and of the internal part lean alone).
-type leanExchanges struct{ f *front }
+// NewPoller returns the lean path of the listener l describes.
+func NewPoller(l Listener) *Poller { return &Poller{l.settled()} }
+
+var _ http1.ExchangeHandler = (*Poller)(nil)
 
 // leanExchange is the state of one exchange on the lean path, pooled.
 type leanExchange struct {
@@ -197,15 +142,15 @@ func (lx *leanExchange) release() {
 }
 
 // ServeExchange serves x on the lean path, or declines it.
-func (le leanExchanges) ServeExchange(x *http1.Exchange) bool {
-	f := le.f
-	lt := f.table.Load().lean
+func (p *Poller) ServeExchange(x *http1.Exchange) bool {
+	l := p.l
+	lt := l.Table()
 	if lt == nil {
 		return false
 	}
-	rt, ok := lt.take(f, x.Head())
+	rt, ok := lt.take(l, x.Head())
 	if !ok {
-		lt.counts.Add(exchange.LeanDeclined)
+		lt.Counts.Add(exchange.LeanDeclined)
 		return false
 	}
 	start := time.Now()
@@ -214,42 +159,38 @@ func (le leanExchanges) ServeExchange(x *http1.Exchange) bool {
 	defer lx.release() // also when what follows panics
 	lx.cutX.Store(x)
 	if !lx.admit(lx.cutFn, x.Head(), rt, nil) {
-		lt.counts.Add(exchange.LeanDeclined)
+		lt.Counts.Add(exchange.LeanDeclined)
 		return false
 	}
-	f.active.Add(1)
-	defer f.active.Add(-1)
+	l.Active.Add(1)
+	defer l.Active.Add(-1)
 	// Counted also when the relay's code panics (http.ErrAbortHandler): an
 	// exchange handed over, then cut short or abandoned without an answer.
 	outcome := exchange.LeanHandedOver
-	defer func() { lt.counts.Add(outcome) }()
-	outcome = lx.relay(x, x.Head(), rt, &lt.opts, start)
+	defer func() { lt.Counts.Add(outcome) }()
+	outcome = lx.relay(x, x.Head(), rt, &lt.Opts, start)
 	return true
 }
 
 // take returns the route of r when the lean path takes r: a request it
-// relays (see leanRequest) on a route it serves, on a listener that adds
-// nothing to every answer.
-func (lt *leanTable) take(f *front, r *http.Request) (*route, bool) {
-	if f.altSvc.Load() != nil || !relay.IsLeanRequest(r, lt.slashes) {
+// relays (see relay.IsLeanRequest) on a route it serves, on a listener l
+// that adds nothing to every answer.
+func (lt *Table) take(l *Listener, r *http.Request) (*Route, bool) {
+	if lt.Routes == nil || l.AltSvc.Load() != nil || !relay.IsLeanRequest(r, lt.Slashes) {
 		return nil, false
 	}
-	path := r.URL.Path
-	if path == "" {
-		path = "/"
-	}
-	rt := pick(lt.routes, requestHost(r), path)
-	return rt, rt != nil && rt.lean != nil
+	rt := lt.Routes.Route(r)
+	return rt, rt != nil
 }
 
 // admit takes, quietly, a permit of each of the route's limits, and
 // records them as the chain's limits would; it reports false, having
 // given back what it took and recorded nothing, when one would not grant
 // one at once.
-func (lx *leanExchange) admit(abort func(), r *http.Request, rt *route, ck *peerKeys) bool {
+func (lx *leanExchange) admit(abort func(), r *http.Request, rt *Route, ck *peerKeys) bool {
 	var keys [exchange.MaxKeys]string
-	for i, l := range rt.lean.limits {
-		key, p, ok := ck.tryAdmit(l, r, abort)
+	for i := range rt.limits {
+		key, p, ok := ck.tryAdmit(&rt.limits[i], r, abort)
 		if !ok {
 			lx.release()
 			return false
@@ -265,9 +206,9 @@ func (lx *leanExchange) admit(abort func(), r *http.Request, rt *route, ck *peer
 	if rt.metrics != nil {
 		st.Metrics = rt.metrics // otherwise the listener's, set by relay
 	}
-	for i, l := range rt.lean.limits {
+	for i, l := range rt.limits {
 		if keys[i] != "" {
-			st.Admit(l.by, keys[i], 0, false)
+			st.Admit(l.By, keys[i], 0, false)
 		}
 	}
 	return true
@@ -286,20 +227,20 @@ type peerKey struct {
 	key string
 }
 
-// tryAdmit is l.lim.TryAdmit(r, abort), with r's key remembered for its
-// connection when ck is not nil and l keys by client address.
-func (ck *peerKeys) tryAdmit(l leanLimit, r *http.Request, abort func()) (string, limit.Permit[string], bool) {
-	if ck == nil || !l.byPeer {
-		return l.lim.TryAdmit(r, abort)
+// tryAdmit is l.Limiter.TryAdmit(r, abort), with r's key remembered for
+// its connection when ck is not nil and l keys by client address.
+func (ck *peerKeys) tryAdmit(l *Limit, r *http.Request, abort func()) (string, limit.Permit[string], bool) {
+	if ck == nil || !l.ByPeer {
+		return l.Limiter.TryAdmit(r, abort)
 	}
-	key, ok := ck.lookup(l.lim)
+	key, ok := ck.lookup(l.Limiter)
 	if !ok {
-		if key, ok = httplimit.ClientIPConnKey(l.res, r); !ok {
-			return l.lim.TryAdmit(r, abort) // from a trusted proxy's header: per request
+		if key, ok = httplimit.ClientIPConnKey(l.Resolver, r); !ok {
+			return l.Limiter.TryAdmit(r, abort) // from a trusted proxy's header: per request
 		}
-		ck.remember(l.lim, key)
+		ck.remember(l.Limiter, key)
 	}
-	p, ok := l.lim.TryAdmitKey(r, key, abort)
+	p, ok := l.Limiter.TryAdmitKey(r, key, abort)
 	return key, p, ok
 }
 
@@ -321,12 +262,12 @@ func (ck *peerKeys) remember(lim *httplimit.Limiter, key string) {
 
 // relay sends r upstream and answers it, on the lean path when it can,
 // and says how.
-func (lx *leanExchange) relay(x *http1.Exchange, r *http.Request, rt *route, o *exchange.Opts, start time.Time) exchange.LeanOutcome {
+func (lx *leanExchange) relay(x *http1.Exchange, r *http.Request, rt *Route, o *exchange.Opts, start time.Time) exchange.LeanOutcome {
 	st := &lx.st
 	if st.Metrics == nil {
 		st.Metrics = o.Metrics
 	}
-	rl := rt.lean.relay
+	rl := rt.relay
 	u := rl.Upstreams().PickExcept(nil)
 	if ids := rl.RequestIDs(); ids != nil {
 		st.RequestID = ids.Of(r, exchange.PeerAddr(r))

@@ -1,8 +1,9 @@
-package daemon
+package bytepath
 
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/netip"
@@ -17,13 +18,14 @@ import (
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
-// With http1_server eventloop, an http listener's plain connections are
-// served by event loops (internal/evloop) for as long as their requests
-// are ones the lean path takes; loopExchanges decides, on a loop's
-// thread, with the lean path's own pieces: the server's parser and checks
-// (http1.HeadParser), the route's pick, httplimit's admission, the relay's
-// upstream head, the upstream transport's reading of the answer's head,
-// the lean path's answer and exchange.Ended's log line and metrics.
+// Loops is the evloop.Handler of an http listener's event loops, with
+// http1_server eventloop: its plain connections are served by the loops
+// (internal/evloop) for as long as their requests are ones the lean path
+// takes. Loops decides, on a loop's thread, with the lean path's own
+// pieces: the server's parser and checks (http1.HeadParser), the route's
+// pick, httplimit's admission, the relay's upstream head, the upstream
+// transport's reading of the answer's head, the lean path's answer and
+// exchange.Ended's log line and metrics.
 //
 // What it does not serve itself goes where it would have gone:
 //   - a request it does not take, before anything was counted or sent,
@@ -37,23 +39,43 @@ import (
 //     from the upstream connection the loop hands over
 //     (uptransport.Transport.Adopt) or answers the failure, with the
 //     admission already recorded.
-type loopExchanges struct {
-	f   *front
+type Loops struct {
+	l   *Listener
 	srv *http1.Server // the listener's server: lean, for what the loops give back
+
+	// PanicHook, when set before Start, is called by the loops' exchanges
+	// at a step ("begin", once the permits are taken; "reply"), for the
+	// tests of what a panic there gives back. Nil: none.
+	PanicHook func(step string, r *http.Request)
 }
 
-// takes reports whether the loops may serve any exchange under the
+// NewLoops returns the handler of the event loops of the listener l
+// describes; srv is the listener's server, which serves what the loops
+// give back (with a [Poller] as its Exchanges, so that the lean path
+// still serves what it can of it).
+func NewLoops(l Listener, srv *http1.Server) *Loops {
+	return &Loops{l: l.settled(), srv: srv}
+}
+
+var _ evloop.Handler = (*Loops)(nil)
+
+// Takes reports whether the loops may serve any exchange under the
 // listener's configuration now. When none (every route has a rate limit,
 // a cluster limit or a hostname upstream, or the listener authenticates),
 // a connection would only be adopted to be given back at its first
 // request: the listener's server keeps it from the start.
-func (le *loopExchanges) takes() bool {
-	lt := le.f.table.Load().lean
-	return lt != nil && lt.onLoop
+func (le *Loops) Takes() bool {
+	lt := le.l.Table()
+	return lt != nil && lt.OnLoop
 }
 
-// start starts the event loops of the listener.
-func (le *loopExchanges) start(counts *evloop.Counts) (*evloop.Server, error) {
+// Start starts the event loops of the listener, counting what they do in
+// counts. It fails, having started nothing, when le has no server to give
+// connections back to, or when the loops cannot run (evloop.New).
+func (le *Loops) Start(counts *evloop.Counts) (*evloop.Server, error) {
+	if le.srv == nil {
+		return nil, errors.New("bytepath: starting event loops: no server for what they give back")
+	}
 	maxHead, headTimeout, idleTimeout := le.srv.ReadLimits()
 	return evloop.New(evloop.Config{
 		Handler:           le,
@@ -62,14 +84,9 @@ func (le *loopExchanges) start(counts *evloop.Counts) (*evloop.Server, error) {
 		IdleTimeout:       idleTimeout,
 		WriteTimeout:      le.srv.WriteTimeout,
 		MaxHeadBytes:      maxHead,
-		Logger:            le.f.log,
+		Logger:            le.l.Log,
 	})
 }
-
-// testHookLoopPanic, when set, is called by the loops' exchanges at a
-// step ("begin", once the permits are taken; "reply"), for the tests of
-// what a panic there gives back.
-var testHookLoopPanic func(step string, r *http.Request)
 
 // loopConn is a connection's state on a loop: the parser of its heads,
 // its peer's address, parsed once, its keys under the limits, and the
@@ -128,7 +145,7 @@ func (lc *loopConn) upstreamHead(lx *loopExchange, head []byte, r *http.Request,
 // (most are shorter): memory held by every kept-alive connection.
 const maxKeptHead = 2 << 10
 
-func (le *loopExchanges) connOf(c *evloop.Conn) *loopConn {
+func (le *Loops) connOf(c *evloop.Conn) *loopConn {
 	if lc, ok := c.Value.(*loopConn); ok {
 		return lc
 	}
@@ -136,7 +153,7 @@ func (le *loopExchanges) connOf(c *evloop.Conn) *loopConn {
 	remote := c.RemoteAddr().String()
 	lc := &loopConn{parser: http1.NewHeadParser(remote, maxHead-4096)}
 	if ap, err := netip.ParseAddrPort(remote); err == nil {
-		lc.peer = ap.Addr() // as peerAddr reads each request's RemoteAddr
+		lc.peer = ap.Addr() // as exchange.PeerAddr reads each request's RemoteAddr
 	}
 	c.Value = lc
 	return lc
@@ -145,9 +162,9 @@ func (le *loopExchanges) connOf(c *evloop.Conn) *loopConn {
 // Begin takes the request whose head is head when the lean path would,
 // and its admission grants it at once; nil otherwise, having counted and
 // sent nothing.
-func (le *loopExchanges) Begin(c *evloop.Conn, head []byte) evloop.Exchange {
-	f := le.f
-	lt := f.table.Load().lean
+func (le *Loops) Begin(c *evloop.Conn, head []byte) evloop.Exchange {
+	l := le.l
+	lt := l.Table()
 	if lt == nil {
 		return nil
 	}
@@ -156,16 +173,16 @@ func (le *loopExchanges) Begin(c *evloop.Conn, head []byte) evloop.Exchange {
 	if !ok {
 		return nil
 	}
-	rt, ok := lt.take(f, r)
-	if !ok || !rt.lean.onLoop {
+	rt, ok := lt.take(l, r)
+	if !ok || !rt.onLoop {
 		return nil
 	}
 	start := c.Now() // the loop's clock: see evloop.Conn.Now
 	lx := loopExchangePool.Get().(*loopExchange)
 	defer lx.putOnPanic() // the permits taken so far go back; the loop ends the connection
-	lx.le, lx.c, lx.r, lx.rt, lx.opts, lx.counts, lx.start = le, c, r, rt, &lt.opts, lt.counts, start
+	lx.le, lx.c, lx.r, lx.rt, lx.opts, lx.counts, lx.start = le, c, r, rt, &lt.Opts, lt.Counts, start
 	lx.peer = lc.peer
-	rl := rt.lean.relay
+	rl := rt.relay
 	lx.u = rl.Upstreams().PickExcept(nil)
 	if ids := rl.RequestIDs(); ids != nil {
 		lx.st.RequestID = ids.Of(r, lc.peer)
@@ -177,17 +194,17 @@ func (le *loopExchanges) Begin(c *evloop.Conn, head []byte) evloop.Exchange {
 		return nil
 	}
 	lx.head = h
-	if testHookLoopPanic != nil {
-		testHookLoopPanic("begin", r)
+	if le.PanicHook != nil {
+		le.PanicHook("begin", r)
 	}
 	st := &lx.st
 	if st.Metrics == nil {
-		st.Metrics = lt.opts.Metrics
+		st.Metrics = lt.Opts.Metrics
 	}
-	if lt.opts.Log != nil {
-		st.Client = lc.accessClient(lt.opts.Clients)
+	if lt.Opts.Log != nil {
+		st.Client = lc.accessClient(lt.Opts.Clients)
 	}
-	f.active.Add(1)
+	l.Active.Add(1)
 	// Admission on a loop never waits, and the head was built above: the
 	// request goes upstream within the loop's turn.
 	lx.sent = start
@@ -196,10 +213,10 @@ func (le *loopExchanges) Begin(c *evloop.Conn, head []byte) evloop.Exchange {
 
 // HandBack serves a connection the loops gave back on the listener's
 // server.
-func (le *loopExchanges) HandBack(c net.Conn) { _ = le.srv.ServeConn(c) }
+func (le *Loops) HandBack(c net.Conn) { _ = le.srv.ServeConn(c) }
 
 // Left releases what the connection held on the loop.
-func (le *loopExchanges) Left(c *evloop.Conn) {
+func (le *Loops) Left(c *evloop.Conn) {
 	if lc, ok := c.Value.(*loopConn); ok {
 		lc.parser.Release()
 		c.Value = nil
@@ -210,10 +227,10 @@ func (le *loopExchanges) Left(c *evloop.Conn) {
 // the loop needs besides, pooled.
 type loopExchange struct {
 	leanExchange
-	le      *loopExchanges
+	le      *Loops
 	c       *evloop.Conn
 	r       *http.Request // the connection's parser's: valid until the loop's next Begin on c
-	rt      *route
+	rt      *Route
 	opts    *exchange.Opts
 	counts  *exchange.LeanCounts
 	u       *relay.Upstream
@@ -276,12 +293,12 @@ func (lx *loopExchange) put() {
 
 func (lx *loopExchange) Upstream() (netip.AddrPort, []byte) { return lx.u.AddrPort(), lx.head.Bytes }
 
-func (lx *loopExchange) HeadTimeout() time.Duration { return lx.rt.lean.relay.HeadTimeout() }
+func (lx *loopExchange) HeadTimeout() time.Duration { return lx.rt.relay.HeadTimeout() }
 
 // Refused turns to the route's next upstream, as the relay's sendHead
 // does.
 func (lx *loopExchange) Refused(netip.AddrPort) (netip.AddrPort, bool) {
-	p := lx.rt.lean.relay.Upstreams()
+	p := lx.rt.relay.Upstreams()
 	p.MarkDown(lx.u)
 	if lx.tries++; lx.tries >= p.Len() {
 		return netip.AddrPort{}, false
@@ -335,10 +352,10 @@ func headIn(b []byte) bool {
 
 // Reply builds the client's answer as the lean path writes it.
 func (lx *loopExchange) Reply(answer []byte) evloop.Reply {
-	if testHookLoopPanic != nil {
-		testHookLoopPanic("reply", lx.r)
+	if lx.le.PanicHook != nil {
+		lx.le.PanicHook("reply", lx.r)
 	}
-	rl, st, o := lx.rt.lean.relay, &lx.st, lx.opts
+	rl, st, o := lx.rt.relay, &lx.st, lx.opts
 	// The answer's arrival when it came whole in one read (the common
 	// answer: Reply follows at once), its Date and its send deadline.
 	now := lx.c.Now()
@@ -382,7 +399,7 @@ func (lx *loopExchange) Done(err error) {
 	lx.release()
 	exchange.EndedAt(lx.opts, lx.r, &lx.st, lx.start, lx.c.Now())
 	lx.counts.Add(exchange.LeanRelayed)
-	lx.le.f.active.Add(-1)
+	lx.le.l.Active.Add(-1)
 	lx.put()
 }
 
@@ -395,7 +412,7 @@ func (lx *loopExchange) Resume(client, up net.Conn, cause error) {
 	lx.c = nil // the loop's no more: a late abort finds nothing
 	lx.abortMu.Unlock()
 	if aborted {
-		lx.st.Cut.Store(true) // not the client's leaving: see exchangeState.cut
+		lx.st.Cut.Store(true) // not the client's leaving: see leanExchange.cut
 		// The reclaim cut the exchange: the connection ends. The server
 		// still reads the request from what the loop read, and records
 		// the abandoned exchange as the chain does.
@@ -429,7 +446,7 @@ func (lx *loopExchange) serveResumed(w http.ResponseWriter, r *http.Request, up 
 	defer lx.finishResumed(nil)
 	defer exchange.Ended(o, r, st, lx.start)
 	defer lx.release()
-	rl := lx.rt.lean.relay
+	rl := lx.rt.relay
 	if cause == evloop.ErrClientGone {
 		ctx, cancel := context.WithCancel(r.Context())
 		cancel()
@@ -467,6 +484,6 @@ func (lx *loopExchange) finishResumed(r *http.Request) {
 		exchange.Ended(lx.opts, r, &lx.st, lx.start)
 	}
 	lx.counts.Add(exchange.LeanHandedOver)
-	lx.le.f.active.Add(-1)
+	lx.le.l.Active.Add(-1)
 	lx.put()
 }

@@ -1,4 +1,4 @@
-package daemon
+package admin
 
 import (
 	"cmp"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	"github.com/seed-a07d1050/portcullis/internal/livepage"
 	"github.com/seed-a07d1050/portcullis/limit"
 )
@@ -17,13 +18,11 @@ import (
 // each limiter.
 const liveTop = 10
 
-// livePingTimeout bounds the PING of the cluster's Redis the live page
-// makes once a second, so that a Redis that does not answer delays a
-// sample by at most this.
-const livePingTimeout = 500 * time.Millisecond
-
 // liveSource is the daemon as the live page sees it.
-type liveSource struct{ s *Server }
+type liveSource struct {
+	src     Source
+	metrics *exchange.Metrics // nil: no request counts
+}
 
 var _ livepage.Source = liveSource{}
 
@@ -32,52 +31,51 @@ var _ livepage.Source = liveSource{}
 // Redis.
 func (l liveSource) LiveState(ctx context.Context) livepage.State {
 	st := livepage.State{Time: time.Now(), Listeners: []livepage.Listener{}, Keys: []livepage.Key{}, QUIC: []livepage.QUIC{}, Shadow: []livepage.Shadow{}}
-	counts := liveCountsOf(l.s.metrics)
+	counts := liveCountsOf(l.metrics)
 	st.Upstream = counts.upstream
-	paths := l.s.paths.Load()
-	for _, f := range l.s.frontList() {
-		ll, keys := liveListener(f)
-		ll.Paths = livePaths(f, paths)
-		ll.Requests = counts.listenerRequests(f.cfg.Name)
-		st.Shadow = append(st.Shadow, liveShadows(f)...)
+	for _, x := range l.src.Listeners() {
+		ll, keys := liveListener(x)
+		ll.Requests = counts.listenerRequests(x.Config.Name)
+		st.Shadow = append(st.Shadow, liveShadows(x)...)
 		st.Listeners = append(st.Listeners, ll)
 		st.Keys = append(st.Keys, keys...)
-		if f.h3 != nil {
-			st.QUIC = append(st.QUIC, liveQUIC(f))
+		if x.QUIC != nil {
+			st.QUIC = append(st.QUIC, liveQUIC(x))
 		}
 	}
 	st.Keys = busiest(st.Keys, liveTop)
-	st.Redis = l.s.cluster.liveRedis(ctx)
+	st.Redis = l.src.Redis(ctx)
 	return st
 }
 
-// liveListener returns f's connections and limits, and its busy keys.
-func liveListener(f *front) (livepage.Listener, []livepage.Key) {
-	name := f.cfg.Name
-	cs := f.connStats()
+// liveListener returns x's connections and limits, and its busy keys.
+func liveListener(x Listener) (livepage.Listener, []livepage.Key) {
+	name := x.Config.Name
+	cs := x.Conns.Stats()
 	ll := livepage.Listener{
 		Row: livepage.Row{
-			ID: name, Name: name, Limit: connBound(&f.cfg),
+			ID: name, Name: name, Limit: connBound(x.Config),
 			InUse: int(cs.Open), Waiting: int(cs.Pending),
 			// A connection cut by shutdown is not a client over its cap.
 			Refused: cs.Refused.Total() - cs.Refused.Shutdown,
 		},
-		Protocol: string(f.cfg.Protocol),
-		Addr:     f.addr().String(),
+		Protocol: string(x.Config.Protocol),
+		Addr:     x.Addr,
 		Limits:   []livepage.Row{},
+		Paths:    livePaths(x.Table),
 	}
-	for _, w := range f.cfg.Warnings() {
+	for _, w := range x.Config.Warnings() {
 		ll.Warnings = append(ll.Warnings, w.Setting+": "+w.Message)
 	}
 	var keys []livepage.Key
-	for _, k := range f.busyClients(liveTop) {
+	for _, k := range connKeys(x.Conns, liveTop) {
 		keys = append(keys, livepage.Key{Where: name + " connections", Key: k.Key, InUse: k.InUse, Waiting: k.Waiting, Refused: k.Refused})
 	}
-	if f.table == nil || f.cfg.RoutesFrom != "" {
+	t := x.Table
+	if t == nil {
 		return ll, keys
 	}
-	t := f.table.Load()
-	add := func(id, what string, lim *limiter, r *rateLimiter) {
+	add := func(id, what string, lim *Limit, r *Rate) {
 		if lim != nil {
 			row, k := liveLimit(name+"/"+id, what, lim)
 			ll.Limits = append(ll.Limits, row)
@@ -87,30 +85,31 @@ func liveListener(f *front) (livepage.Listener, []livepage.Key) {
 			ll.Limits = append(ll.Limits, liveRate(name+"/"+id+"/rate", what+" rate", r))
 		}
 	}
-	add("client", "client limit", t.client, nil)
-	add("listener", "listener", nil, t.rate)
-	for _, r := range t.routes {
-		add("route/"+r.name, "route "+r.name, r.limit, r.rate)
+	add("client", "client limit", t.Client, nil)
+	add("listener", "listener", nil, t.Rate)
+	for _, r := range t.Routes {
+		add("route/"+r.Name, "route "+r.Name, r.Limit, r.Rate)
 	}
-	if t.forward != nil {
-		for _, lim := range t.forward.limits {
-			k := string(forwardKind(lim.cfg.Key))
+	if t.Forward != nil {
+		for i := range t.Forward.Limits {
+			lim := &t.Forward.Limits[i]
+			k := keyName(lim.Config.Key)
 			add("forward/"+k, "forward "+k, lim, nil)
 		}
 	}
 	return ll, keys
 }
 
-// livePaths says how each route of f is served, as the daemon logged it
+// livePaths says how each route of t is served, as the daemon logged it
 // at start or at its last reload.
-func livePaths(f *front, paths *map[string]config.RoutePath) []string {
-	if f.table == nil || f.cfg.RoutesFrom != "" || paths == nil {
+func livePaths(t *Table) []string {
+	if t == nil {
 		return nil
 	}
 	var out []string
-	for _, r := range f.table.Load().routes {
-		if p, ok := (*paths)[f.cfg.Name+"/"+r.name]; ok {
-			s := "route " + r.name + ": " + string(p.Path)
+	for _, r := range t.Routes {
+		if p := r.Planned; p != nil {
+			s := "route " + r.Name + ": " + string(p.Path)
 			if p.Why != "" {
 				s += " (" + p.Why + ")"
 			}
@@ -124,11 +123,11 @@ func livePaths(f *front, paths *map[string]config.RoutePath) []string {
 // Its refusals are what its clients were answered with a refusal status
 // for: over the limit, queue full, queue timeout, and the cluster's Redis
 // failing under on_error: closed.
-func liveLimit(id, what string, l *limiter) (livepage.Row, []livepage.Key) {
-	snap := l.lim.Snapshot(liveTop)
-	t := l.lim.Totals()
+func liveLimit(id, what string, l *Limit) (livepage.Row, []livepage.Key) {
+	snap := l.Limiter.Snapshot(liveTop)
+	t := l.Limiter.Totals()
 	row := livepage.Row{
-		ID: id, Name: what, Limit: limitBound(&l.cfg),
+		ID: id, Name: what, Limit: limitBound(&l.Config),
 		InUse: t.InUse, Waiting: t.Waiting,
 		Refused: t.Refused + t.QueueFull + t.QueueTimeouts + t.StoreFailed,
 	}
@@ -143,13 +142,18 @@ func liveLimit(id, what string, l *limiter) (livepage.Row, []livepage.Key) {
 
 // liveRate returns the row of one rate: rates hold no permits; its waiting
 // are the requests it is delaying now.
-func liveRate(id, what string, r *rateLimiter) livepage.Row {
-	t := r.lim.Totals()
-	bound := r.cfg.Limit().String() + " per " + keyName(r.cfg.Key)
-	if r.cfg.DryRun {
+func liveRate(id, what string, r *Rate) livepage.Row {
+	t := r.Limiter.Totals()
+	return livepage.Row{ID: id, Name: what, Limit: rateBound(&r.Config), Waiting: t.Delaying, Refused: t.Refused + t.StoreFailed}
+}
+
+// rateBound says what a rate allows.
+func rateBound(c *config.Rate) string {
+	bound := c.Limit().String() + " per " + keyName(c.Key)
+	if c.DryRun {
 		bound += " (dry run)"
 	}
-	return livepage.Row{ID: id, Name: what, Limit: bound, Waiting: t.Delaying, Refused: t.Refused + t.StoreFailed}
+	return bound
 }
 
 // connBound says what caps the connections of a listener.
@@ -188,39 +192,19 @@ func limitBound(c *config.Limit) string {
 	return s
 }
 
+// keyName names what a limit or rate counts by; empty is the client's
+// address.
 func keyName(k config.LimitKey) string {
 	return string(cmp.Or(k, config.KeyClientIP))
 }
 
 // liveQUIC returns the handshake admission of an http3 listener.
-func liveQUIC(f *front) livepage.QUIC {
-	s := f.h3.ctrl.Snapshot()
+func liveQUIC(x Listener) livepage.QUIC {
+	s := x.QUIC.Snapshot()
 	return livepage.QUIC{
-		Listener: f.cfg.Name, InProgress: s.InProgress, Threshold: s.Threshold,
+		Listener: x.Config.Name, InProgress: s.InProgress, Threshold: s.Threshold,
 		MaxInProgress: s.MaxInProgress, RetryOn: s.RetryOn, CompletionRate: s.CompletionRate,
 	}
-}
-
-// liveRedis returns the health of the cluster's Redis: whether it answers a
-// PING now, and how many of the daemon's stores have their circuit breaker
-// open. Nil without a cluster.
-func (c *cluster) liveRedis(ctx context.Context) *livepage.Redis {
-	if c == nil {
-		return nil
-	}
-	r := &livepage.Redis{Addrs: c.cfg.Redis.Addrs, OnError: string(c.cfg.OnError)}
-	r.OpenBreakers, r.OutageSince = c.outages.Current()
-	r.Degraded = c.degraded()
-	ctx, cancel := context.WithTimeout(ctx, livePingTimeout)
-	defer cancel()
-	start := time.Now()
-	if err := c.client.Ping(ctx).Err(); err != nil {
-		r.Error = err.Error()
-		return r
-	}
-	r.Reachable = true
-	r.PingMillis = float64(time.Since(start).Microseconds()) / 1000
-	return r
 }
 
 // busiest sorts keys busiest first (in use, then waiting, then refused)
@@ -230,4 +214,42 @@ func busiest(keys []livepage.Key, top int) []livepage.Key {
 		return cmp.Or(cmp.Compare(b.InUse, a.InUse), cmp.Compare(b.Waiting, a.Waiting), cmp.Compare(b.Refused, a.Refused))
 	})
 	return keys[:min(len(keys), top)]
+}
+
+// liveShadows returns the limits and rates of x that only count (a limit's
+// shadow, a route's shadow_limit, a rate's dry_run), with the requests
+// each would have refused: the shadow_refused_total of its collector.
+func liveShadows(x Listener) []livepage.Shadow {
+	t := x.Table
+	if t == nil {
+		return nil
+	}
+	name := x.Config.Name
+	var out []livepage.Shadow
+	lim := func(id, what string, l *Limit, always bool) {
+		if l != nil && (always || l.Config.Shadow) {
+			out = append(out, livepage.Shadow{ID: name + "/" + id, Name: what, Limit: limitBound(&l.Config), WouldRefuse: l.Limiter.Totals().ShadowRefused})
+		}
+	}
+	rate := func(id, what string, r *Rate) {
+		if r != nil && r.Config.DryRun {
+			row := liveRate(name+"/"+id+"/rate", what+" rate", r)
+			out = append(out, livepage.Shadow{ID: row.ID, Name: row.Name, Limit: row.Limit, WouldRefuse: r.Limiter.Totals().ShadowRefused})
+		}
+	}
+	lim("client", "client limit", t.Client, false)
+	rate("listener", "listener", t.Rate)
+	for _, r := range t.Routes {
+		lim("route/"+r.Name, "route "+r.Name, r.Limit, false)
+		lim("route/"+r.Name+"/shadow", "route "+r.Name+" shadow_limit", r.Shadow, true)
+		rate("route/"+r.Name, "route "+r.Name, r.Rate)
+	}
+	if t.Forward != nil {
+		for i := range t.Forward.Limits {
+			l := &t.Forward.Limits[i]
+			k := keyName(l.Config.Key)
+			lim("forward/"+k, "forward "+k, l, false)
+		}
+	}
+	return out
 }
