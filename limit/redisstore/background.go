@@ -236,7 +236,7 @@ func (s *Store[K]) applySync(calls []syncCall, entries []*entry[K]) {
 
 // appliedLocked records that Redis applied e's snapshot of epoch and takes
 // off the permits it counted for acquires since refused (see
-// endRefusedLocked), in the next flush. It is called with e's shard lock
+// overCountedLocked), in the next flush. It is called with e's shard lock
 // held.
 func (s *Store[K]) appliedLocked(e *entry[K], epoch int64) {
 	e.written = epoch

@@ -19,7 +19,7 @@ type entry[K comparable] struct {
 	name string // the Redis hash
 
 	held     int   // permits this node holds through the Store
-	inflight int   // acquire scripts under way
+	inflight int   // permits that acquire scripts under way may take
 	pending  int   // change of this node's count not yet sent to Redis
 	fixes    int   // of pending's decrements, corrections of a double count (never reused)
 	queued   bool  // in the store's sync queue

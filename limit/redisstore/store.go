@@ -267,7 +267,6 @@ func (s *Store[K]) beginAcquire(key K, limit, local int, waited *entry[K], mayWa
 		sh.mu.Unlock()
 		return acquireCall[K]{e: e}, ch, false, false, nil
 	}
-	e.inflight++
 	// Releases not yet sent ride along with the script: a busy key's
 	// releases then cost no round trip of their own.
 	c = acquireCall[K]{key: key, e: e, sh: sh, limit: limit, local: local, epoch: e.epoch, delta: e.pending}
@@ -278,6 +277,7 @@ func (s *Store[K]) beginAcquire(key K, limit, local int, waited *entry[K], mayWa
 		c.taking, c.extra = true, max(e.waiting-boolInt(waited == e), 0)
 		e.taking = make(chan struct{})
 	}
+	e.inflight += 1 + c.extra // the permits it may take, for a heartbeat meanwhile
 	sh.mu.Unlock()
 	return c, nil, false, false, nil
 }
@@ -294,7 +294,7 @@ func boolInt(b bool) int {
 func (s *Store[K]) endAcquire(ctx context.Context, c acquireCall[K], reply acquireReply, err error) (bool, error) {
 	e, sh := c.e, c.sh
 	sh.mu.Lock()
-	e.inflight--
+	e.inflight -= 1 + c.extra
 	if c.taking {
 		close(e.taking)
 		e.taking = nil
@@ -321,11 +321,17 @@ func (s *Store[K]) endAcquire(ctx context.Context, c acquireCall[K], reply acqui
 		// counts them for this node, which they take back as released.
 		e.pending -= reply.got
 		wake := false
-		if reply.stale && reply.ae == e.epoch {
-			// Granted after the write of the snapshot that counted it as
-			// in flight: Redis counts it twice. (A newer snapshot, not
-			// yet applied, counted it once and will overwrite both.)
-			wake = s.fixLocked(e)
+		switch {
+		case e.epoch <= c.epoch:
+			// No snapshot was taken while it was in flight: exact.
+		case reply.stale && reply.ae == e.epoch:
+			// Granted after the write of the snapshot that counted it
+			// (and its extra) as in flight: Redis counts those twice.
+			wake = s.fixLocked(e, 1+c.extra)
+		default:
+			// Granted before the write of the latest snapshot that
+			// counted it, which counts 1+extra where 1+got were taken.
+			wake = s.overCountedLocked(e, c.extra-reply.got)
 		}
 		sh.mu.Unlock()
 		if wake {
@@ -335,7 +341,7 @@ func (s *Store[K]) endAcquire(ctx context.Context, c acquireCall[K], reply acqui
 		return true, nil
 	}
 	e.watched = nowNs
-	if s.endRefusedLocked(e, c.epoch) {
+	if e.epoch > c.epoch && s.overCountedLocked(e, 1+c.extra) {
 		sh.mu.Unlock()
 		s.kickSync()
 	} else {
@@ -345,40 +351,41 @@ func (s *Store[K]) endAcquire(ctx context.Context, c acquireCall[K], reply acqui
 	return false, nil
 }
 
-// endRefusedLocked takes back the permit a heartbeat snapshot counted for
-// a refused acquire. A snapshot counts the acquires in flight (an acquire
-// Redis grants before the snapshot's write lands would be lost otherwise),
-// so once that write is applied Redis counts one permit too many for each
-// of them that was refused. Left to the next snapshot, a node whose
-// acquires of a key are always in flight (waiters polling a full key)
-// would keep that phantom permit for good and refuse itself the permits
-// other nodes give back (issue 38: a node refused every millisecond saw a
-// dead node's permits a heartbeat or more after the lease ended). The
-// correction is a delta sent after the write (the sync loop sends both,
-// in that order), and only once the write has been applied: a write that
-// failed counted nothing, and its rewrite counts afresh. (A granted
-// acquire's reply says itself whether the write counted it twice: see
-// scripts.go.) It is called with e's shard lock held and reports whether
-// the sync loop must be woken.
-func (s *Store[K]) endRefusedLocked(e *entry[K], epoch int64) bool {
-	if e.epoch <= epoch {
-		return false // no snapshot was taken while it was in flight
-	}
-	if e.written != e.epoch {
-		e.phantom++ // applySync takes it off once the write is applied
+// overCountedLocked takes off k permits that the latest heartbeat snapshot
+// counted for an acquire in flight and Redis did not grant: all of them
+// for a refused acquire, the extra it did not get for a granted one. A
+// snapshot counts the acquires in flight with the permits they may take
+// (one Redis grants before the snapshot's write lands would be lost
+// otherwise), so once that write is applied Redis counts k too many. Left
+// to the next snapshot, a node whose acquires of a key are always in
+// flight (waiters polling a full key) would keep such phantom permits for
+// good and refuse itself the permits other nodes give back (issue 38: a
+// node refused every millisecond saw a dead node's permits a heartbeat or
+// more after the lease ended). The correction is a delta sent after the
+// write (the sync loop sends both, in that order), and only once the write
+// has been applied: a write that failed counted nothing, and its rewrite
+// counts afresh. (A granted acquire's reply says itself whether it ran
+// after the write: see scripts.go.) It is called with e's shard lock held
+// and reports whether the sync loop must be woken.
+func (s *Store[K]) overCountedLocked(e *entry[K], k int) bool {
+	if k <= 0 {
 		return false
 	}
-	return s.fixLocked(e)
+	if e.written != e.epoch {
+		e.phantom += k // applySync takes them off once the write is applied
+		return false
+	}
+	return s.fixLocked(e, k)
 }
 
-// fixLocked queues the correction of a permit Redis counts twice for e:
-// a decrement that Acquire must not take back as a released permit, since
-// the count it corrects was written by a snapshot, not granted under the
-// limit. It is called with e's shard lock held and reports whether the
-// sync loop must be woken.
-func (s *Store[K]) fixLocked(e *entry[K]) bool {
-	e.pending--
-	e.fixes++
+// fixLocked queues the correction of k permits Redis counts too many for
+// e: a decrement that Acquire must not take back as released permits,
+// since the count it corrects was written by a snapshot, not granted under
+// the limit. It is called with e's shard lock held and reports whether
+// the sync loop must be woken.
+func (s *Store[K]) fixLocked(e *entry[K], k int) bool {
+	e.pending -= k
+	e.fixes += k
 	return s.queueLocked(e)
 }
 

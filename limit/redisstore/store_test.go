@@ -288,6 +288,66 @@ func TestConcurrentAcquiresShareCalls(t *testing.T) {
 	waitFor(t, "counts back to zero", 2*time.Second, func() bool { return len(counts(t, c, "k")) == 0 && n.st.Stats().Held == 0 })
 }
 
+// TestClusterCapUnderLoad over a slow link, where calls (shared by the
+// acquires that wait on them) straddle heartbeat snapshots: a snapshot
+// counts a call in flight with the permits it may take for its waiters,
+// and the node takes off what Redis did not grant. Never more than the
+// limit held at once, and everything back to zero at the end.
+func TestClusterCapAcrossHeartbeatsOverSlowLink(t *testing.T) {
+	srv := redistest.Start(t)
+	px := redistest.NewProxy(t, srv.Addr())
+	px.SetDelay(15 * time.Millisecond)
+	const limitN, goroutines = 5, 8
+	var nodes []node
+	for i := range 2 {
+		nodes = append(nodes, newNode(t, "", redisstore.Config{Client: newClient(t, px.Addr()), NodeID: fmt.Sprintf("s%d", i),
+			Lease: 600 * time.Millisecond, Timeout: 200 * time.Millisecond, OnError: redisstore.Closed},
+			limit.Config[string]{Policy: limit.Policy[string]{Permits: limitN, QueueSize: goroutines, QueueTimeout: 200 * time.Millisecond}}))
+	}
+	var held, peak, granted atomic.Int64
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for _, n := range nodes {
+		for range goroutines {
+			wg.Go(func() {
+				for time.Now().Before(deadline) {
+					p, err := n.l.Acquire(context.Background(), "hot")
+					if err != nil {
+						time.Sleep(time.Millisecond) // refused, timed out in the queue, or Redis slow
+						continue
+					}
+					now := held.Add(1)
+					for {
+						old := peak.Load()
+						if now <= old || peak.CompareAndSwap(old, now) {
+							break
+						}
+					}
+					granted.Add(1)
+					time.Sleep(5 * time.Millisecond)
+					held.Add(-1)
+					p.Release()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for _, n := range nodes {
+		t.Logf("node %s: %+v", n.st.NodeID(), n.st.Stats())
+	}
+	t.Logf("%d granted, peak %d", granted.Load(), peak.Load())
+	if peak.Load() > limitN {
+		t.Fatalf("%d permits held at once over the cluster, limit %d", peak.Load(), limitN)
+	}
+	if granted.Load() == 0 {
+		t.Fatal("nothing granted")
+	}
+	c := newClient(t, srv.Addr())
+	waitFor(t, "counts back to zero", 3*time.Second, func() bool {
+		return len(counts(t, c, "hot")) == 0 && nodes[0].st.Stats().Held == 0 && nodes[1].st.Stats().Held == 0
+	})
+}
+
 // Redis stopped mid-test: Open serves on the node cap, Closed refuses; the
 // breaker opens so requests stop paying for calls; after Redis restarts
 // (empty) both recover by themselves and Redis's counts converge to what
