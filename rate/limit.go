@@ -4,20 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
-	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/ratetext"
 )
 
 // NoDelay, as [Limit.Delay], admits every request within the burst at once,
 // as nginx's limit_req nodelay.
-const NoDelay = -1
-
-// maxBurst bounds Limit.Burst.
-const maxBurst = 1 << 30
-
-// maxWindow bounds (Burst+1) × interval, so that no sum of times
-// overflows.
-const maxWindow = math.MaxInt64 / 4
+const NoDelay = ratetext.NoDelay
 
 // A Limit is one key's rate limit, with nginx limit_req's meaning: requests
 // conform at Rate; up to Burst more may arrive early; of those, the first
@@ -45,38 +38,20 @@ type Limit struct {
 
 // Validate reports whether l is a usable limit, naming the bad field.
 func (l Limit) Validate() error {
-	if err := l.Rate.Validate(); err != nil {
-		return err
-	}
-	switch {
-	case l.Burst < 0 || l.Burst > maxBurst:
-		return fmt.Errorf("rate: Burst must be in 0..%d (got %d)", maxBurst, l.Burst)
-	case l.Delay < NoDelay:
-		return fmt.Errorf("rate: Delay must be ≥ 0, or NoDelay (-1) (got %d)", l.Delay)
-	}
-	if iv := l.Rate.Interval(); iv > 0 && int64(iv) > maxWindow/int64(l.Burst+1) {
-		return fmt.Errorf("rate: Burst %d at %v spans more than %v", l.Burst, l.Rate, time.Duration(maxWindow))
+	if p := l.text().Problem(); p != "" {
+		return errors.New("rate: " + p)
 	}
 	return nil
 }
 
+// text returns l as package ratetext's Limit, which reads and writes it.
+func (l Limit) text() ratetext.Limit {
+	return ratetext.Limit{Rate: ratetext.Rate(l.Rate), Burst: l.Burst, Delay: l.Delay}
+}
+
 // String returns l as nginx would write it: "10r/s burst=20 delay=5",
 // "10r/s burst=20 nodelay", "10r/s" (no burst).
-func (l Limit) String() string {
-	s := l.Rate.String()
-	if l.Burst > 0 {
-		s += fmt.Sprintf(" burst=%d", l.Burst)
-	}
-	switch {
-	case l.Delay == NoDelay || (l.Burst > 0 && l.Delay >= l.Burst):
-		if l.Burst > 0 {
-			s += " nodelay"
-		}
-	case l.Delay > 0:
-		s += fmt.Sprintf(" delay=%d", l.Delay)
-	}
-	return s
-}
+func (l Limit) String() string { return l.text().String() }
 
 // MarshalText implements encoding.TextMarshaler in ParseLimit's form,
 // field for field, so that UnmarshalText gives back an equal Limit: unlike
@@ -85,20 +60,10 @@ func (l Limit) String() string {
 // whose Rate has no text form (a period other than a second, a minute or
 // an hour).
 func (l Limit) MarshalText() ([]byte, error) {
-	b, err := l.Rate.MarshalText()
-	if err != nil {
+	if _, err := l.Rate.MarshalText(); err != nil {
 		return nil, err
 	}
-	if l.Burst != 0 {
-		b = fmt.Appendf(b, " burst=%d", l.Burst)
-	}
-	switch {
-	case l.Delay == NoDelay:
-		b = append(b, " nodelay"...)
-	case l.Delay != 0:
-		b = fmt.Appendf(b, " delay=%d", l.Delay)
-	}
-	return b, nil
+	return l.text().MarshalText()
 }
 
 // UnmarshalText implements encoding.TextUnmarshaler with ParseLimit, so
@@ -146,53 +111,18 @@ func (p *policy) unlimited() bool { return p.interval == 0 }
 // as nginx requires). The result is validated; anything else is an error
 // that quotes the input.
 func ParseLimit(s string) (Limit, error) {
-	fields := strings.Split(s, " ")
-	r, err := ParseRate(fields[0])
-	if err != nil {
-		return Limit{}, fmt.Errorf("rate: limit %q: %w", s, err)
-	}
-	l := Limit{Rate: r}
-	seen := map[string]bool{}
-	for _, f := range fields[1:] {
-		name, val, hasVal := strings.Cut(f, "=")
-		if seen[name] || (name == "nodelay" && seen["delay"]) || (name == "delay" && seen["nodelay"]) {
-			return Limit{}, fmt.Errorf("rate: limit %q: %s given twice, or both delay and nodelay", s, name)
-		}
-		seen[name] = true
+	t, err := ratetext.ParseLimit(s)
+	var e *ratetext.LimitError
+	if errors.As(err, &e) {
 		switch {
-		case name == "nodelay" && !hasVal:
-			l.Delay = NoDelay
-		case (name == "burst" || name == "delay") && hasVal:
-			n, err := parseSmall(val)
-			if err != nil || (name == "delay" && n == 0) {
-				return Limit{}, fmt.Errorf("rate: limit %q: %s must be a decimal integer (delay at least 1)", s, name)
-			}
-			if name == "burst" {
-				l.Burst = n
-			} else {
-				l.Delay = n
-			}
-		default:
-			return Limit{}, fmt.Errorf("rate: limit %q: unknown word %q: write burst=N, delay=N or nodelay, one space apart", s, f)
+		case e.InRate:
+			_, err = ParseRate(e.Word)
+		case e.Unknown:
+			err = fmt.Errorf("unknown word %q: %w", e.Word, e.Err)
+		case e.Invalid:
+			err = fmt.Errorf("rate: %w", e.Err)
 		}
-	}
-	if err := l.Validate(); err != nil {
 		return Limit{}, fmt.Errorf("rate: limit %q: %w", s, err)
 	}
-	return l, nil
-}
-
-// parseSmall reads a decimal integer of at most 10 digits.
-func parseSmall(s string) (int, error) {
-	if s == "" || len(s) > 10 {
-		return 0, errors.New("bad number")
-	}
-	n := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return 0, errors.New("bad number")
-		}
-		n = 10*n + int(s[i]-'0')
-	}
-	return n, nil
+	return Limit{Rate: Rate(t.Rate), Burst: t.Burst, Delay: t.Delay}, nil
 }

@@ -3,6 +3,8 @@ package rate
 import (
 	"math"
 	"time"
+
+	"github.com/seed-a07d1050/portcullis/internal/ratetext"
 )
 
 // AllowN decides n requests of key together, now, as one request of
@@ -91,7 +93,7 @@ func (l *Limiter[K]) giveBackN(key K, p *policy, n int) bool {
 	if n <= 0 || p.interval == 0 {
 		return false
 	}
-	back := p.interval * int64(min(n, maxBurst+1))
+	back := p.interval * int64(min(n, ratetext.MaxBurst+1))
 	h := l.hash(key)
 	sh := &l.shards[h&l.mask]
 	sh.mu.Lock()

@@ -18,8 +18,8 @@ import (
 // kept as regression tests; each names the file and function it guards.
 
 // TestTCPShutdownMissesLateConnection guards against a WaitGroup misuse,
-// fixed by waiting for the accept loop first, that was in
-// internal/daemon: (*front).shutdown (front.go) closes a tcp listener and
+// fixed by waiting for the accept loop first, that was in what is now
+// internal/listen: (*Front).Shutdown (front.go) closes a tcp listener and
 // at once calls (*tcpProxy).shutdown (tcp.go), whose goroutine calls
 // p.wg.Wait while (*tcpProxy).serve may still be between Accept and
 // p.wg.Add(1) for a connection accepted just before the close: nothing

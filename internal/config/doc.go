@@ -14,8 +14,9 @@
 // way (its errors then carry no line numbers). Nothing in this package mutates a Config it
 // is given: [Config.Effective] and [Config.Validate] work on copies.
 //
-// The package is a leaf: it imports no other package of the project, and its values are
-// plain (a rate is a [RateValue], a port range a [PortRange]). It checks what it can alone:
+// The package is a leaf: of the project it imports only internal/ratetext, which reads
+// nginx's rate words for package rate too and imports nothing, and its values are plain (a
+// rate is a [RateValue], a port range a [PortRange]). It checks what it can alone:
 // types, bounds, names, and that each file named can be read. What a file holds (a deny_file's
 // lines, an htpasswd file's hashes, the interception CA), the intercept rules and target
 // patterns are checked where they are built, by the daemon's daemon.Check, which start,

@@ -4,6 +4,8 @@ import (
 	"maps"
 	"math"
 	"slices"
+
+	"github.com/seed-a07d1050/portcullis/internal/ratetext"
 )
 
 // listenerRates checks the rates of a listener: its request rate, connection rate and
@@ -99,11 +101,11 @@ func (v *validator) rateLimit(r RateValue, burst int, p string) {
 	case r.IsZero():
 		v.addf(p+".rate", "required: a rate such as 10r/s, 600r/m or 30r/h")
 		return
-	case r.problem() != "":
-		v.addf(p+".rate", "%s (got %s)", r.problem(), r)
+	case r.Problem() != "":
+		v.addf(p+".rate", "%s (got %s)", r.Problem(), r)
 		return
 	}
-	if !r.hasText() {
+	if !r.HasText() {
 		v.addf(p+".rate", "must count per second, minute or hour, as in 10r/s, 600r/m or 30r/h (got %s)", r)
 		return
 	}
@@ -111,7 +113,7 @@ func (v *validator) rateLimit(r RateValue, burst int, p string) {
 		v.addf(p+".burst", "must be from 0 to %d (got %d)", 1<<30, burst)
 		return
 	}
-	if !spanFits(r, burst) {
+	if !ratetext.SpanFits(r, burst) {
 		v.addf(p+".burst", "spans too long at %s: (burst+1) intervals must stay under about 73 years (got %d)", r, burst)
 	}
 }
@@ -134,10 +136,10 @@ func (v *validator) rateOverrides(r *Rate, p string) {
 			}
 		}
 		lim := r.Overrides[key]
-		switch problem := lim.problem(); {
+		switch problem := lim.Problem(); {
 		case problem != "":
 			v.addf(kp, "must be a valid rate limit: %s", problem)
-		case !lim.Rate.hasText():
+		case !lim.Rate.HasText():
 			v.addf(kp, "must count per second, minute or hour, as in 10r/s, 600r/m or 30r/h (got %s)", lim.Rate)
 		}
 	}

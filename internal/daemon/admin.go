@@ -64,7 +64,8 @@ func (a adminSource) Listeners() []admin.Listener {
 	for _, f := range fronts {
 		l := admin.Listener{Config: &f.cfg, Addr: f.addr().String(), Conns: f.conns, AcceptRate: f.acceptRate()}
 		if f.h3 != nil {
-			l.Conns, l.QUIC = h3Conns{f}, f.h3.ctrl
+			l.Conns = h3Conns{f}
+			l.QUIC, _ = f.ln.QUIC()
 		}
 		if f.table != nil && f.cfg.RoutesFrom == "" {
 			l.Table = f.adminTable(f.table.Load(), paths)
@@ -78,8 +79,8 @@ func (a adminSource) Listeners() []admin.Listener {
 // how the daemon said it would be (paths, by "listener/route").
 func (f *front) adminTable(t *route.Table, paths *map[string]config.RoutePath) *admin.Table {
 	s := route.Serving{
-		Full:  f.h3 != nil || f.altSvc.Load() != nil,
-		Loops: f.http != nil && f.http.loop != nil,
+		Full:  f.h3 != nil || f.ln.AltSvc() != "",
+		Loops: f.ln.Loops() != nil,
 	}
 	if paths != nil {
 		s.Planned = *paths
@@ -91,8 +92,8 @@ func (f *front) adminTable(t *route.Table, paths *map[string]config.RoutePath) *
 // nil without one.
 func (f *front) acceptRate() *admin.AcceptRate {
 	switch {
-	case f.h3 != nil && f.h3.rates.handshake != nil:
-		return &admin.AcceptRate{Limit: route.RateLimitOf(f.cfg.HandshakeRate.Limit()), Handshake: true, Snapshot: f.h3.rates.handshake.Snapshot}
+	case f.h3 != nil && f.h3.handshake != nil:
+		return &admin.AcceptRate{Limit: route.RateLimitOf(f.cfg.HandshakeRate.Limit()), Handshake: true, Snapshot: f.h3.handshake.Snapshot}
 	case f.conns != nil && f.cfg.ConnRate != nil:
 		return &admin.AcceptRate{Limit: route.RateLimitOf(f.cfg.ConnRate.Limit()), Snapshot: f.conns.RateSnapshot}
 	}
@@ -100,14 +101,21 @@ func (f *front) acceptRate() *admin.AcceptRate {
 }
 
 // h3Conns are an http3 listener's connection counts: its QUIC admission
-// mapped onto a connlimit.Listener's (h3Front.stats), and the clients
-// holding its per-client permits (quicadmit takes them without waiting).
+// mapped onto a connlimit.Listener's (listen.Front.QUICStats), with the
+// attempts its lists refused, and the clients holding its per-client
+// permits (quicadmit takes them without waiting).
 type h3Conns struct{ f *front }
 
-func (c h3Conns) Stats() connlimit.Stats { return c.f.connStats() }
+func (c h3Conns) Stats() connlimit.Stats {
+	s := c.f.ln.QUICStats()
+	// quicadmit never sees the attempts the lists refuse.
+	s.Refused.Filtered = c.f.denied.denyList.Load() + c.f.denied.notAllowed.Load()
+	return s
+}
 
 func (c h3Conns) Snapshot(top int) limit.Snapshot[clientkey.Key] {
-	return c.f.h3.perClient.Snapshot(top)
+	_, perClient := c.f.ln.QUIC()
+	return perClient.Snapshot(top)
 }
 
 // Collect sends the metrics of every listener and limiter s runs now.

@@ -1,20 +1,24 @@
 // Package daemon is the portcullis daemon: a reverse proxy (and, on its
 // own listeners, a forward proxy) that applies every Portcullis limit,
 // built from a [config.Config]. It assembles the packages named for what
-// they hold: internal/exchange (one exchange's record and metrics),
+// they hold: internal/listen (the listeners and their admission at
+// accept), internal/exchange (one exchange's record and metrics),
 // internal/accesslog (its line), internal/relay (the upstream exchange),
 // internal/bytepath (the byte path of the event-loop server),
 // internal/admin (the admin listener and live page), and the libraries
 // (connlimit, httplimit, rate, quicadmit, forward, intercept).
 // internal/README.md in the repository draws the map.
 //
-// A [Server] runs the listeners of a configuration, each of them wrapped in
-// its admission layer (front.go, front_h3.go, lists.go, tcp.go):
+// A [Server] runs the listeners of a configuration, each of them a
+// listen.Front wrapped in its admission layer (internal/listen's front.go,
+// front_h3.go and tcp.go; the daemon gives it the lists of lists.go and the
+// cluster Stores and rates at accept in listeners.go):
 //
 //   - http and https: a TCP socket wrapped in a connlimit.Listener (the
 //     deny and allow lists, then the per-client cap, at accept, before a
 //     byte is read or a TLS handshake runs), served by the event-loop
-//     server or net/http (httpserve.go); https negotiates HTTP/2 by ALPN.
+//     server or net/http (internal/listen's httpserve.go); https
+//     negotiates HTTP/2 by ALPN.
 //   - tcp: the same socket and cap, each admitted connection copied to the
 //     listener's upstream.
 //   - http3: a UDP socket with QUIC handshake admission (the deny and

@@ -4,7 +4,6 @@ import (
 	"net/http"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
-	"github.com/seed-a07d1050/portcullis/internal/evloop"
 )
 
 // SetTestHooks makes binding a listener and building a route table fail
@@ -23,22 +22,9 @@ func SetTestHooks(bind func(config.Listener) error, buildTable func(listener str
 // exist.
 func HTTP1ServerOf(s *Server, name string) config.HTTP1Server {
 	for _, f := range s.frontList() {
-		if f.cfg.Name != name || f.http == nil {
-			continue
+		if f.cfg.Name == name {
+			return f.ln.HTTP1Server()
 		}
-		if f.http.fast != nil && f.http.fast.Exchanges != nil {
-			// eventloop runs loops on http listeners (Linux); on https it is
-			// lean, as it is on a system without them.
-			if f.cfg.HTTP1Server == config.HTTP1ServerEventLoop &&
-				(f.http.loop != nil || f.cfg.Protocol == config.ProtocolHTTPS || !evloop.Supported()) {
-				return config.HTTP1ServerEventLoop
-			}
-			return config.HTTP1ServerLean
-		}
-		if f.http.fast != nil {
-			return config.HTTP1ServerFast
-		}
-		return config.HTTP1ServerNetHTTP
 	}
 	return ""
 }
@@ -77,8 +63,8 @@ func SetLoopPanicHook(hook func(step string, r *http.Request)) (restore func()) 
 // 0, 0 without loops.
 func LoopConnsOf(s *Server, name string) (held int, adopted uint64) {
 	for _, f := range s.frontList() {
-		if f.cfg.Name == name && f.http != nil && f.http.loop != nil {
-			return f.http.loop.Conns(), f.http.loop.Adopted()
+		if loop := f.ln.Loops(); f.cfg.Name == name && loop != nil {
+			return loop.Conns(), loop.Adopted()
 		}
 	}
 	return 0, 0

@@ -3,7 +3,6 @@ package daemon
 import (
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 
 	"github.com/seed-a07d1050/portcullis/internal/admin"
@@ -228,7 +227,7 @@ func adoptFrom(sameName, holder, nf *front) *front {
 // cannot be read fails the reload. The certificates are stored at commit.
 func (p *reloadPlan) readCerts() error {
 	for f := range p.kept {
-		if f.cert.Load() == nil {
+		if f.ln.Cert() == nil {
 			continue
 		}
 		cert, err := f.cfg.TLS.Certificate()
@@ -314,7 +313,7 @@ func (s *Server) commit(p *reloadPlan) {
 	s.installTables(p.tables)
 	for f := range p.kept {
 		if f.nextCert != nil {
-			f.cert.Store(f.nextCert)
+			f.ln.SetCert(f.nextCert)
 			f.nextCert = nil
 		}
 		f.lists.Store(f.nextLists)
@@ -328,7 +327,7 @@ func (s *Server) commit(p *reloadPlan) {
 		if shared := p.shares[nf]; shared != nil {
 			shared.stopAccepting()
 			if shared.cfg.SYNFilter && !nf.cfg.SYNFilter {
-				detachSocketFilter(nf.raw)
+				nf.ln.DetachSocketFilter()
 			}
 		}
 		if prev != nil {
@@ -350,19 +349,4 @@ func (s *Server) commit(p *reloadPlan) {
 	fronts := p.fronts
 	s.fronts.Store(&fronts)
 	s.drainInBackground(p.drain, p.cfg.ShutdownTimeout)
-}
-
-// dupListener opens a second descriptor on the socket of ln, so that a new
-// front can accept from the same queue while the old one closes its own.
-func dupListener(ln net.Listener) (net.Listener, error) {
-	tl, ok := ln.(*net.TCPListener)
-	if !ok {
-		return nil, fmt.Errorf("proxy: cannot share a %T", ln)
-	}
-	f, err := tl.File()
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return net.FileListener(f)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"runtime"
 	"sync"
@@ -240,6 +241,11 @@ var testHookReverseProxy bool
 // without request metrics, to measure what they cost.
 var testHookNoRequestMetrics bool
 
+// testHookLoopPanic, when set, is the PanicHook of the event loops of the
+// listeners bound from now on, for the tests of what a panic in a loop's
+// exchange gives back.
+var testHookLoopPanic func(step string, r *http.Request)
+
 // builtTables are the route tables of a configuration, built but not yet
 // serving: by listener name, for the HTTP listeners that own routes.
 type builtTables map[string]*route.Table
@@ -346,17 +352,7 @@ func (s *Server) serve(f *front, cfg *config.Config) error {
 	if f.cfg.RoutesFrom != "" {
 		table = s.tables[f.cfg.RoutesFrom]
 	}
-	switch {
-	case f.cfg.Protocol == config.ProtocolTCP:
-		f.serveTCP(s.base, cfg.Log.IsAccessLogOn())
-		return nil
-	case f.h3 != nil:
-		f.serveH3(table)
-		return nil
-	default:
-		f.serveHTTP(table, s.base, s.loopCounts)
-		return nil
-	}
+	return f.serve(table, s.base, s.loopCounts, cfg.Log.IsAccessLogOn())
 }
 
 // Addr returns the address of the listener named name, or nil if there is
@@ -420,26 +416,6 @@ func (s *Server) reloadAdmin(cfg *config.Config) error {
 		old.Close()
 	}
 	return nil
-}
-
-// sameBoundAddr reports whether listen names the bound address a (TCP or
-// UDP): the same port, and the same IP or an unspecified one.
-func sameBoundAddr(a net.Addr, listen string) bool {
-	want, err := net.ResolveTCPAddr("tcp", listen)
-	if err != nil || want.Port == 0 {
-		return false
-	}
-	var ip net.IP
-	var port int
-	switch a := a.(type) {
-	case *net.TCPAddr:
-		ip, port = a.IP, a.Port
-	case *net.UDPAddr:
-		ip, port = a.IP, a.Port
-	default:
-		return false
-	}
-	return port == want.Port && (ip.Equal(want.IP) || want.IP == nil && ip.IsUnspecified())
 }
 
 // Draining reports whether Shutdown has begun.
@@ -553,7 +529,7 @@ func (s *Server) finish(cut bool) {
 	if cut {
 		ctx, cancel := context.WithTimeout(context.Background(), forceWait)
 		for _, f := range s.frontList() {
-			_ = waitZero(ctx, &f.active)
+			_ = f.ln.WaitIdle(ctx)
 		}
 		cancel()
 	}

@@ -86,7 +86,7 @@ func (s *Store[K]) flush() {
 		sh := s.shardOf(e.ks)
 		sh.mu.Lock()
 		d, keep := e.pending, s.spares(e, now)
-		e.pending, e.queued = 0, false
+		e.pending, e.fixes, e.queued = 0, 0, false
 		if keep > 0 {
 			// Busy: some releases stay counted here, and go in a
 			// later batch once the key is quiet.
@@ -111,13 +111,14 @@ func (s *Store[K]) flush() {
 
 // spares is how many of e's unsent releases stay unsent in this batch:
 // up to floor(limit × SpareShare) while the key was acquired here within
-// the last ReleaseHold, none once it is quiet. It is called with e's
-// shard lock held.
+// the last ReleaseHold, none once it is quiet. (Held releases still
+// reach Redis with the key's next acquire, as every unsent release
+// does.) It is called with e's shard lock held.
 func (s *Store[K]) spares(e *entry[K], now int64) int {
-	if e.pending >= 0 || s.s.SpareShare == 0 || now-e.acquired >= int64(s.s.ReleaseHold) {
+	if e.reusable() == 0 || s.s.SpareShare == 0 || now-e.acquired >= int64(s.s.ReleaseHold) {
 		return 0
 	}
-	return min(-e.pending, int(float64(e.limit)*s.s.SpareShare))
+	return min(e.reusable(), int(float64(e.limit)*s.s.SpareShare))
 }
 
 // heartbeat renews this node's leases by writing its absolute count of
@@ -143,14 +144,18 @@ func (s *Store[K]) heartbeat() {
 				continue
 			}
 			// An acquire in flight may or may not have counted its
-			// permit yet: count it (too many is safe, too few is not)
-			// and correct the count next time. Acquires that start from
-			// now on carry the new epoch and are added by Redis (see
-			// scripts.go).
+			// permit yet: count it (too many is safe, too few is not).
+			// Its reply tells whether that was one too many (a refusal,
+			// or a grant after the write: see scripts.go), and the node
+			// takes it off then, so in-flight acquires do not leave the
+			// key to be rewritten (which would stop Acquire taking back
+			// released permits until the next heartbeat). Acquires that
+			// start from now on carry the new epoch and are added by
+			// Redis.
 			calls = append(calls, syncCall{name: e.name, mode: "a", n: e.held + e.inflight, epoch: epoch, message: e.ks})
 			entries = append(entries, e)
-			e.pending = 0
-			e.dirty = e.inflight != 0
+			e.pending, e.fixes, e.phantom = 0, 0, 0
+			e.dirty = false
 			e.epoch = epoch
 		}
 		sh.mu.Unlock()
@@ -212,14 +217,34 @@ func (s *Store[K]) applySync(calls []syncCall, entries []*entry[K]) {
 		sh.mu.Lock()
 		if c.err != nil {
 			e.dirty = true
+			if c.mode == "a" {
+				e.phantom = 0 // the rewrite counts afresh
+			}
 		} else {
 			e.others, e.seen = c.reply.others, now
 			if c.reply.mine > 0 {
 				e.renewed = now
 			}
+			if c.mode == "a" && c.epoch == e.epoch {
+				s.appliedLocked(e, c.epoch)
+			}
 		}
 		s.forgetIfIdle(sh, e, now)
 		sh.mu.Unlock()
+	}
+}
+
+// appliedLocked records that Redis applied e's snapshot of epoch and takes
+// off the permits it counted for acquires since refused (see
+// overCountedLocked), in the next flush. It is called with e's shard lock
+// held.
+func (s *Store[K]) appliedLocked(e *entry[K], epoch int64) {
+	e.written = epoch
+	if e.phantom > 0 {
+		e.pending -= e.phantom
+		e.fixes += e.phantom
+		e.phantom = 0
+		s.queueLocked(e)
 	}
 }
 

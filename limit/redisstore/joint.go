@@ -45,7 +45,7 @@ func (p *jointPart[K]) Result() (bool, error) { return p.ok, p.err }
 
 func (p *jointPart[K]) begin() bool {
 	var decided bool
-	p.call, p.ok, p.err, decided = p.s.beginAcquire(p.key, p.limit, p.local)
+	p.call, _, decided, p.ok, p.err = p.s.beginAcquire(p.key, p.limit, p.local, nil, false)
 	return decided
 }
 

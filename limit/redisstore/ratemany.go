@@ -104,9 +104,8 @@ func (s *RateStore[K]) ReserveMany(ctx context.Context, reqs []RateRequest[K]) e
 		if err != nil && cerr == nil && c.cmd.Err() == nil && c.cmd.Val() == nil {
 			cerr = err
 		}
-		after := s.now()
 		c.sh.mu.Lock()
-		s.endSend(c.e, c.send, c.p.ivUS, reply, cerr, after)
+		s.endSend(c.e, c.send, c.p.ivUS, reply, cerr, now)
 		c.sh.mu.Unlock()
 		if cerr != nil {
 			failed = append(failed, c.req)

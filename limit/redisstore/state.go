@@ -19,16 +19,23 @@ type entry[K comparable] struct {
 	name string // the Redis hash
 
 	held     int   // permits this node holds through the Store
-	inflight int   // acquire scripts under way
+	inflight int   // permits that acquire scripts under way may take
 	pending  int   // change of this node's count not yet sent to Redis
+	fixes    int   // of pending's decrements, corrections of a double count (never reused)
 	queued   bool  // in the store's sync queue
 	dirty    bool  // Redis may be wrong about this node's count: rewrite it
 	epoch    int64 // of the last heartbeat snapshot, which did not count later acquires
+	written  int64 // epoch of the last snapshot Redis applied (0 none)
+	phantom  int   // refused acquires the snapshot epoch counted, to take off once it is applied
 	renewed  int64 // when Redis last renewed this node's lease on the key (Unix ns, node clock); 0 never
 
 	others  int   // other nodes' live permits, as of seen
 	seen    int64 // when Redis last told us others (Unix ns); 0 never
 	watched int64 // when Redis last refused us (Unix ns); 0 never
+
+	taking  chan struct{} // closed when the in-flight acquire that waiters wait on ends; nil none
+	waiting int           // Acquires waiting on taking
+	alone   bool          // the last call waited on failed or was refused: do not wait
 
 	limit    int   // the limit of the key's last Acquire
 	acquired int64 // when the key was last acquired here (Unix ns, node clock)
@@ -62,10 +69,15 @@ func (s *Store[K]) fresh(e *entry[K], now int64) bool {
 	return e.seen != 0 && now-e.seen < int64(s.s.Lease)
 }
 
+// reusable is how many permits e released that Redis still counts for
+// this node and Acquire may take back: the unsent releases, less the
+// corrections of double counts (fixes) among the unsent decrements.
+func (e *entry[K]) reusable() int { return max(-(e.pending + e.fixes), 0) }
+
 // forgetIfIdle drops e when nothing about it remains to do. It is called
 // with sh.mu held.
 func (s *Store[K]) forgetIfIdle(sh *shard[K], e *entry[K], now int64) {
-	if e.held != 0 || e.inflight != 0 || e.pending != 0 || e.queued || e.dirty {
+	if e.held != 0 || e.inflight != 0 || e.pending != 0 || e.queued || e.dirty || e.waiting != 0 {
 		return
 	}
 	if e.watched != 0 && now-e.watched < int64(s.watchFor()) {

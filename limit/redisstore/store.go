@@ -154,13 +154,53 @@ func (s *Store[K]) NodeID() string { return s.s.NodeID }
 // first it returns ctx.Err(). A refusal or error holds nothing; a true
 // answer must be matched by one Release. After Close it returns
 // [ErrClosed].
+//
+// Acquires of one key that come while another's script is in flight wait
+// for it (bounded by ctx) and then take back a permit if it left one
+// unused; the next script then takes one permit for each acquire still
+// waiting, as many as the limit allows, in one call (see [coalesce]).
 func (s *Store[K]) Acquire(ctx context.Context, key K, limit, local int) (bool, error) {
-	c, ok, err, decided := s.beginAcquire(key, limit, local)
-	if decided {
-		return ok, err
+	var w *entry[K] // the entry this Acquire waits on, between rounds
+	for round := 0; ; round++ {
+		c, wait, decided, ok, err := s.beginAcquire(key, limit, local, w, round < maxWaits)
+		if decided {
+			return ok, err
+		}
+		if wait != nil {
+			w = c.e
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				s.stopWaiting(w)
+				return false, ctx.Err()
+			}
+		}
+		reply, err := s.callAcquire(ctx, c.e, limit, c.epoch, c.delta, c.extra)
+		return s.endAcquire(ctx, c, reply, err)
 	}
-	reply, err := s.callAcquire(ctx, c.e, limit, c.epoch, c.delta)
-	return s.endAcquire(ctx, c, reply, err)
+}
+
+// maxWaits is how many in-flight scripts of its key one Acquire waits for
+// before it runs its own: the first may leave it nothing (it took only
+// its own permit), the second takes one for each waiter.
+const maxWaits = 2
+
+// coalesce: concurrent acquires of one key share script calls. When a key
+// goes from quiet to busy (a new connection burst, a client that comes
+// back), the acquires that arrive within one round trip would each cost a
+// call; instead they wait for the call in flight, and the next call takes
+// their permits too (its extra), which they then take back as released
+// permits (Redis counts them for this node, so that is exact). A call
+// that failed or was refused ends the waiting: each then asks on its own.
+
+// stopWaiting forgets an Acquire that waited on e and gave up.
+func (s *Store[K]) stopWaiting(e *entry[K]) {
+	sh := s.shardOf(e.ks)
+	sh.mu.Lock()
+	e.waiting--
+	s.forgetIfIdle(sh, e, s.s.Clock.Now().UnixNano())
+	sh.mu.Unlock()
 }
 
 // An acquireCall is an Acquire whose script is to run: what endAcquire
@@ -172,31 +212,40 @@ type acquireCall[K comparable] struct {
 	limit, local int
 	epoch        int64
 	delta        int
+	extra        int // permits to take besides its own, for acquires waiting on it
+	taking       bool
 }
 
 // beginAcquire decides key's Acquire without Redis where it can: after
 // Close, for no limit, by the failure policy while the breaker is open, or
 // by taking back a permit this node released and has not sent (decided
-// true, with the answer). Otherwise it counts the script as in flight and
-// returns the call to run.
-func (s *Store[K]) beginAcquire(key K, limit, local int) (c acquireCall[K], ok bool, err error, decided bool) {
+// true, with the answer). Otherwise, when mayWait and another Acquire's
+// script of the key that may take permits for it is in flight, it returns
+// a channel closed when that script ends (and c.e, the entry waited on);
+// else it counts the script as in flight and returns the call to run.
+// waited is the entry an Acquire waited on in its previous round, nil in
+// its first (and for [AcquireJointly], which never waits).
+func (s *Store[K]) beginAcquire(key K, limit, local int, waited *entry[K], mayWait bool) (c acquireCall[K], wait <-chan struct{}, decided, ok bool, err error) {
+	if waited != nil {
+		defer s.stopWaiting(waited)
+	}
 	if s.closed.Load() {
-		return c, false, ErrClosed, true
+		return c, nil, true, false, ErrClosed
 	}
 	if limit <= 0 {
-		return c, false, nil, true
+		return c, nil, true, false, nil
 	}
 	now := s.s.Clock.Now()
 	if !s.br.allow(now) {
 		ok, err = s.fallback(key, limit, local, errBreakerOpen)
-		return c, ok, err, true
+		return c, nil, true, ok, err
 	}
 	ks := s.keyString(key)
 	sh := s.shardOf(ks)
 	sh.mu.Lock()
 	e := s.entryLocked(sh, key, ks)
 	e.limit, e.acquired = limit, now.UnixNano()
-	if e.pending < 0 && !e.dirty && e.held < limit && s.br.current() == BreakerClosed &&
+	if e.reusable() > 0 && !e.dirty && e.held < limit && s.br.current() == BreakerClosed &&
 		now.UnixNano()-e.renewed < int64(s.s.Lease/2) {
 		// A permit this node released and has not told Redis of yet:
 		// Redis still counts it for this node, so taking it again
@@ -210,15 +259,34 @@ func (s *Store[K]) beginAcquire(key K, limit, local int) (c acquireCall[K], ok b
 		e.pending++
 		sh.mu.Unlock()
 		s.st.reused.Add(1)
-		return c, true, nil, true
+		return c, nil, true, true, nil
 	}
-	e.inflight++
+	if mayWait && e.taking != nil && !e.alone {
+		e.waiting++
+		ch := e.taking
+		sh.mu.Unlock()
+		return acquireCall[K]{e: e}, ch, false, false, nil
+	}
 	// Releases not yet sent ride along with the script: a busy key's
 	// releases then cost no round trip of their own.
 	c = acquireCall[K]{key: key, e: e, sh: sh, limit: limit, local: local, epoch: e.epoch, delta: e.pending}
-	e.pending = 0
+	e.pending, e.fixes = 0, 0
+	if mayWait && e.taking == nil {
+		// Acquires of the key that come meanwhile wait for this call,
+		// which takes a permit for each of those already waiting.
+		c.taking, c.extra = true, max(e.waiting-boolInt(waited == e), 0)
+		e.taking = make(chan struct{})
+	}
+	e.inflight += 1 + c.extra // the permits it may take, for a heartbeat meanwhile
 	sh.mu.Unlock()
-	return c, false, nil, false
+	return c, nil, false, false, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // endAcquire ends the call begun by beginAcquire with Redis's reply or
@@ -226,7 +294,12 @@ func (s *Store[K]) beginAcquire(key K, limit, local int) (c acquireCall[K], ok b
 func (s *Store[K]) endAcquire(ctx context.Context, c acquireCall[K], reply acquireReply, err error) (bool, error) {
 	e, sh := c.e, c.sh
 	sh.mu.Lock()
-	e.inflight--
+	e.inflight -= 1 + c.extra
+	if c.taking {
+		close(e.taking)
+		e.taking = nil
+		e.alone = err != nil || !reply.granted
+	}
 	if err != nil {
 		// The script may have run: have the heartbeat rewrite the count.
 		e.dirty = true
@@ -244,22 +317,84 @@ func (s *Store[K]) endAcquire(ctx context.Context, c acquireCall[K], reply acqui
 	if reply.granted {
 		e.renewed = nowNs
 		e.held++
+		// The permits taken for the acquires waiting on this call: Redis
+		// counts them for this node, which they take back as released.
+		e.pending -= reply.got
+		wake := false
+		switch {
+		case e.epoch <= c.epoch:
+			// No snapshot was taken while it was in flight: exact.
+		case reply.stale && reply.ae == e.epoch:
+			// Granted after the write of the snapshot that counted it
+			// (and its extra) as in flight: Redis counts those twice.
+			wake = s.fixLocked(e, 1+c.extra)
+		default:
+			// Granted before the write of the latest snapshot that
+			// counted it, which counts 1+extra where 1+got were taken.
+			wake = s.overCountedLocked(e, c.extra-reply.got)
+		}
 		sh.mu.Unlock()
+		if wake {
+			s.kickSync()
+		}
 		s.br.success()
 		return true, nil
 	}
 	e.watched = nowNs
-	sh.mu.Unlock()
+	if e.epoch > c.epoch && s.overCountedLocked(e, 1+c.extra) {
+		sh.mu.Unlock()
+		s.kickSync()
+	} else {
+		sh.mu.Unlock()
+	}
 	s.br.success()
 	return false, nil
 }
 
+// overCountedLocked takes off k permits that the latest heartbeat snapshot
+// counted for an acquire in flight and Redis did not grant: all of them
+// for a refused acquire, the extra it did not get for a granted one. A
+// snapshot counts the acquires in flight with the permits they may take
+// (one Redis grants before the snapshot's write lands would be lost
+// otherwise), so once that write is applied Redis counts k too many. Left
+// to the next snapshot, a node whose acquires of a key are always in
+// flight (waiters polling a full key) would keep such phantom permits for
+// good and refuse itself the permits other nodes give back (issue 38: a
+// node refused every millisecond saw a dead node's permits a heartbeat or
+// more after the lease ended). The correction is a delta sent after the
+// write (the sync loop sends both, in that order), and only once the write
+// has been applied: a write that failed counted nothing, and its rewrite
+// counts afresh. (A granted acquire's reply says itself whether it ran
+// after the write: see scripts.go.) It is called with e's shard lock held
+// and reports whether the sync loop must be woken.
+func (s *Store[K]) overCountedLocked(e *entry[K], k int) bool {
+	if k <= 0 {
+		return false
+	}
+	if e.written != e.epoch {
+		e.phantom += k // applySync takes them off once the write is applied
+		return false
+	}
+	return s.fixLocked(e, k)
+}
+
+// fixLocked queues the correction of k permits Redis counts too many for
+// e: a decrement that Acquire must not take back as released permits,
+// since the count it corrects was written by a snapshot, not granted under
+// the limit. It is called with e's shard lock held and reports whether
+// the sync loop must be woken.
+func (s *Store[K]) fixLocked(e *entry[K], k int) bool {
+	e.pending -= k
+	e.fixes += k
+	return s.queueLocked(e)
+}
+
 // callAcquire runs the acquire script under Config.Timeout and records it.
-func (s *Store[K]) callAcquire(ctx context.Context, e *entry[K], limit int, epoch int64, delta int) (acquireReply, error) {
+func (s *Store[K]) callAcquire(ctx context.Context, e *entry[K], limit int, epoch int64, delta, extra int) (acquireReply, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.s.Timeout)
 	defer cancel()
 	start := time.Now()
-	reply, err := s.runAcquire(ctx, e.name, limit, epoch, delta, e.ks)
+	reply, err := s.runAcquire(ctx, e.name, limit, epoch, delta, extra, e.ks)
 	s.st.call(opAcquire, time.Since(start), err)
 	return reply, err
 }

@@ -1,4 +1,4 @@
-package daemon_test
+package listen_test
 
 import (
 	"io"
@@ -6,7 +6,8 @@ import (
 	"net"
 	"testing"
 
-	"github.com/seed-a07d1050/portcullis/internal/daemon"
+	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/listen"
 )
 
 // BenchmarkTCPProxy measures the bytes a tcp listener moves from one client
@@ -27,18 +28,30 @@ func BenchmarkTCPProxy(b *testing.B) {
 			go func() { defer c.Close(); _, _ = io.Copy(io.Discard, c) }()
 		}
 	}()
-	srv, err := daemon.Start(parseConfig(b, `
+	cfg, err := config.Parse("bench.yaml", []byte(`
 listeners:
   - name: db
     protocol: tcp
     listen: "127.0.0.1:0"
     upstream: "`+up.Addr().String()+`"
-`, ""), daemon.Options{Logger: slog.New(slog.DiscardHandler)})
+`))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer srv.Close()
-	c, err := net.Dial("tcp", srv.Addr("db").String())
+	lc := cfg.Effective().Listeners[0]
+	raw, err := listen.ListenTCP(lc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f, err := listen.NewTCP(raw, lc, listen.Admission{Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Serve(listen.Serving{}); err != nil {
+		b.Fatal(err)
+	}
+	c, err := net.Dial("tcp", f.Addr().String())
 	if err != nil {
 		b.Fatal(err)
 	}

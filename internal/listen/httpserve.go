@@ -1,10 +1,12 @@
-package daemon
+package listen
 
 import (
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	stdlog "log"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -52,8 +54,8 @@ type httpServers struct {
 }
 
 // newHTTPServers builds the servers of f, an http or https front, without
-// starting them. Each request goes to f.ServeHTTP.
-func newHTTPServers(f *front) *httpServers {
+// starting them. Each request goes to f.ServeHTTP, or to the byte path.
+func newHTTPServers(f *Front) *httpServers {
 	lc := &f.cfg
 	h := &httpServers{}
 	baseContext := func(net.Listener) context.Context { return h.base }
@@ -69,12 +71,11 @@ func newHTTPServers(f *front) *httpServers {
 			Logger:            f.log,
 		}
 		if lc.HTTP1Server.Lean() {
-			h.fast.Exchanges = bytepath.NewPoller(byteListener(f))
+			h.fast.Exchanges = bytepath.NewPoller(f.byteListener())
 		}
 		if lc.Protocol != config.ProtocolHTTPS {
 			if lc.HTTP1Server == config.HTTP1ServerEventLoop {
-				h.loopWith = bytepath.NewLoops(byteListener(f), h.fast)
-				h.loopWith.PanicHook = testHookLoopPanic
+				h.loopWith = bytepath.NewLoops(f.byteListener(), h.fast)
 			}
 			return h
 		}
@@ -113,14 +114,14 @@ func newHTTPServers(f *front) *httpServers {
 }
 
 // start serves the connections of conns on their own goroutines, with
-// base as the base of every request's context, and closes served once the
+// s.Base as the base of every request's context, and closes served once the
 // loop accepting from conns has returned (when conns is closed), as a
 // reload that takes over the socket waits for. The connection caps run
 // before any TLS handshake: the TLS listener wraps conns. With a handoff,
 // std goes on serving the HTTP/2 connections whose handshakes were under
 // way until shutdown or close.
-func (h *httpServers) start(conns net.Listener, base context.Context, served chan<- struct{}, loopCounts *evloop.Counts, log func(error)) {
-	h.base = base
+func (h *httpServers) start(conns net.Listener, s Serving, served chan<- struct{}, log func(error)) {
+	h.base = s.Base
 	check := func(err error) {
 		if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			log(err)
@@ -133,7 +134,10 @@ func (h *httpServers) start(conns net.Listener, base context.Context, served cha
 			check(h.std.Serve(h.handoff))
 		}()
 	}
-	if h.startLoop(loopCounts, log) {
+	if h.loopWith != nil {
+		h.loopWith.PanicHook = s.LoopPanicHook
+	}
+	if h.startLoop(s.LoopCounts, log) {
 		h.loopLn = &loopListener{Listener: conns, loop: h.loop, takes: h.loopWith.Takes}
 	}
 	go func() {
@@ -167,6 +171,46 @@ func (h *httpServers) startLoop(counts *evloop.Counts, log func(error)) bool {
 	}
 	h.loop = loop
 	return true
+}
+
+// newServerErrorLog returns the log.Logger an http.Server writes its own
+// errors to (TLS handshake failures, malformed requests). They are logged at
+// DEBUG: a client can cause any number of them.
+func newServerErrorLog(log *slog.Logger) *stdlog.Logger {
+	return slog.NewLogLogger(log.Handler(), slog.LevelDebug)
+}
+
+// HTTP1Server returns the HTTP/1.x server that serves f now, as the
+// http1_server setting names it: "eventloop" when the event loops run, or
+// where they never do (https, a system without them) and the byte path
+// serves in Go's poller instead; "lean" for the byte path in Go's poller
+// set in Go, or where the loops failed to start; "fast" for
+// internal/http1 alone; "net/http"; and "" for an http3 or tcp listener.
+func (f *Front) HTTP1Server() config.HTTP1Server {
+	h := f.http
+	switch {
+	case h == nil:
+		return ""
+	case h.fast != nil && h.fast.Exchanges != nil:
+		if f.cfg.HTTP1Server == config.HTTP1ServerEventLoop &&
+			(h.loop != nil || f.cfg.Protocol == config.ProtocolHTTPS || !evloop.Supported()) {
+			return config.HTTP1ServerEventLoop
+		}
+		return config.HTTP1ServerLean
+	case h.fast != nil:
+		return config.HTTP1ServerFast
+	}
+	return config.HTTP1ServerNetHTTP
+}
+
+// Loops returns the event loops serving f's plainest exchanges, or nil
+// when none run (another http1_server, https, http3, tcp, a system
+// without them, or before Serve).
+func (f *Front) Loops() *evloop.Server {
+	if f.http == nil {
+		return nil
+	}
+	return f.http.loop
 }
 
 // loopListener gives the event loops every connection they take: its

@@ -1,4 +1,4 @@
-package daemon
+package listen_test
 
 import (
 	"net"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/config"
+	"github.com/seed-a07d1050/portcullis/internal/listen"
 )
 
 // HTTP listeners accept with TCP keep-alive off (their timeouts end silent
@@ -22,7 +23,7 @@ func TestListenTCPKeepAlive(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(string(tc.protocol), func(t *testing.T) {
-			ln, err := listenTCP(config.Listener{Protocol: tc.protocol, Listen: "127.0.0.1:0"})
+			ln, err := listen.ListenTCP(config.Listener{Protocol: tc.protocol, Listen: "127.0.0.1:0"})
 			if err != nil {
 				t.Fatal(err)
 			}

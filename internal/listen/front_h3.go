@@ -1,10 +1,9 @@
-package daemon
+package listen
 
 import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -31,24 +30,38 @@ type h3Front struct {
 	tr        *quic.Transport
 	ctrl      *quicadmit.Controller
 	perClient *limit.Limiter[clientkey.Key]
-	rates     h3Rates // handshake_rate
 	ln        *quicadmit.Listener
 	srv       *http3.Server
 }
 
-// bindH3 binds the UDP socket of an http3 listener and sets up its
-// admission; it does not serve yet. On error nothing is left open.
-func bindH3(f *front, cl *cluster) error {
-	lc := &f.cfg
+// BindH3 binds the UDP socket of lc, an http3 listener, and sets up its
+// admission: the handshake admission controller (quicadmit), with the
+// filter and handshake rate of adm, the per-client cap on proven clients,
+// and its certificate. It does not serve yet. On error nothing is left
+// open; the handshake rate of adm is the caller's to close.
+func BindH3(lc config.Listener, adm Admission) (*Front, error) {
+	if lc.Protocol != config.ProtocolHTTP3 {
+		return nil, errorf(lc.Name, "BindH3 binds http3 listeners, not %s", lc.Protocol)
+	}
+	f := &Front{cfg: lc, log: logOf(adm).With("listener", lc.Name), served: make(chan struct{})}
 	udp, err := net.ListenPacket("udp", lc.Listen)
 	if err != nil {
-		return fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
+		return nil, errorf(lc.Name, "%w", err)
 	}
 	h := &h3Front{udp: udp, tr: &quic.Transport{Conn: udp}}
-	fail := func(err error) error {
+	if err := h.admit(f, adm); err != nil {
 		h.closeAll()
-		return fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
+		return nil, err
 	}
+	f.h3 = h
+	f.stats = newQUICCollector(h, lc.Name)
+	return f, nil
+}
+
+// admit sets up the admission of h, f's QUIC side, and its listener.
+func (h *h3Front) admit(f *Front, adm Admission) error {
+	lc := &f.cfg
+	var err error
 	h.perClient, err = limit.New(limit.Config[clientkey.Key]{
 		Policy: limit.Policy[clientkey.Key]{
 			Permits:      lc.MaxConnsPerClient,
@@ -60,10 +73,7 @@ func bindH3(f *front, cl *cluster) error {
 		Name:   lc.Name + "/quic_clients",
 	})
 	if err != nil {
-		return fail(err)
-	}
-	if err := h.rates.build(f, cl); err != nil {
-		return fail(err)
+		return errorf(lc.Name, "per-client cap: %w", err)
 	}
 	qc := quicadmit.Config{
 		RetryThresholdMin: lc.QUIC.RetryThresholdMin,
@@ -71,8 +81,8 @@ func bindH3(f *front, cl *cluster) error {
 		MaxInProgress:     lc.QUIC.MaxInProgress,
 		HandshakeTimeout:  admissionBackstop(lc.QUIC.HandshakeTimeout),
 		PerClient:         h.perClient,
-		PerClientRate:     h.rates.handshake,
-		Keyer:             f.id.Keyer,
+		PerClientRate:     adm.HandshakeRate,
+		Keyer:             adm.Keyer,
 		Logger:            f.log,
 	}
 	if lc.QUIC.Retry == config.RetryAlways {
@@ -82,22 +92,23 @@ func bindH3(f *front, cl *cluster) error {
 	if lc.QUIC.TokenKeyFile != "" {
 		key, err := config.ReadTokenKey(lc.QUIC.TokenKeyFile)
 		if err != nil {
-			return fail(err)
+			return errorf(lc.Name, "%w", err)
 		}
 		tk := quic.TokenGeneratorKey(key)
 		qc.TokenKey = &tk
 	}
 	if h.ctrl, err = quicadmit.New(qc); err != nil {
-		return fail(err)
+		return errorf(lc.Name, "quic admission: %w", err)
 	}
 	// The lists refuse before quicadmit admits: its hooks go on the
-	// transport first, and filterQUIC wraps them.
+	// transport first, and the daemon's filter wraps them.
 	if err := h.ctrl.Attach(h.tr); err != nil {
-		return fail(err)
+		return errorf(lc.Name, "quic admission: %w", err)
 	}
-	f.filterQUIC(h.tr)
+	if adm.FilterQUIC != nil {
+		adm.FilterQUIC(h.tr)
+	}
 	if err := f.loadCert(); err != nil {
-		h.closeAll()
 		return err
 	}
 	tlsConf := http3.ConfigureTLSConfig(&tls.Config{GetCertificate: f.getCertificate, MinVersion: tls.VersionTLS13})
@@ -111,9 +122,8 @@ func bindH3(f *front, cl *cluster) error {
 		MaxIncomingStreams:   int64(lc.MaxConcurrentStreams),
 	})
 	if err != nil {
-		return fail(err)
+		return errorf(lc.Name, "quic listener: %w", err)
 	}
-	f.h3 = h
 	return nil
 }
 
@@ -153,7 +163,7 @@ func connOverridePermits(overrides []config.ConnOverride) func(clientkey.Key) in
 }
 
 // serve starts the HTTP/3 server on the admitted QUIC connections.
-func (h *h3Front) serve(f *front) {
+func (h *h3Front) serve(f *Front) {
 	lc := &f.cfg
 	h.srv = &http3.Server{
 		Handler:        f,
@@ -171,17 +181,18 @@ func (h *h3Front) serve(f *front) {
 
 // shutdown sends GOAWAY and waits for the requests in progress until ctx
 // ends, then closes everything.
-func (h *h3Front) shutdown(ctx context.Context, f *front) error {
+func (h *h3Front) shutdown(ctx context.Context, f *Front) error {
 	err := h.srv.Shutdown(ctx)
 	if err == nil {
-		err = waitZero(ctx, &f.active)
+		err = f.WaitIdle(ctx)
 	}
 	h.closeAll()
 	return err
 }
 
 // closeAll closes the server, listener, transport and socket, and stops
-// the controller and limiter.
+// the controller and the per-client limiter (the handshake rate is the
+// daemon's).
 func (h *h3Front) closeAll() {
 	if h.srv != nil {
 		_ = h.srv.Close()
@@ -197,13 +208,32 @@ func (h *h3Front) closeAll() {
 	if h.perClient != nil {
 		_ = h.perClient.Close()
 	}
-	h.rates.close()
 }
 
-// stats maps the QUIC admission counts onto connection counts: a completed
-// handshake is an accepted connection, a per-client refusal a client_cap
-// refusal, an attempt in progress a pending connection; open connections
-// are the per-client permits held.
+// QUICStats returns the QUIC admission counts of an http3 listener as
+// connection counts: a completed handshake is an accepted connection, a
+// per-client refusal a client_cap refusal, an attempt in progress a
+// pending connection; open connections are the per-client permits held.
+// The attempts Admission.FilterQUIC refused are not among them (the
+// daemon counts those). Zero Stats for a TCP listener.
+func (f *Front) QUICStats() connlimit.Stats {
+	if f.h3 == nil {
+		return connlimit.Stats{}
+	}
+	return f.h3.stats()
+}
+
+// QUIC returns the QUIC admission controller of an http3 listener, and
+// its per-client cap on proven clients; nil, nil for a TCP listener.
+func (f *Front) QUIC() (*quicadmit.Controller, *limit.Limiter[clientkey.Key]) {
+	if f.h3 == nil {
+		return nil, nil
+	}
+	return f.h3.ctrl, f.h3.perClient
+}
+
+// stats maps the QUIC admission counts onto connection counts
+// (QUICStats).
 func (h *h3Front) stats() connlimit.Stats {
 	s := h.ctrl.Snapshot()
 	return connlimit.Stats{
@@ -277,14 +307,14 @@ func udpPort(a net.Addr) int {
 	return 0
 }
 
-// linkAltSvc makes every TCP HTTP listener whose routes an http3 listener
-// shares advertise that listener's port with Alt-Svc, and clears the header
-// of the others.
-func linkAltSvc(fronts []*front) {
+// LinkAltSvc makes every TCP HTTP listener of fronts whose routes an
+// http3 listener of fronts shares advertise that listener's port with
+// Alt-Svc, and clears the header of the others.
+func LinkAltSvc(fronts []*Front) {
 	ports := make(map[string]int)
 	for _, f := range fronts {
 		if f.h3 != nil && f.cfg.RoutesFrom != "" {
-			ports[f.cfg.RoutesFrom] = udpPort(f.addr())
+			ports[f.cfg.RoutesFrom] = udpPort(f.Addr())
 		}
 	}
 	for _, f := range fronts {
