@@ -27,5 +27,5 @@
 // hold the byte path to the full server byte for byte.
 //
 // The package imports no part of the daemon: the daemon adapts its route
-// tables to [Table] and [Router] (internal/daemon/bytepath.go).
+// tables to [Table] and [Router] (internal/route/bytepath.go).
 package bytepath

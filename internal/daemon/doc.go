@@ -2,7 +2,8 @@
 // own listeners, a forward proxy) that applies every Portcullis limit,
 // built from a [config.Config]. It assembles the packages named for what
 // they hold: internal/listen (the listeners and their admission at
-// accept), internal/exchange (one exchange's record and metrics),
+// accept), internal/route (a listener's route table, limits, rates and
+// refusals), internal/exchange (one exchange's record and metrics),
 // internal/accesslog (its line), internal/relay (the upstream exchange),
 // internal/bytepath (the byte path of the event-loop server),
 // internal/admin (the admin listener and live page), and the libraries
@@ -25,18 +26,22 @@
 //     allow lists, then quicadmit) and a per-client cap on proven clients,
 //     served by an http3.Server.
 //
-// Every HTTP listener routes requests by host and longest path prefix to
-// routes (routes.go, table.go), each with its relay (internal/relay), an
-// optional concurrency limit and an optional shadow limit (limits.go,
-// httplimit scoped to the route), optional request rates (rates.go),
-// behind an optional listener-wide per-client limit. The route table of a
-// listener sits behind an atomic pointer: a reload swaps it, and an
-// exchange in progress finishes on the table it started with. With a
-// cluster section, the route and client limits count in Redis
-// (cluster.go, limit/redisstore). A plain GET or HEAD to a route the byte
-// path can serve is answered by internal/bytepath without an
-// http.Request's full machinery, through the views of the route table
-// bytepath.go fills in; anything else is handed to the full server.
+// Every HTTP listener serves its requests through a route table
+// (internal/route): routes picked by host and longest path prefix, each
+// with its relay (internal/relay), optional concurrency, shadow and rate
+// limits, behind an optional listener-wide client limit, rate and
+// authentication, or, on a forward listener, the forward proxy and its
+// limits. The daemon builds a listener's table with route.Build in
+// buildTables (server.go), giving it the cluster's Stores
+// (rates_cluster.go: with a cluster section, the route and client limits
+// and the rates count in Redis, limit/redisstore). The route table of a
+// listener sits behind an atomic pointer: a reload builds the new tables
+// beside the running ones, swaps them in (installTables) and retires the
+// old ones, and an exchange in progress finishes on the table it started
+// with. A plain GET or HEAD to a route the byte path can serve is answered
+// by internal/bytepath without an http.Request's full machinery, through
+// the table's views (route.Table.Byte); anything else is handed to the
+// full server.
 //
 // Every HTTP exchange is counted in its route's request metrics and, unless
 // log.access_log is false, logged when it ends with what the route and the
@@ -45,8 +50,8 @@
 // The admin listener is internal/admin: /metrics, /debug/limits (see
 // [Server.Snapshot]), /healthz, /readyz and the live page. The daemon
 // starts it and implements its Source (admin.go): the listeners, route
-// tables and limiters running now, the metrics collectors, readiness, and
-// the cluster's Redis health.
+// tables (route.Table.Admin and Collect) and limiters running now, the
+// metrics collectors, readiness, and the cluster's Redis health.
 //
 // Lifecycle: [Start] binds everything and serves; [Server.Reload] applies a
 // new configuration (reload.go); [Server.Shutdown] drains and

@@ -88,7 +88,7 @@ func proxySet(prefixes []netip.Prefix) (*clientkey.ProxySet, error) {
 	return clientkey.ParseProxySet(entries)
 }
 
-// limiter is one httplimit.Limiter of the daemon with what exports it.
+// limiter is one httplimit.Limiter of a table with what exports it.
 type limiter struct {
 	cfg   config.Limit // effective
 	kind  limitKind

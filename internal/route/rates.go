@@ -28,7 +28,7 @@ import (
 // handshake_rate are the listener's accept-time rates, outside the table.)
 const kindRate limitKind = "rate" // listeners[].rate, routes[].rate
 
-// rateLimiter is one request rate of the daemon (a listener's or a route's
+// rateLimiter is one request rate of a table (a listener's or a route's
 // `rate` block) with what exports it. Like a limiter, it is kept across a
 // reload that does not change its settings, so that its keys' state carries
 // over; a replaced one is closed once the exchanges that went through it

@@ -17,9 +17,9 @@ import (
 // its response block if it has one; any other (the limiter closed, the
 // cluster store failed, the client gone while waiting) gets httplimit's
 // default 503, since the configured text would not be true. Without a
-// response block the answer is byte for byte httplimit's default; the
-// daemon sets Reject anyway so that the access log learns why (see
-// admissionHooks).
+// response block the answer is byte for byte httplimit's default; a
+// table sets Reject anyway so that the access log learns why (see
+// exchange.AdmissionHooks).
 func refusalResponse(cfg *config.Limit) func(http.ResponseWriter, *http.Request, string, error) {
 	status := cfg.Status
 	if status == 0 {

@@ -34,7 +34,7 @@ func parseHostPattern(s string) hostPattern {
 	return hostPattern{exact: s}
 }
 
-// route is one entry of a routeTable: what it matches and the handler chain
+// route is one entry of a Table: what it matches and the handler chain
 // that serves what it matched.
 type route struct {
 	name    string
