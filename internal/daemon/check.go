@@ -26,7 +26,7 @@ import (
 // cfg that Validate refuses is not built: the error is Validate's.
 func Check(cfg *config.Config) error {
 	if cfg == nil {
-		return errors.New("proxy: nil config")
+		return errors.New("daemon: nil config")
 	}
 	if err := cfg.Validate(); err != nil {
 		return err

@@ -136,11 +136,11 @@ listeners:
 				_ = srv.Close()
 				t.Fatalf("Start succeeded, want %q", want)
 			}
-			if got := err.Error(); got != "proxy: "+want {
-				t.Errorf("Start:\n got  %s\n want proxy: %s", got, want)
+			if got := err.Error(); got != "daemon: "+want {
+				t.Errorf("Start:\n got  %s\n want daemon: %s", got, want)
 			}
-			if err := running.Reload(cfg); err == nil || err.Error() != "proxy: "+want {
-				t.Errorf("Reload:\n got  %v\n want proxy: %s", err, want)
+			if err := running.Reload(cfg); err == nil || err.Error() != "daemon: "+want {
+				t.Errorf("Reload:\n got  %v\n want daemon: %s", err, want)
 			}
 			if running.Addr("web") == nil {
 				t.Errorf("the running server lost its listener after a refused reload")

@@ -51,11 +51,11 @@ func newCluster(cfg *config.Cluster, log *slog.Logger) (*cluster, error) {
 	}
 	tlsConf, err := cfg.Redis.TLS.ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("proxy: cluster: %w", err)
+		return nil, fmt.Errorf("daemon: cluster: %w", err)
 	}
 	client, err := redisstore.NewClient(clientOptions(cfg, tlsConf))
 	if err != nil {
-		return nil, fmt.Errorf("proxy: cluster: %w", err)
+		return nil, fmt.Errorf("daemon: cluster: %w", err)
 	}
 	// go-redis logs through one process-wide logger.
 	redis.SetLogger(redisClientLog{log})
@@ -161,7 +161,7 @@ func newStore[K comparable](c *cluster, name, logName string, keyString func(K) 
 		Outages:     c.outages,
 	}, keyString)
 	if err != nil {
-		return nil, fmt.Errorf("proxy: cluster store %s: %w", name, err)
+		return nil, fmt.Errorf("daemon: cluster store %s: %w", name, err)
 	}
 	return &clusterStore[K]{Store: s, metrics: redisprom.NewCollector(s, "", labels)}, nil
 }

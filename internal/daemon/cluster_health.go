@@ -40,7 +40,7 @@ func (c *cluster) connect() error {
 	defer cancel()
 	if err := redisstore.Probe(ctx, c.client); err != nil {
 		if errors.Is(err, redisstore.ErrAuth) {
-			return fmt.Errorf("proxy: cluster: %s: %w", c.describe(), err)
+			return fmt.Errorf("daemon: cluster: %s: %w", c.describe(), err)
 		}
 		c.startErr = redisstore.FailureReason(err)
 		c.log.Warn("cluster: redis does not answer at start; deciding by on_error until it does",

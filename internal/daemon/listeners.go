@@ -68,7 +68,7 @@ var testHookBind func(config.Listener) error
 func bindFront(lc config.Listener, log *slog.Logger, cl *cluster, lists frontLists) (*front, error) {
 	if testHookBind != nil {
 		if err := testHookBind(lc); err != nil {
-			return nil, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
+			return nil, fmt.Errorf("daemon: listener %s: %w", lc.Name, err)
 		}
 	}
 	if lc.Protocol == config.ProtocolHTTP3 {
@@ -126,7 +126,7 @@ func bindFrontOn(raw net.Listener, lc config.Listener, log *slog.Logger, cl *clu
 	if err != nil {
 		_ = raw.Close()
 		f.closeStore()
-		return nil, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
+		return nil, fmt.Errorf("daemon: listener %s: %w", lc.Name, err)
 	}
 	adm.Store, adm.ConnRateStore = cc.Store, cc.ConnRateStore
 	if lc.ConnRate != nil {
@@ -150,7 +150,7 @@ func bindH3(lc config.Listener, log *slog.Logger, cl *cluster, lists frontLists)
 	}
 	f.h3 = new(h3Rates)
 	if err := f.h3.build(f, cl); err != nil {
-		return nil, fmt.Errorf("proxy: listener %s: %w", lc.Name, err)
+		return nil, fmt.Errorf("daemon: listener %s: %w", lc.Name, err)
 	}
 	adm.HandshakeRate = f.h3.handshake
 	if f.ln, err = listen.BindH3(lc, adm); err != nil {

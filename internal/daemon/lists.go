@@ -19,8 +19,8 @@ import (
 // as connlimit logs them; fixed values, so that a refusal allocates
 // nothing.
 var (
-	errDenyList   = errors.New("proxy: client in deny_file")
-	errNotAllowed = errors.New("proxy: client not in allow_file")
+	errDenyList   = errors.New("daemon: client in deny_file")
+	errNotAllowed = errors.New("daemon: client not in allow_file")
 )
 
 // deniedCounts are the connections a listener's lists refused. A listener

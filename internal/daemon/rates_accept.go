@@ -28,7 +28,7 @@ func (f *front) connRateStore(cc *connlimit.Config, cl *cluster) error {
 	}
 	rs, err := cl.connRateStore(f.cfg.Name, kindConnRate)
 	if err != nil {
-		return fmt.Errorf("proxy: listener %s: conn_rate: %w", f.cfg.Name, err)
+		return fmt.Errorf("daemon: listener %s: conn_rate: %w", f.cfg.Name, err)
 	}
 	if rs != nil { // a nil *clusterRateStore must not become a non-nil Store
 		cc.ConnRateStore, f.rates = rs, rs

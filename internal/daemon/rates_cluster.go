@@ -78,7 +78,7 @@ func rateStore[K comparable](c *cluster, name string, keyString func(K) string, 
 		Outages:       c.outages,
 	}, keyString)
 	if err != nil {
-		return nil, fmt.Errorf("proxy: cluster rate store %s: %w", name, err)
+		return nil, fmt.Errorf("daemon: cluster rate store %s: %w", name, err)
 	}
 	return &clusterRateStore[K]{RateStore: s, metrics: newRateStoreCollector(s, labels)}, nil
 }

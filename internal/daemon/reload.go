@@ -50,10 +50,10 @@ import (
 // it returns ErrClosed.
 func (s *Server) Reload(cfg *config.Config) error {
 	if cfg == nil {
-		return errors.New("proxy: nil config")
+		return errors.New("daemon: nil config")
 	}
 	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("proxy: %w", err)
+		return fmt.Errorf("daemon: %w", err)
 	}
 	eff := cfg.Effective()
 	s.mu.Lock()
@@ -62,7 +62,7 @@ func (s *Server) Reload(cfg *config.Config) error {
 		return ErrClosed
 	}
 	if !s.cluster.sameAs(eff.Cluster) {
-		return errors.New("proxy: a change of the cluster section needs a restart")
+		return errors.New("daemon: a change of the cluster section needs a restart")
 	}
 	auth, err := admin.LoadAuth(eff.Admin) // first phase: read, nothing changes yet
 	if err != nil {
@@ -70,7 +70,7 @@ func (s *Server) Reload(cfg *config.Config) error {
 	}
 	vals, err := buildValues(eff) // what check builds, before anything changes
 	if err != nil {
-		return fmt.Errorf("proxy: %w", err)
+		return fmt.Errorf("daemon: %w", err)
 	}
 	p, err := s.prepare(eff, vals.lists)
 	if err != nil {
@@ -232,7 +232,7 @@ func (p *reloadPlan) readCerts() error {
 		}
 		cert, err := f.cfg.TLS.Certificate()
 		if err != nil {
-			return fmt.Errorf("proxy: listener %s: load certificate: %w", f.cfg.Name, err)
+			return fmt.Errorf("daemon: listener %s: load certificate: %w", f.cfg.Name, err)
 		}
 		f.nextCert = &cert
 	}

@@ -26,7 +26,7 @@ import (
 )
 
 // ErrClosed is returned by [Server.Reload] after Shutdown or Close.
-var ErrClosed = errors.New("proxy: server closed")
+var ErrClosed = errors.New("daemon: server closed")
 
 // forceWait bounds how long Shutdown waits, once its context has ended, for
 // the exchanges it cut off to return.
@@ -110,15 +110,15 @@ func routePathsOf(cfg *config.Config) *map[string]config.RoutePath {
 // nor kept: Start works on its effective copy.
 func Start(cfg *config.Config, opts Options) (*Server, error) {
 	if cfg == nil {
-		return nil, errors.New("proxy: nil config")
+		return nil, errors.New("daemon: nil config")
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("proxy: %w", err)
+		return nil, fmt.Errorf("daemon: %w", err)
 	}
 	eff := cfg.Effective()
 	vals, err := buildValues(eff) // what check builds, before anything opens
 	if err != nil {
-		return nil, fmt.Errorf("proxy: %w", err)
+		return nil, fmt.Errorf("daemon: %w", err)
 	}
 	s := &Server{
 		log:        opts.Logger,
