@@ -15,10 +15,10 @@ import (
 const configDir = "../config/testdata/"
 
 // FuzzStartAcceptsValidConfigs checks that `portcullis check` and `run`
-// agree: every configuration Validate accepts must start (with its
-// addresses moved to free loopback ports), since an operator who ran check
-// was promised it would. A configuration whose start fails is a gap in
-// Validate.
+// agree: every configuration check accepts (config's Validate, then the
+// build pass, daemon.Check) must start (with its addresses moved to free
+// loopback ports), since an operator who ran check was promised it would.
+// A configuration whose start fails is a gap in Check.
 //
 // ci:fuzztime 30000x (a valid input starts and stops a daemon)
 func FuzzStartAcceptsValidConfigs(f *testing.F) {
@@ -48,6 +48,9 @@ func FuzzStartAcceptsValidConfigs(f *testing.F) {
 		if err != nil {
 			return // refused by check too
 		}
+		if err := daemon.Check(cfg); err != nil {
+			return // check refuses it: what a file holds is read by the build pass
+		}
 		for i := range cfg.Listeners {
 			cfg.Listeners[i].Listen = "127.0.0.1:0"
 		}
@@ -56,7 +59,7 @@ func FuzzStartAcceptsValidConfigs(f *testing.F) {
 		}
 		srv, err := daemon.Start(cfg, daemon.Options{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
-			t.Fatalf("Validate accepted the configuration but Start refused it: %v\n%s", err, data)
+			t.Fatalf("check accepted the configuration but Start refused it: %v\n%s", err, data)
 		}
 		_ = srv.Close()
 	})
