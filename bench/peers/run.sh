@@ -404,7 +404,7 @@ write_meta() {
 	local rev dirty=""
 	rev=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
 	[[ -n $(git -C "$REPO" status --porcelain 2>/dev/null) ]] && dirty=" (with uncommitted changes)"
-	jq -n --arg nginx "$(nginx -v 2>&1)" --arg haproxy "$(haproxy -v | head -1)" \
+	jq -n --arg nginx "$(nginx -v 2>&1)" --arg haproxy "$(haproxy -v | sed -n 1p)" \
 		--arg go "$(go version)" --arg portcullis "$rev$dirty" --arg kernel "$(uname -r)" \
 		--arg cpus "$(nproc)" --arg cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')" \
 		--arg cmd "$CMDLINE" --arg start "$1" --arg end "$(date -u +%FT%TZ)" \
@@ -583,7 +583,7 @@ tls_main() {
 		profile_tls https1
 	fi
 	write_meta "$start_time" "$load_start"
-	jq --arg wrk "$(wrk -v 2>&1 | head -1)" --arg h2load "$(h2load --version)" --arg openssl "$(openssl version)" \
+	jq --arg wrk "$(wrk -v 2>&1 | sed -n 1p)" --arg h2load "$(h2load --version)" --arg openssl "$(openssl version)" \
 		'. + {wrk: $wrk, h2load: $h2load, openssl: $openssl}' "$RAW/meta.json" >"$RAW/tls/meta.json"
 	"$TMP/bin/chart" -tls -raw "$RAW/tls" -md "$OUT/tls-results.md" -json "$OUT/tls-results.json"
 	log "wrote $OUT/tls-results.md and $OUT/tls-results.json"
