@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -11,36 +10,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+
+	"github.com/seed-a07d1050/portcullis/internal/h3test"
 )
 
 // h3Client returns an HTTP/3 client whose QUIC connections come from ip.
 func h3Client(t *testing.T, ip string, pool *x509.CertPool) (*http.Client, *http3.Transport) {
 	t.Helper()
-	tr := &http3.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: pool},
-		Dial: func(ctx context.Context, addr string, tlsCfg *tls.Config, cfg *quic.Config) (*quic.Conn, error) {
-			udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(ip)})
-			if err != nil {
-				return nil, err
-			}
-			ua, err := net.ResolveUDPAddr("udp", addr)
-			if err != nil {
-				udp.Close()
-				return nil, err
-			}
-			c, err := quic.DialEarly(ctx, udp, ua, tlsCfg, cfg)
-			if err != nil {
-				udp.Close()
-				return nil, err
-			}
-			go func() { <-c.Context().Done(); udp.Close() }()
-			return c, nil
-		},
-	}
-	t.Cleanup(func() { _ = tr.Close() })
-	return &http.Client{Transport: tr, Timeout: waitLimit}, tr
+	return h3test.Client(t, ip, pool, waitLimit)
 }
 
 func TestHTTP3SharesTheRoutesAndIsAdvertised(t *testing.T) {
