@@ -101,3 +101,38 @@ func TestSpareShareKeepsBusyPermitsExactly(t *testing.T) {
 	releaseAll(all)
 	waitFor(t, "counts back to zero", time.Second, func() bool { return len(counts(t, c, "k")) == 0 })
 }
+
+// A client that takes its one permit again as soon as it gave it back is
+// never refused, however its releases and acquires cross: an acquire that
+// starts while a batch carrying the key's release is on its way to Redis
+// (on another connection of the pool, so Redis may run the acquire's
+// script first) waits for the batch rather than being refused for a
+// permit the node no longer holds.
+func TestAcquireAfterReleaseInFlightIsNotRefused(t *testing.T) {
+	srv := startRedis(t)
+	a := newNode(t, srv.Addr(), redisstore.Config{NodeID: "a", ReleaseHold: time.Millisecond},
+		limit.Config[string]{Policy: limit.Policy[string]{Permits: 1}})
+	ctx := context.Background()
+	const n = 2000
+	deadline := time.Now().Add(20 * time.Second)
+	refused := 0
+	for i := 0; i < n && time.Now().Before(deadline); i++ {
+		p, err := a.l.Acquire(ctx, "k")
+		if err != nil {
+			refused++
+			continue
+		}
+		p.Release()
+		// As between one request and the next: long enough for a
+		// release batch to take the released permit now and then.
+		time.Sleep(300 * time.Microsecond)
+	}
+	st := a.st.Stats()
+	t.Logf("%d acquires, %d refused; %d acquire calls, %d release batches", n, refused, st.Acquire.Calls, st.Sync.Calls)
+	if refused != 0 {
+		t.Fatalf("%d of %d acquires of a key this node alone uses were refused", refused, n)
+	}
+	if st.Sync.Calls < 10 {
+		t.Fatalf("only %d release batches ran: the test did not cross releases and acquires", st.Sync.Calls)
+	}
+}

@@ -261,6 +261,17 @@ func (s *Store[K]) beginAcquire(key K, limit, local int, waited *entry[K], mayWa
 		s.st.reused.Add(1)
 		return c, nil, true, true, nil
 	}
+	if mayWait && e.released != nil {
+		// A release of the key is on its way to Redis in a batch, on
+		// another connection: a script sent now may run before it and be
+		// refused for a permit this node no longer holds (a client
+		// sending one request after another, limit 1, refused). Wait for
+		// the batch; it takes a round trip at most.
+		e.waiting++
+		ch := e.released
+		sh.mu.Unlock()
+		return acquireCall[K]{e: e}, ch, false, false, nil
+	}
 	if mayWait && e.taking != nil && !e.alone {
 		e.waiting++
 		ch := e.taking
