@@ -14,8 +14,8 @@ import (
 
 // trips counts a client's round trips that run scripts (the Stores' other
 // calls, such as subscribing, are not counted): single commands and
-// pipelines.
-type trips struct{ cmds, pipes atomic.Int64 }
+// pipelines, and the scripts those pipelines carried.
+type trips struct{ cmds, pipes, scripts atomic.Int64 }
 
 func isScript(cmd redis.Cmder) bool { return cmd.Name() == "evalsha" || cmd.Name() == "eval" }
 
@@ -32,11 +32,15 @@ func (h *trips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h *trips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		n := int64(0)
 		for _, c := range cmds {
 			if isScript(c) {
-				h.pipes.Add(1)
-				break
+				n++
 			}
+		}
+		if n > 0 {
+			h.pipes.Add(1)
+			h.scripts.Add(n)
 		}
 		return next(ctx, cmds)
 	}
