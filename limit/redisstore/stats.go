@@ -134,6 +134,8 @@ func (c *counters) snapshot(st *Stats) {
 	st.Cached = c.cached.Load()
 	st.Notifications = c.notifications.Load()
 	st.Reused = c.reused.Load()
-	st.Prefetches = c.prefetches.Load()
+	// Grants first: a prefetch is counted before its grant, so the
+	// snapshot never has more grants than prefetches.
 	st.PrefetchGrants = c.prefetchGrants.Load()
+	st.Prefetches = c.prefetches.Load()
 }
