@@ -28,6 +28,7 @@ cluster:
   timeout: 2s          # this machine is shared: never fall back to the node's own count
   on_error: closed
   release_hold: 200ms  # a request that a loaded machine delays still finds its spares
+  lease: 60s           # and no heartbeat (every lease/3) drops them meanwhile
   prefix: "` + prefix + `"
 listeners:
   - name: web
