@@ -117,6 +117,7 @@ func TestClusterNewConnectionOneRoundTrip(t *testing.T) {
 
 	// Connections that never send a request: their prefetched permits go
 	// back with the release batch.
+	granted := metricSum(t, a, "portcullis_redisstore_prefetches_total{", `result="granted"`)
 	for i := range 5 {
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(60+i))}}
 		nc, err := d.Dial("tcp", a.srv.Addr("web").String())
@@ -126,6 +127,11 @@ func TestClusterNewConnectionOneRoundTrip(t *testing.T) {
 		a.waitFor("the connection admitted", func() bool { return a.snapshot().InUse() > 0 })
 		_ = nc.Close()
 	}
+
+	// Two limits (client_limit and the route's limit) for each new key.
+	a.waitFor("the unused connections' prefetches granted", func() bool {
+		return metricSum(t, a, "portcullis_redisstore_prefetches_total{", `result="granted"`)-granted == 10
+	})
 
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rdb.Close()
@@ -144,9 +150,16 @@ func oneShotClient(ip string) *http.Client {
 // is one, whatever it carries.
 func acquireTrips(t *testing.T, d *testDaemon) int {
 	t.Helper()
+	return metricSum(t, d, `portcullis_redisstore_calls_total{kind="acquire"`, "")
+}
+
+// metricSum is the sum of d's metric lines that start with prefix and
+// contain label.
+func metricSum(t *testing.T, d *testDaemon, prefix, label string) int {
+	t.Helper()
 	n := 0
 	for line := range strings.Lines(d.metrics()) {
-		if !strings.HasPrefix(line, `portcullis_redisstore_calls_total{kind="acquire"`) {
+		if !strings.HasPrefix(line, prefix) || !strings.Contains(line, label) {
 			continue
 		}
 		_, v, _ := strings.Cut(strings.TrimSpace(line), "} ")
