@@ -12,7 +12,8 @@ import (
 // the pipeline of another Store's acquire script (see Config.Prefetch):
 // a new connection's cluster-wide cap, say, with the client limit its
 // first request will take, in one round trip instead of two in a row.
-// Make one with [Store.Spare]. The zero Prefetch asks for nothing.
+// Make one with [Store.Spare] for each acquire: a Prefetch is sent at
+// most once. The zero Prefetch asks for nothing.
 type Prefetch struct{ p *sparePart }
 
 // A sparePart is a Prefetch at work: one acquire script whose permit,
@@ -34,17 +35,25 @@ type sparePart struct {
 // key takes it back without a round trip (counted in Stats.Reused), as
 // long as that comes within ReleaseHold of the grant. A spare nobody
 // takes is sent back by the release batch after that: Redis counts it for
-// at most about 2 × ReleaseHold plus a round trip. It is exact as every
-// unsent release is: Redis counts it. A refused or failed prefetch holds
-// nothing; a prefetch is not sent at all when the key has a spare
-// already, its count may be wrong (an answer lost), the breaker is not
-// closed, the Store is closed, or limit is not positive.
+// at most about 2 × ReleaseHold plus a round trip (unless the key is busy
+// on this node, whose spares SpareShare keeps as before). It is exact as
+// every unsent release is: Redis counts it. A refused prefetch holds
+// nothing; one that failed (its script may have run) has the heartbeat
+// rewrite the key's count, within Lease/3. A prefetch is not sent at all
+// when the key has a spare already, its count may be wrong (an answer
+// lost), the breaker is not closed, the Store is closed, or limit is not
+// positive.
 func (s *Store[K]) Spare(key K, limit int) Prefetch {
 	var c acquireCall[K]
+	begun := false
 	p := &sparePart{cli: s.s.Client}
 	p.begin = func() bool {
+		if begun { // a Prefetch asks once
+			return false
+		}
 		var ok bool
 		c, ok = s.beginSpare(key, limit)
+		begun = true
 		return ok
 	}
 	p.queue = func(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
