@@ -98,6 +98,9 @@ func (s *Store[K]) flush() {
 		if d != 0 {
 			calls = append(calls, syncCall{name: e.name, mode: "d", n: d, epoch: e.epoch, message: e.ks})
 			entries = append(entries, e)
+			if d < 0 {
+				s.releasingLocked(e, -d)
+			}
 		} else {
 			s.forgetIfIdle(sh, e, s.s.Clock.Now().UnixNano())
 		}
@@ -106,6 +109,22 @@ func (s *Store[K]) flush() {
 	s.send(opSync, calls, entries)
 	if spares {
 		s.kickSync() // look again after ReleaseHold
+	}
+}
+
+// releasingLocked adds n (negative: takes -n) to the releases of e a
+// batch in flight sent, and closes e.released when none is left, which
+// wakes the Acquires that waited for them (see beginAcquire). It is called
+// with e's shard lock held.
+func (s *Store[K]) releasingLocked(e *entry[K], n int) {
+	e.releasing += n
+	switch {
+	case e.releasing > 0 && e.released == nil:
+		e.released = make(chan struct{})
+	case e.releasing <= 0 && e.released != nil:
+		e.releasing = 0
+		close(e.released)
+		e.released = nil
 	}
 }
 
@@ -223,6 +242,9 @@ func (s *Store[K]) applySync(calls []syncCall, entries []*entry[K]) {
 		e := entries[i]
 		sh := s.shardOf(e.ks)
 		sh.mu.Lock()
+		if c.mode == "d" && c.n < 0 {
+			s.releasingLocked(e, c.n) // applied, or to be rewritten: either way no longer in flight
+		}
 		if c.err != nil {
 			e.dirty = true
 			if c.mode == "a" {

@@ -41,8 +41,8 @@ type sparePart struct {
 // nothing; one that failed (its script may have run) has the heartbeat
 // rewrite the key's count, within Lease/3. A prefetch is not sent at all
 // when the key has a spare already, its count may be wrong (an answer
-// lost), the breaker is not closed, the Store is closed, or limit is not
-// positive.
+// lost), a release batch of the key is in flight, the breaker is not
+// closed, the Store is closed, or limit is not positive.
 func (s *Store[K]) Spare(key K, limit int) Prefetch {
 	var c acquireCall[K]
 	begun := false
@@ -76,8 +76,10 @@ func (s *Store[K]) beginSpare(key K, limit int) (acquireCall[K], bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := s.entryLocked(sh, key, ks)
-	if e.reusable() > 0 || e.dirty || e.held >= limit {
-		// A spare already, or one the next Acquire could not take.
+	if e.reusable() > 0 || e.dirty || e.held >= limit || e.released != nil {
+		// A spare already, one the next Acquire could not take, or a
+		// release on its way that Redis may not have run yet (it
+		// could refuse the prefetch for that permit).
 		s.forgetIfIdle(sh, e, s.s.Clock.Now().UnixNano())
 		return acquireCall[K]{}, false
 	}
