@@ -130,14 +130,22 @@ func (s *Store[K]) releasingLocked(e *entry[K], n int) {
 
 // spares is how many of e's unsent releases stay unsent in this batch:
 // up to floor(limit × SpareShare) while the key was acquired here within
-// the last ReleaseHold, none once it is quiet. (Held releases still
+// the last ReleaseHold, and those prefetched until their keepUntil; none
+// once it is quiet. (Held releases still
 // reach Redis with the key's next acquire, as every unsent release
 // does.) It is called with e's shard lock held.
 func (s *Store[K]) spares(e *entry[K], now int64) int {
-	if e.reusable() == 0 || s.s.SpareShare == 0 || now-e.acquired >= int64(s.s.ReleaseHold) {
-		return 0
+	keep := 0
+	if now < e.keepUntil {
+		// Prefetched for a request that may still come (see [Store.Spare]).
+		keep = e.prefetched
+	} else {
+		e.prefetched = 0
 	}
-	return min(e.reusable(), int(float64(e.limit)*s.s.SpareShare))
+	if s.s.SpareShare != 0 && now-e.acquired < int64(s.s.ReleaseHold) {
+		keep = max(keep, int(float64(e.limit)*s.s.SpareShare))
+	}
+	return min(e.reusable(), keep)
 }
 
 // heartbeat renews this node's leases by writing its absolute count of
@@ -173,7 +181,7 @@ func (s *Store[K]) heartbeat() {
 			// Redis.
 			calls = append(calls, syncCall{name: e.name, mode: "a", n: e.held + e.inflight, epoch: epoch, message: e.ks})
 			entries = append(entries, e)
-			e.pending, e.fixes, e.phantom = 0, 0, 0
+			e.pending, e.fixes, e.phantom, e.prefetched = 0, 0, 0, 0
 			e.dirty = false
 			e.epoch = epoch
 		}

@@ -42,6 +42,9 @@ type entry[K comparable] struct {
 
 	limit    int   // the limit of the key's last Acquire
 	acquired int64 // when the key was last acquired here (Unix ns, node clock)
+
+	prefetched int   // of the spares (reusable), those a prefetch took for an Acquire to come
+	keepUntil  int64 // until when the release batch keeps them (Unix ns, node clock)
 }
 
 type shard[K comparable] struct {

@@ -159,6 +159,9 @@ func (s *Store[K]) NodeID() string { return s.s.NodeID }
 // for it (bounded by ctx) and then take back a permit if it left one
 // unused; the next script then takes one permit for each acquire still
 // waiting, as many as the limit allows, in one call (see [coalesce]).
+//
+// When its script runs, the prefetches Config.Prefetch gives for key go
+// in the same pipeline; Acquire's answer does not depend on theirs.
 func (s *Store[K]) Acquire(ctx context.Context, key K, limit, local int) (bool, error) {
 	var w *entry[K] // the entry this Acquire waits on, between rounds
 	for round := 0; ; round++ {
@@ -175,6 +178,9 @@ func (s *Store[K]) Acquire(ctx context.Context, key K, limit, local int) (bool, 
 				s.stopWaiting(w)
 				return false, ctx.Err()
 			}
+		}
+		if pre := s.prefetchParts(c.e.ks); len(pre) > 0 {
+			return s.acquireWith(ctx, c, pre)
 		}
 		reply, err := s.callAcquire(ctx, c.e, limit, c.epoch, c.delta, c.extra)
 		return s.endAcquire(ctx, c, reply, err)
@@ -297,6 +303,7 @@ func (s *Store[K]) reuseLocked(e *entry[K], limit int, now int64) bool {
 	}
 	e.held++
 	e.pending++
+	e.prefetched = max(e.prefetched-1, 0)
 	s.st.reused.Add(1)
 	return true
 }
