@@ -46,7 +46,7 @@ func (p *pageSource) LiveState(context.Context) livepage.State {
 	l.Protocol, l.Addr, l.Limit, l.InUse, l.Waiting = "http", "127.0.0.1:8080", "16 connections per client", 5, 1
 	l.Limits[0].Limit = "4 per client_ip, queue 4 for 2s"
 	l.Warnings = []string{"admin: exposed"}
-	l.Paths = []string{"route slow: full_server (the route has a rate)", "route fast: event_loops"}
+	l.Paths = []string{"route slow: full_server (an https upstream, https://10.0.0.1)", "route fast: event_loops"}
 	st.Keys = []livepage.Key{{Where: "web connections", Key: `<script>alert(1)</script>`, InUse: 3}}
 	st.QUIC = []livepage.QUIC{{Listener: "quic", InProgress: 7, Threshold: 256, MaxInProgress: 16384, RetryOn: true}}
 	st.Redis = &livepage.Redis{Addrs: []string{"10.0.0.1:6379"}, OnError: "open", Reachable: true, PingMillis: 0.4}

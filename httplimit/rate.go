@@ -98,6 +98,51 @@ func (h *rateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.next.ServeHTTP(w, r)
 }
 
+// TryAdmit is the quiet form of what the handler of [RateLimiter.Wrap]
+// decides, for a caller that serves the requests it can by other means (a
+// data path working on bytes) and sends the others through that handler:
+// it admits r only when r may proceed at once, and otherwise does nothing
+// at all, so that the handler then delays, refuses or lets r through in
+// shadow mode and counts that once ([rate.Limiter.AllowQuiet]).
+//
+// It returns r's key and true when r is admitted (counted as an admission)
+// or the RateLimiter does not apply to r (its Key function returned ""); or
+// false, with nothing counted: r would wait or be refused, the RateLimiter
+// shares its state through a Store, it sends the RateLimit fields with
+// every answer (RateHeadersAlways, which the caller would have to add), or
+// it is closed. Config.OnAdmit is not called: the caller records the
+// admission.
+func (l *RateLimiter) TryAdmit(r *http.Request) (string, bool) {
+	key := l.s.Key(r)
+	return key, l.TryAdmitKey(key)
+}
+
+// TryAdmitKey is TryAdmit for a caller that has r's key already (from
+// [RateLimiter.Admits]): "" admits, as a request the RateLimiter does not
+// apply to.
+func (l *RateLimiter) TryAdmitKey(key string) bool {
+	if key == "" {
+		return true
+	}
+	if l.s.Headers == RateHeadersAlways {
+		return false
+	}
+	_, ok := l.lim.AllowQuiet(key)
+	return ok
+}
+
+// Admits reports r's key and whether TryAdmit would admit r now, and
+// changes nothing ([rate.Limiter.WouldAllow]). A caller that takes other
+// permits before the rate's admission asks it first, so that a request
+// the rate leaves to the handler takes (and counts) none of them.
+func (l *RateLimiter) Admits(r *http.Request) (string, bool) {
+	key := l.s.Key(r)
+	if key == "" {
+		return "", true
+	}
+	return key, l.s.Headers != RateHeadersAlways && l.lim.WouldAllow(key)
+}
+
 func (l *RateLimiter) shadow(r *http.Request, key string, d rate.Decision, err error) {
 	if l.s.OnReject != nil {
 		l.s.OnReject(key, r, d, err)

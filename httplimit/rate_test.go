@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
@@ -425,5 +426,49 @@ func TestRateOnAdmit(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TryAdmit admits quietly what may proceed at once; a request it leaves
+// goes through the handler, which refuses it and counts that once. A
+// RateLimiter that sends its fields with every answer takes nothing
+// quietly, and one whose Key gives "" applies to nothing.
+func TestRateTryAdmit(t *testing.T) {
+	l, _ := newRate(t, httplimit.RateConfig{Rate: rate.PerSecond(1)})
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "192.0.2.1:5000"
+	if key, ok := l.Admits(r); !ok || key != "192.0.2.1" || l.Totals().Admitted != 0 {
+		t.Fatalf("Admits before the first request: key %q, %v, totals %+v", key, ok, l.Totals())
+	}
+	if key, ok := l.TryAdmit(r); !ok || key != "192.0.2.1" {
+		t.Fatalf("first request: key %q, admitted %v", key, ok)
+	}
+	if _, ok := l.Admits(r); ok {
+		t.Fatal("Admits says yes to a second request within the second")
+	}
+	if _, ok := l.TryAdmit(r); ok {
+		t.Fatal("second request within the second admitted quietly")
+	}
+	if tot := l.Totals(); tot.Admitted != 1 || tot.Refused != 0 {
+		t.Fatalf("after one quiet admission and one quiet refusal: %+v", tot)
+	}
+	w := httptest.NewRecorder()
+	l.Wrap(okHandler()).ServeHTTP(w, r)
+	if w.Code != http.StatusTooManyRequests {
+		t.Fatalf("the handler answered %d to the request left to it, want 429", w.Code)
+	}
+	if tot := l.Totals(); tot.Admitted != 1 || tot.Refused != 1 {
+		t.Fatalf("after the handler: %+v, want one admission and one refusal", tot)
+	}
+
+	always, _ := newRate(t, httplimit.RateConfig{Rate: rate.PerSecond(100), Headers: httplimit.RateHeadersAlways})
+	if _, ok := always.TryAdmit(r); ok || always.Totals().Admitted != 0 {
+		t.Error("a RateLimiter sending its fields with every answer admitted quietly")
+	}
+	none, _ := newRate(t, httplimit.RateConfig{Rate: rate.PerSecond(1), Key: func(*http.Request) string { return "" }})
+	for range 3 {
+		if key, ok := none.TryAdmit(r); !ok || key != "" {
+			t.Fatalf("a request the rate does not apply to: key %q, admitted %v", key, ok)
+		}
 	}
 }

@@ -145,6 +145,81 @@ func (l *Limiter[K]) Allow(key K) Decision {
 	return d
 }
 
+// AllowQuiet decides one request of key now, as Allow does, but takes
+// only a request that may proceed at once: then it is counted and
+// reported as Allow would count it, and AllowQuiet returns its Decision
+// and true. A request the limiter would delay, refuse or let through in
+// shadow mode changes nothing, is neither counted nor reported, and
+// AllowQuiet returns false. It is for a caller with a cheap way to serve a
+// request and a full one that delays, refuses and counts: it asks quietly
+// first and sends a refused request down the full way, which then decides
+// it, and counts it, once. A Limiter with a Store answers false: its
+// decisions are the Store's. After Close it answers false.
+func (l *Limiter[K]) AllowQuiet(key K) (Decision, bool) {
+	return l.quiet(key, true)
+}
+
+// WouldAllow reports whether AllowQuiet would take a request of key now,
+// and changes nothing. A caller that must take other things first (the
+// permits of concurrency limits, which it would have to give back) asks
+// it before them, so that a request the rate leaves costs them nothing;
+// AllowQuiet after them decides.
+func (l *Limiter[K]) WouldAllow(key K) bool {
+	_, ok := l.quiet(key, false)
+	return ok
+}
+
+// quiet decides a request of key as AllowQuiet does, and with commit
+// takes it.
+func (l *Limiter[K]) quiet(key K, commit bool) (Decision, bool) {
+	if l.s.Store != nil || l.closed() {
+		return Decision{}, false
+	}
+	p := &l.s.policy
+	if l.s.LimitFor != nil {
+		kp, _, _ := l.policyOf(key)
+		p = &kp
+	}
+	h := l.hash(key)
+	sh := &l.shards[h&l.mask]
+	tag := tagOf(h)
+	sh.mu.Lock()
+	now := l.now()
+	i := sh.t.find(tag, key)
+	var tat int64
+	if i >= 0 {
+		tat = sh.t.entries[i].tat
+	}
+	d, next := p.decide(tat, now, l.s.Shadow)
+	if d.Verdict != Admitted || d.Delay != 0 || !commit {
+		sh.mu.Unlock()
+		return d, d.Verdict == Admitted && d.Delay == 0
+	}
+	if next != tat && next > now {
+		if i >= 0 {
+			sh.t.entries[i].tat = next
+		} else {
+			sh.t.insert(tag, key, next, now)
+		}
+	}
+	sh.stats.count(d.Verdict)
+	sh.mu.Unlock()
+	if l.s.Observer != nil {
+		l.s.Observer.Observe(Event[K]{Kind: d.Verdict, Key: key})
+	}
+	return d, true
+}
+
+// closed reports whether Close was called.
+func (l *Limiter[K]) closed() bool {
+	select {
+	case <-l.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // decideLocal decides one request of key from this process's state, counts
 // it and reports it; it returns the decision and the time it was taken.
 // The time is read under the shard's lock, so that the decisions of a key

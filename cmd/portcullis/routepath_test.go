@@ -32,7 +32,7 @@ listeners:
     listen: "127.0.0.1:0"
     routes:
       - {name: api, path_prefix: /api, upstreams: ["UPSTREAM"], limit: {permits: 2}}
-      - {name: site, upstreams: ["UPSTREAM"], rate: {rate: 10r/s}}
+      - {name: site, upstreams: ["UPSTREAM"], rate: {rate: 10r/s, headers: always}}
 `
 	file := filepath.Join(t.TempDir(), "portcullis.yaml")
 	write := func(text string) {
@@ -45,12 +45,12 @@ listeners:
 	sig, logs := &signals{}, &syncBuffer{}
 	_, code := startRun(t, []string{"run", "--config", file}, sig, io.Discard, logs)
 	api := `msg="route path" listener=web route=api path=event_loops`
-	siteRated := `msg="route path" listener=web route=site path=full_server why="the route has a rate"`
+	siteRated := `msg="route path" listener=web route=site path=full_server why="the route's rate sends its RateLimit fields with every answer (headers: always)"`
 	siteNow := `msg="route path" listener=web route=site path=event_loops`
 	if !waitFor(func() bool { return strings.Contains(logs.String(), siteRated) }) || !strings.Contains(logs.String(), api) {
 		t.Fatalf("no route path lines at start:\n%s", logs.String())
 	}
-	write(strings.Replace(text, `, rate: {rate: 10r/s}`, "", 1))
+	write(strings.Replace(text, `, rate: {rate: 10r/s, headers: always}`, "", 1))
 	sig.send(syscall.SIGHUP)
 	if !waitFor(func() bool { return strings.Contains(logs.String(), siteNow) }) {
 		t.Fatalf("no route path lines after the reload:\n%s", logs.String())

@@ -155,7 +155,7 @@ func startRig(t testing.TB, upstream string, loops bool) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lim.Close() })
-	rt, err := bytepath.NewRoute("app", nil, rl, []bytepath.Limit{{By: "route_limit", Limiter: lim, ByPeer: true}})
+	rt, err := bytepath.NewRoute("app", nil, rl, nil, []bytepath.Limit{{By: "route_limit", Limiter: lim, ByPeer: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -482,13 +482,13 @@ func TestByteNewRoute(t *testing.T) {
 		{"too many limits", plain, []bytepath.Limit{one, one, one, one}, "4 limits, at most 3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rt, err := bytepath.NewRoute("app", nil, tc.rl, tc.limits)
+			rt, err := bytepath.NewRoute("app", nil, tc.rl, nil, tc.limits)
 			if err == nil || rt != nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("NewRoute: %v, %v; want an error saying %q", rt, err, tc.want)
 			}
 		})
 	}
-	rt, err := bytepath.NewRoute("app", nil, newRelay(t, "https://127.0.0.1:9"), []bytepath.Limit{one})
+	rt, err := bytepath.NewRoute("app", nil, newRelay(t, "https://127.0.0.1:9"), nil, []bytepath.Limit{one})
 	if err != nil || rt != nil {
 		t.Errorf("a route to an https upstream: %v, %v; want none and no error", rt, err)
 	}

@@ -188,6 +188,15 @@ func (lt *Table) take(l *Listener, r *http.Request) (*Route, bool) {
 // given back what it took and recorded nothing, when one would not grant
 // one at once.
 func (lx *leanExchange) admit(abort func(), r *http.Request, rt *Route, ck *peerKeys) bool {
+	// A request the rate would delay or refuse is declined before any
+	// limit grants it a permit (and counts the grant).
+	var rateKey string
+	if rt.rate != nil {
+		var ok bool
+		if rateKey, ok = rt.rate.Admits(r); !ok {
+			return false
+		}
+	}
 	var keys [exchange.MaxKeys]string
 	for i := range rt.limits {
 		key, p, ok := ck.tryAdmit(&rt.limits[i], r, abort)
@@ -201,10 +210,22 @@ func (lx *leanExchange) admit(abort func(), r *http.Request, rt *Route, ck *peer
 			lx.np++
 		}
 	}
+	// The rate's admission last, although the chain asks it first: a
+	// permit taken quietly can be given back, a rate's admission cannot,
+	// so the rate takes r only once every limit has granted. (Another
+	// request of the key may have taken the rate's slot since Admits:
+	// then the permits go back.)
+	if rt.rate != nil && !rt.rate.TryAdmitKey(rateKey) {
+		lx.release()
+		return false
+	}
 	st := &lx.st
 	st.Route = rt.name
 	if rt.metrics != nil {
 		st.Metrics = rt.metrics // otherwise the listener's, set by relay
+	}
+	if rateKey != "" {
+		st.Admit(exchange.ByRate, rateKey, 0, false)
 	}
 	for i, l := range rt.limits {
 		if keys[i] != "" {

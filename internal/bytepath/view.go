@@ -99,7 +99,10 @@ type Route struct {
 	name    string
 	metrics *exchange.RouteMetrics // nil: the listener's (Table.Opts.Metrics)
 	relay   *relay.Relay
-	limits  []Limit
+	// rate is the route's request rate, taken quietly after the limits
+	// (httplimit.RateLimiter.TryAdmit); nil: none.
+	rate   *httplimit.RateLimiter
+	limits []Limit
 	// onLoop: the event loops may serve it too (see Loops): every
 	// upstream is an IP address, to which a loop connects without asking
 	// a resolver.
@@ -126,14 +129,16 @@ type Limit struct {
 }
 
 // NewRoute returns the byte path's view of the route named name, served by
-// rl through limits, given in the order the chain takes them, with the
-// request metrics in metrics (nil: the listener's). It returns nil and no
+// rl through rate (nil: none) and limits, given in the order the chain
+// takes them, with the request metrics in metrics (nil: the listener's).
+// The rate must decide in this process: TryAdmit takes nothing of a rate
+// with a Store. It returns nil and no
 // error when rl cannot send heads as bytes (an https upstream, a system
 // without the upstream transport's peek): the byte path then takes none
 // of the route's requests, and the chain serves them. It returns an error
 // when rl is nil, a limit has no Limiter, or the limits are more than an
 // access line names (exchange.MaxKeys).
-func NewRoute(name string, metrics *exchange.RouteMetrics, rl *relay.Relay, limits []Limit) (*Route, error) {
+func NewRoute(name string, metrics *exchange.RouteMetrics, rl *relay.Relay, rate *httplimit.RateLimiter, limits []Limit) (*Route, error) {
 	if rl == nil {
 		return nil, fmt.Errorf("bytepath: route %q: no relay", name)
 	}
@@ -149,7 +154,7 @@ func NewRoute(name string, metrics *exchange.RouteMetrics, rl *relay.Relay, limi
 	if !ok {
 		return nil, nil
 	}
-	return &Route{name: name, metrics: metrics, relay: rl, limits: limits, onLoop: onLoop}, nil
+	return &Route{name: name, metrics: metrics, relay: rl, rate: rate, limits: limits, onLoop: onLoop}, nil
 }
 
 // OnLoop reports whether the event loops may serve the route's requests

@@ -94,8 +94,10 @@ func routePath(c *Config, l *Listener, r *Route, goos string, advertisesH3 bool)
 		return PathFull, "the listener has a rate"
 	case advertisesH3:
 		return PathFull, "the listener advertises HTTP/3 (Alt-Svc), which the byte path does not add"
-	case r.Rate != nil:
-		return PathFull, "the route has a rate"
+	case r.Rate != nil && c.Cluster != nil:
+		return PathFull, "the route's rate counts in the cluster (Redis)"
+	case r.Rate != nil && r.Rate.Headers == RateHeadersAlways:
+		return PathFull, "the route's rate sends its RateLimit fields with every answer (headers: always)"
 	}
 	if u := firstUpstreamWith(r.Upstreams, isHTTPS); u != "" {
 		return PathFull, "an https upstream, " + u

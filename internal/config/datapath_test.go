@@ -22,11 +22,13 @@ listeners:
     listen: ":80"
     routes:
       - {name: rated, path_prefix: /a, upstreams: ["http://10.0.0.1"], rate: {rate: 10r/s}}
+      - {name: headed, path_prefix: /d, upstreams: ["http://10.0.0.1"], rate: {rate: 10r/s, headers: always}}
       - {name: tls, path_prefix: /b, upstreams: ["https://10.0.0.1"]}
       - {name: named, path_prefix: /c, upstreams: ["http://10.0.0.1", "http://app.internal:8080"]}
       - {name: plain, upstreams: ["http://[::1]:8080"]}
 `, "linux", []string{
-			"listener web route rated: full_server (the route has a rate)",
+			"listener web route rated: event_loops",
+			"listener web route headed: full_server (the route's rate sends its RateLimit fields with every answer (headers: always))",
 			"listener web route tls: full_server (an https upstream, https://10.0.0.1)",
 			"listener web route named: lean (an upstream named by host name, http://app.internal:8080: the event loops connect to IP addresses only)",
 			"listener web route plain: event_loops",
@@ -51,9 +53,11 @@ listeners:
     listen: ":80"
     routes:
       - {name: limited, path_prefix: /a, upstreams: ["http://10.0.0.1"], limit: {permits: 2}}
+      - {name: rated, path_prefix: /b, upstreams: ["http://10.0.0.1"], rate: {rate: 10r/s}}
       - {name: open, upstreams: ["http://10.0.0.1"]}
 `, "linux", []string{
 			"listener web route limited: event_loops",
+			"listener web route rated: full_server (the route's rate counts in the cluster (Redis))",
 			"listener web route open: event_loops",
 		}},
 		{"https and http3", `

@@ -76,7 +76,8 @@ func TestLoopPanicGivesEverythingBack(t *testing.T) {
 
 // TestLoopsTakeOnlyWhatTheyCanServe runs the default server (eventloop)
 // on a listener whose only route the loops can serve, and on one whose
-// only route has a rate limit (which the lean path does not take): the
+// only route has a rate that adds its RateLimit fields to every answer
+// (which the lean path does not take): the
 // first listener's loops take the connection and hold it after its
 // answers; the second's never take one (which would only be given back
 // at its first request), its server serving it from the start.
@@ -90,12 +91,13 @@ func TestLoopsTakeOnlyWhatTheyCanServe(t *testing.T) {
 		held  int // and adopted
 	}{
 		{"plain route", "", 1},
-		{"rate-limited route", "        rate: {rate: 1000r/s, burst: 1000}\n", 0},
+		{"route whose rate adds fields to every answer", "        rate: {rate: 1000r/s, burst: 1000, headers: always}\n", 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			b := startRawBackend(t, map[string]string{"/simple": leanAnswers["/simple"]})
-			cfg, err := config.Parse("test.yaml", []byte(strings.ReplaceAll(leanDiffConfig+tc.route,
+			base := strings.Replace(leanDiffConfig, leanDiffRate, "", 1)
+			cfg, err := config.Parse("test.yaml", []byte(strings.ReplaceAll(base+tc.route,
 				"{{backend}}", "http://"+b.ln.Addr().String())))
 			if err != nil {
 				t.Fatal(err)

@@ -29,6 +29,7 @@ listeners:
     routes:
       - {name: plain, path_prefix: /a, upstreams: ["{{backend}}"], limit: {permits: 4}, shadow_limit: {permits: 2}}
       - {name: rated, path_prefix: /b, upstreams: ["{{backend}}"], rate: {rate: 10r/s}}
+      - {name: headed, path_prefix: /d, upstreams: ["{{backend}}"], rate: {rate: 10r/s, headers: always}}
       - {name: tls, path_prefix: /c, upstreams: ["https://127.0.0.1:1"]}
       - {name: named, upstreams: ["http://localhost:1"]}
   - name: netgo
@@ -71,6 +72,7 @@ listeners:
     listen: "127.0.0.1:0"
     routes:
       - {name: counted, path_prefix: /a, upstreams: ["{{backend}}"], limit: {permits: 4}}
+      - {name: rated, path_prefix: /b, upstreams: ["{{backend}}"], rate: {rate: 10r/s}}
       - {name: open, upstreams: ["{{backend}}"]}
   - name: capped
     protocol: http

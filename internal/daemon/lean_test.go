@@ -228,7 +228,11 @@ listeners:
         upstream_timeout: 2s
         limit: {permits: 4, queue: {size: 2, timeout: 1s}}
         shadow_limit: {permits: 2}
-`
+` + leanDiffRate
+
+// leanDiffRate is the rate of leanDiffConfig's route: it admits every
+// request at once, so that its admission is compared too.
+const leanDiffRate = "        rate: {rate: 100000r/s, burst: 100000, nodelay: true}\n"
 
 // TestLeanMatchesFast sends every request of leanCases, one connection
 // each, through a daemon whose listener runs the fast path, one whose

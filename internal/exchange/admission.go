@@ -133,6 +133,10 @@ var rateDryNames = [...]string{"", "delayed", "rejected"}
 // ReasonRate is the refusal reason of a request rate.
 const ReasonRate = "rate"
 
+// ByRate names a request rate among what admitted a request (State.Admit):
+// the access line's slot of the rate.
+const ByRate = "rate"
+
 // reasonQueueTimeout is the refusal reason of a request that waited a
 // limit queue's timeout.
 var reasonQueueTimeout = limit.QueueTimeout.String()

@@ -129,8 +129,9 @@ type Listener struct {
 	// setting ("forward.allow_public_clients: ..."). Nil means none.
 	Warnings []string `json:"warnings,omitempty"`
 	// Paths say how each route's HTTP/1.1 requests are served ("route
-	// api: event_loops", "route site: full_server (the route has a
-	// rate)"; config.RoutePaths). Nil for listeners without routes.
+	// api: event_loops", "route site: full_server (an https upstream,
+	// https://10.0.0.1)"; config.RoutePaths). Nil for listeners without
+	// routes.
 	Paths []string `json:"paths,omitempty"`
 }
 

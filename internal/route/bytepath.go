@@ -3,6 +3,7 @@ package route
 import (
 	"net/http"
 
+	"github.com/seed-a07d1050/portcullis/httplimit"
 	"github.com/seed-a07d1050/portcullis/internal/bytepath"
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/exchange"
@@ -26,14 +27,23 @@ func (rs byteRoutes) Route(r *http.Request) *bytepath.Route {
 }
 
 // byteRouteOf returns the byte path's view of the route name, served by
-// rl through the limits given (nil ones skipped), in the chain's order;
-// nil when the route's chain has more than those: a rate, a limit shared
-// through a cluster Store that cannot grant from what it holds (every
-// Redis store can), an https upstream, or routes sent through
-// httputil.ReverseProxy (Config.ReverseProxy).
-func (b *tableBuilder) byteRouteOf(name string, metrics *exchange.RouteMetrics, rl *relay.Relay, hasRate bool, limits ...*limiter) (*bytepath.Route, error) {
-	if hasRate || b.ReverseProxy {
+// rl through its rate (nil: none) and the limits given (nil ones skipped),
+// in the chain's order; nil when the route's chain has more than the byte
+// path takes: a rate counted in the cluster or sending its RateLimit
+// fields with every answer (headers: always), a limit shared through a
+// cluster Store that cannot grant from what it holds (every Redis store
+// can), an https upstream, or routes sent through httputil.ReverseProxy
+// (Config.ReverseProxy).
+func (b *tableBuilder) byteRouteOf(name string, metrics *exchange.RouteMetrics, rl *relay.Relay, rt *rateLimiter, limits ...*limiter) (*bytepath.Route, error) {
+	if b.ReverseProxy {
 		return nil, nil
+	}
+	var rate *httplimit.RateLimiter
+	if rt != nil {
+		if rt.store != nil || rt.cfg.Headers == config.RateHeadersAlways {
+			return nil, nil
+		}
+		rate = rt.lim
 	}
 	var ls []bytepath.Limit
 	for _, l := range limits {
@@ -46,7 +56,7 @@ func (b *tableBuilder) byteRouteOf(name string, metrics *exchange.RouteMetrics, 
 		byPeer := l.cfg.Key == config.KeyClientIP || l.cfg.Key == ""
 		ls = append(ls, bytepath.Limit{By: l.kind.label(), Limiter: l.lim, ByPeer: byPeer, Resolver: l.id.Resolver})
 	}
-	return bytepath.NewRoute(name, metrics, rl, ls)
+	return bytepath.NewRoute(name, metrics, rl, rate, ls)
 }
 
 // byteTableOf returns the byte path's part of a table whose routes are

@@ -26,7 +26,7 @@ import (
 // The rate slot of a listener or a route, as the `limit` label of its
 // metrics and in the names of its cluster keys. (conn_rate and
 // handshake_rate are the listener's accept-time rates, outside the table.)
-const kindRate limitKind = "rate" // listeners[].rate, routes[].rate
+const kindRate limitKind = exchange.ByRate // listeners[].rate, routes[].rate
 
 // rateLimiter is one request rate of a table (a listener's or a route's
 // `rate` block) with what exports it. Like a limiter, it is kept across a

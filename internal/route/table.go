@@ -309,16 +309,16 @@ func (b *tableBuilder) route(rc *config.Route, client *limiter) (*routeState, ht
 	if client != nil {
 		h = client.lim.Wrap(h)
 	}
-	if rs.lean, err = b.byteRouteOf(rc.Name, metrics, rl, rc.Rate != nil, client, rs.shadow, rs.limit); err != nil {
-		(&Table{routes: []*routeState{rs}}).Discard(b.old)
-		return nil, nil, fmt.Errorf("route: listener %s route %s: byte path: %w", b.lc.Name, rc.Name, err)
-	}
 	if rc.Rate != nil {
 		if rs.rate, err = b.rateLimiter(rc.Rate, rc.Name); err != nil {
 			(&Table{routes: []*routeState{rs}}).Discard(b.old)
 			return nil, nil, err
 		}
 		h = rs.rate.wrap(h)
+	}
+	if rs.lean, err = b.byteRouteOf(rc.Name, metrics, rl, rs.rate, client, rs.shadow, rs.limit); err != nil {
+		(&Table{routes: []*routeState{rs}}).Discard(b.old)
+		return nil, nil, fmt.Errorf("route: listener %s route %s: byte path: %w", b.lc.Name, rc.Name, err)
 	}
 	return rs, h, nil
 }
