@@ -189,7 +189,7 @@ func (t *Transport) exchange(ctx context.Context, c *conn, head requestHead, dea
 	x.deadline = !deadline.IsZero()
 	// Registered after the head deadline is set, so that the past deadline
 	// the watch sets is never overwritten by it.
-	x.stop = afterFunc(ctx, x.abort)
+	x.stop = afterFunc(ctx, c.abort)
 	bw, err := x.writeHead(head)
 	if err != nil {
 		return x.writeFailed(head, err)
@@ -271,10 +271,6 @@ func afterFunc(ctx context.Context, f func()) (stop func() bool) {
 // errReusedTimedOut is the reason an exchange on a reused connection that
 // got 408 ended; the request is then sent again, so it is never returned.
 var errReusedTimedOut = errors.New("upstream: 408 request timeout as the first response on a reused connection")
-
-// abort makes the connection's blocked I/O return; it runs when the
-// request's context ends during the exchange.
-func (x *exchange) abort() { x.c.nc.SetDeadline(aLongTimeAgo) }
 
 // writeHead writes the request head. When the whole head is still in the
 // writer's buffer and the connection is a plain socket, it is not sent
