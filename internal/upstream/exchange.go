@@ -133,15 +133,16 @@ func (t *Transport) dial(ctx context.Context, addr string, deadline time.Time) (
 // serialized from req (Send, RoundTrip) or given as bytes (SendHead), and
 // what the exchange decides by it, decided once from whichever was given.
 type requestHead struct {
-	req          *http.Request                // Send: the request, written by writeRequest; nil for SendHead
-	raw          []byte                       // SendHead: the head, written as it is; nil for Send
-	method       string                       // as in the request line: a response to HEAD has no body
-	target, host string                       // Send: req's request target and Host, for writeRequest
-	replayable   bool                         // may be sent again once a reused connection failed (isReplayable)
-	close        bool                         // the request forbids reusing its connection (wantsClose)
-	got1xx       func(int, http.Header) error // nil: the trace hook of the context, if any
-	fields       *[]httpfield.Field           // SendOptions.Fields
-	slack        time.Duration                // how late the head's deadline may be: deadlineSlack of the timeout
+	req        *http.Request                // Send: the request, written by writeRequest; nil for SendHead
+	raw        []byte                       // SendHead: the head, written as it is; nil for Send
+	method     string                       // as in the request line: a response to HEAD has no body
+	target     requestURI                   // Send: req's request target, for writeRequest
+	host       string                       // Send: req's Host, for writeRequest
+	replayable bool                         // may be sent again once a reused connection failed (isReplayable)
+	close      bool                         // the request forbids reusing its connection (wantsClose)
+	got1xx     func(int, http.Header) error // nil: the trace hook of the context, if any
+	fields     *[]httpfield.Field           // SendOptions.Fields
+	slack      time.Duration                // how late the head's deadline may be: deadlineSlack of the timeout
 }
 
 // Exchange states: live until the body reaches EOF or fails (ended) or the
