@@ -147,10 +147,12 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request, lim *limit.Limit
 // and true; "", no permit and true when the Limiter does not apply to r
 // (its Key function returned ""); or false, with nothing counted: the key
 // is at its limit or others wait for it, r asks for a tunnel (CONNECT, an
-// upgrade), the Limiter shares its counts through a Store, or it is
-// closed. onReclaim, if not nil, runs if the permit is reclaimed
-// (Config.ReclaimAfter), and should end the exchange as the handler's
-// reclaim does: it cuts the connection's reads and writes.
+// upgrade), the Limiter shares its counts through a Store that holds no
+// permit for this process it could grant without a round trip
+// (limit.HeldStore), or it is closed. onReclaim, if not nil, runs if the
+// permit is reclaimed (Config.ReclaimAfter), and should end the exchange
+// as the handler's reclaim does: it cuts the connection's reads and
+// writes.
 // Config.OnAdmit is not called: the caller records the admission.
 func (l *Limiter) TryAdmit(r *http.Request, onReclaim func()) (string, limit.Permit[string], bool) {
 	key := l.s.Key(r)

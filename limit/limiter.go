@@ -118,8 +118,9 @@ type AcquireOptions struct {
 	// counted and observed as any other. It is for a caller that will send
 	// a refused request down another path, which then asks again and
 	// counts the refusal (or the queueing, or the shadow grant) once.
-	// A limiter with a Store cannot answer quietly: it refuses every quiet
-	// request with [ErrQuietStore].
+	// A limiter with a Store answers quietly only from permits its Store
+	// holds for this process already ([HeldStore]); when there is none, or
+	// the Store is not a HeldStore, the refusal is [ErrQuietStore].
 	Quiet bool
 }
 
@@ -146,7 +147,8 @@ func (l *Limiter[K]) acquireQuiet(key K, onReclaim func()) (Permit[K], error) {
 	if l.closed.Load() {
 		return Permit[K]{}, ErrClosed
 	}
-	if l.s.Store != nil {
+	held, canHold := l.s.Store.(HeldStore[K])
+	if l.s.Store != nil && !canHold {
 		return Permit[K]{}, ErrQuietStore
 	}
 	limit := l.s.permits
@@ -165,6 +167,15 @@ func (l *Limiter[K]) acquireQuiet(key K, onReclaim func()) (Permit[K], error) {
 		sh.forgetIfIdle(e)
 		sh.mu.Unlock()
 		return Permit[K]{}, ErrGlobalLimited
+	}
+	// The Store is asked under the key's lock, so that the permit it
+	// grants and the local count move together; it never blocks, and it
+	// calls nothing of the limiter's.
+	if canHold && e.limit != unlimited && !held.AcquireHeld(key, int(e.limit)) {
+		l.giveGlobal()
+		sh.forgetIfIdle(e)
+		sh.mu.Unlock()
+		return Permit[K]{}, ErrQuietStore
 	}
 	ph := sh.grantLocked(e, onReclaim).handle(false)
 	sh.mu.Unlock()

@@ -126,3 +126,22 @@ func (p Policy[K]) permitsFunc() func(K) int {
 		return permitsFor(key)
 	}
 }
+
+// PermitsOf returns the permits of key under p, as a [Limiter] built from
+// p counts them and asks its Store with: Overrides first, then
+// PermitsFor, then Permits, zero meaning the default ([DefaultPermits]);
+// [Unlimited] when key has no limit. It calls PermitsFor as the Limiter
+// does, and allocates nothing of its own.
+func (p Policy[K]) PermitsOf(key K) int {
+	def := permitsOf(p.Permits, DefaultPermits)
+	n := def
+	if o, ok := p.Overrides[key]; ok {
+		n = permitsOf(o, def)
+	} else if p.PermitsFor != nil {
+		n = permitsOf(p.PermitsFor(key), def)
+	}
+	if n == unlimited {
+		return Unlimited
+	}
+	return int(n)
+}

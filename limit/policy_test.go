@@ -98,3 +98,56 @@ func TestPolicyOverridesCopied(t *testing.T) {
 	b.Release()
 	assertIdle(t, l)
 }
+
+// PermitsOf answers what a Limiter built from the same Policy grants: the
+// number of TryAcquires of the key that succeed, or Unlimited.
+func TestPolicyPermitsOf(t *testing.T) {
+	small := func(key string) int {
+		switch key {
+		case "f3":
+			return 3
+		case "fu":
+			return limit.Unlimited
+		case "fbig":
+			return limit.MaxPermits + 5 // clamped to unlimited
+		}
+		return 0 // Permits
+	}
+	p := limit.Policy[string]{Permits: 2, Overrides: map[string]int{"o1": 1, "o0": 0, "f3": 4}, PermitsFor: small}
+	for _, tc := range []struct {
+		p    limit.Policy[string]
+		key  string
+		want int
+	}{
+		{p, "other", 2},
+		{p, "o1", 1},
+		{p, "o0", 2},
+		{p, "f3", 4}, // Overrides wins over PermitsFor
+		{limit.Policy[string]{Permits: 2, PermitsFor: small}, "f3", 3},
+		{limit.Policy[string]{Permits: 2, PermitsFor: small}, "fu", limit.Unlimited},
+		{limit.Policy[string]{Permits: 2, PermitsFor: small}, "fbig", limit.Unlimited},
+		{limit.Policy[string]{}, "k", limit.DefaultPermits},
+		{limit.Policy[string]{Permits: limit.Unlimited}, "k", limit.Unlimited},
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			if got := tc.p.PermitsOf(tc.key); got != tc.want {
+				t.Fatalf("PermitsOf(%q) = %d, want %d", tc.key, got, tc.want)
+			}
+			l, err := limit.New(limit.Config[string]{Policy: tc.p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			granted := 0
+			for granted < 100 {
+				if _, err := l.TryAcquire(tc.key); err != nil {
+					break
+				}
+				granted++
+			}
+			if want := tc.want; want == limit.Unlimited && granted != 100 || want != limit.Unlimited && granted != want {
+				t.Fatalf("the Limiter granted %d of %q; PermitsOf says %d", granted, tc.key, tc.want)
+			}
+		})
+	}
+}

@@ -129,3 +129,64 @@ func takeOne(t *testing.T, l *limit.Limiter[string]) {
 		t.Fatal(err)
 	}
 }
+
+// heldStore is a clusterStore that also holds, per key, permits the
+// cluster counts for this process already, which AcquireHeld grants.
+type heldStore struct {
+	*clusterStore
+	spare map[string]int
+}
+
+func (s *heldStore) AcquireHeld(key string, limit int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.spare[key] == 0 || s.held[key] >= limit {
+		return false
+	}
+	s.spare[key]--
+	s.held[key]++
+	return true
+}
+
+// TestQuietGrantFromHeldStore checks that a quiet request of a limiter
+// whose Store is a limit.HeldStore gets a permit from what the Store holds
+// without asking it otherwise, that the permit goes back to the Store on
+// release, and that with nothing held the refusal is ErrQuietStore, leaves
+// no trace and gives back the global cap's unit it took.
+func TestQuietGrantFromHeldStore(t *testing.T) {
+	st := &heldStore{clusterStore: newClusterStore(), spare: map[string]int{"k": 1}}
+	obs := &eventLog{}
+	l := newLimiter(t, limit.Config[string]{Policy: limit.Policy[string]{Permits: 5}, GlobalPermits: 1, Store: st, Observer: obs})
+	quiet := limit.AcquireOptions{Quiet: true}
+
+	p, err := l.AcquireWith(context.Background(), "k", quiet)
+	if err != nil || !p.Valid() {
+		t.Fatalf("quiet request with a permit held: valid %v, error %v", p.Valid(), err)
+	}
+	if st.calls != 0 || st.tryCalls != 0 || st.total() != 1 {
+		t.Errorf("the Store was asked %d+%d times and counts %d; want 0, 0 and 1", st.calls, st.tryCalls, st.total())
+	}
+	if got := obs.take(); len(got) != 1 || got[0] != limit.Granted {
+		t.Errorf("observer saw %v, want one grant", got)
+	}
+	p.Release()
+	if st.total() != 0 || l.Totals().InUse != 0 {
+		t.Fatalf("after the release the Store counts %d and the limiter %d", st.total(), l.Totals().InUse)
+	}
+
+	before := l.Snapshot(0)
+	p, err = l.AcquireWith(context.Background(), "k", quiet)
+	if !errors.Is(err, limit.ErrQuietStore) || p.Valid() {
+		t.Fatalf("quiet request with nothing held: valid %v, error %v; want ErrQuietStore", p.Valid(), err)
+	}
+	if after := l.Snapshot(0); after.Totals != before.Totals || len(after.Keys) != len(before.Keys) || len(obs.take()) != 0 {
+		t.Errorf("the refusal left a trace: before %+v, after %+v", before.Totals, after.Totals)
+	}
+	// The global cap's one unit came back: a request that may ask the
+	// Store gets it.
+	p, err = l.AcquireWith(context.Background(), "other", limit.AcquireOptions{NoWait: true})
+	if err != nil {
+		t.Fatalf("after a quiet refusal by the Store, the global cap refused: %v", err)
+	}
+	p.Release()
+}

@@ -36,3 +36,17 @@ type Store[K comparable] interface {
 type ReleaseNotifier[K comparable] interface {
 	NotifyRelease(func(key K))
 }
+
+// A HeldStore is a [Store] that can sometimes grant a permit exactly
+// without blocking, from permits the cluster already counts for this
+// process (limit/redisstore's do: its released permits it has not sent
+// yet, and its spares). A quiet acquire ([AcquireOptions.Quiet]) of a
+// limiter whose Store is one asks AcquireHeld, and is refused with
+// [ErrQuietStore] when it answers false.
+type HeldStore[K comparable] interface {
+	Store[K]
+	// AcquireHeld is Acquire answered only from such permits: it never
+	// blocks and never asks another process. False says only that none is
+	// at hand now. A true answer must later be matched by one Release.
+	AcquireHeld(key K, limit int) bool
+}

@@ -112,8 +112,10 @@ type Limit struct {
 	// By names the limit in the access line ("client", "shadow",
 	// "route_limit"), as the chain's limits record their admission.
 	By string
-	// Limiter is the limit. Its Store must count in this process: the byte
-	// path does not wait for a round trip to take a permit.
+	// Limiter is the limit. The byte path never waits for a round trip to
+	// take a permit: a Limiter with a cluster Store grants it only from
+	// permits the Store holds for this process already (limit.HeldStore),
+	// and otherwise declines the request to the chain.
 	Limiter *httplimit.Limiter
 	// ByPeer says that Limiter keys requests by the client's address alone
 	// (httplimit.ByClientIP with Resolver), so that the key a connection's

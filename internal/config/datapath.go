@@ -49,7 +49,8 @@ func (p RoutePath) String() string {
 // or through the full server, and the setting that decides it. Whatever
 // the route's path, some requests always take the full server: HTTP/2
 // ones, requests with a body, upgrades, and those the byte path declines
-// one by one (docs/daemon.md, "The lean path"). Listeners that share
+// one by one (docs/daemon.md, "The lean path"), among them, with a
+// cluster, a request whose permit only Redis can grant. Listeners that share
 // another's routes (routes_from) have no entries of their own, except
 // http3 ones.
 func (c *Config) RoutePaths(goos string) []RoutePath {
@@ -95,8 +96,6 @@ func routePath(c *Config, l *Listener, r *Route, goos string, advertisesH3 bool)
 		return PathFull, "the listener advertises HTTP/3 (Alt-Svc), which the byte path does not add"
 	case r.Rate != nil:
 		return PathFull, "the route has a rate"
-	case c.Cluster != nil && (l.ClientLimit != nil || r.Limit != nil || r.ShadowLimit != nil):
-		return PathFull, "its limits count in the cluster (Redis)"
 	}
 	if u := firstUpstreamWith(r.Upstreams, isHTTPS); u != "" {
 		return PathFull, "an https upstream, " + u

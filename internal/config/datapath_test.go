@@ -53,7 +53,7 @@ listeners:
       - {name: limited, path_prefix: /a, upstreams: ["http://10.0.0.1"], limit: {permits: 2}}
       - {name: open, upstreams: ["http://10.0.0.1"]}
 `, "linux", []string{
-			"listener web route limited: full_server (its limits count in the cluster (Redis))",
+			"listener web route limited: event_loops",
 			"listener web route open: event_loops",
 		}},
 		{"https and http3", `

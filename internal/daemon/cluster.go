@@ -104,7 +104,7 @@ func (c *cluster) store(name string, labels prometheus.Labels) (*clusterStore[st
 	if c == nil {
 		return nil, nil
 	}
-	return newStore(c, name, name, func(k string) string { return k }, labels)
+	return newStore(c, name, name, func(k string) string { return k }, labels, nil)
 }
 
 // connStore returns the Store for the accept-time connection caps of the
@@ -112,13 +112,14 @@ func (c *cluster) store(name string, labels prometheus.Labels) (*clusterStore[st
 // local, or it has no finite per-client cap to count (max_conns_per_client
 // unlimited, no conn_overrides with a cap, no prefix_levels): such a
 // listener makes no Redis call per connection and is not refused while
-// Redis is away.
-func (c *cluster) connStore(lc *config.Listener) (*clusterStore[clientkey.Key], error) {
+// Redis is away. Its acquire scripts carry prefetch's spares (see
+// redisstore.Config.Prefetch; nil: none).
+func (c *cluster) connStore(lc *config.Listener, prefetch func(key string) []redisstore.Prefetch) (*clusterStore[clientkey.Key], error) {
 	if c == nil || c.cfg.LocalConnectionCaps || !hasConnCap(lc) {
 		return nil, nil
 	}
 	return newStore(c, "conns/"+lc.Name, lc.Name+"/connections", clientkey.Key.String,
-		prometheus.Labels{"listener": lc.Name, "route": "", "limit": "connections"})
+		prometheus.Labels{"listener": lc.Name, "route": "", "limit": "connections"}, prefetch)
 }
 
 // hasConnCap reports whether some client of lc can meet a finite per-client
@@ -142,7 +143,7 @@ type clusterStore[K comparable] struct {
 	metrics prometheus.Collector
 }
 
-func newStore[K comparable](c *cluster, name, logName string, keyString func(K) string, labels prometheus.Labels) (*clusterStore[K], error) {
+func newStore[K comparable](c *cluster, name, logName string, keyString func(K) string, labels prometheus.Labels, prefetch func(string) []redisstore.Prefetch) (*clusterStore[K], error) {
 	policy, err := redisstore.ParsePolicy(string(c.cfg.OnError))
 	if err != nil {
 		return nil, err
@@ -159,6 +160,7 @@ func newStore[K comparable](c *cluster, name, logName string, keyString func(K) 
 		Logger:      c.log,
 		Name:        logName,
 		Outages:     c.outages,
+		Prefetch:    prefetch,
 	}, keyString)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: cluster store %s: %w", name, err)

@@ -42,8 +42,10 @@ type front struct {
 	stats prometheus.Collector // ln's metrics and the daemon's for it
 
 	// table is the route table the listener serves, set when it starts
-	// serving; shared with the listeners that use RoutesFrom.
-	table *atomic.Pointer[route.Table]
+	// serving; shared with the listeners that use RoutesFrom. served is
+	// the same, for the connection caps' goroutines (prefetch).
+	table  *atomic.Pointer[route.Table]
+	served atomic.Pointer[atomic.Pointer[route.Table]]
 
 	// nextCert is the certificate a reload in progress read, given to ln
 	// when it commits; under Server.mu.
@@ -116,7 +118,7 @@ func bindFrontOn(raw net.Listener, lc config.Listener, log *slog.Logger, cl *clu
 		return nil, err
 	}
 	var cc connlimit.Config // the Stores, as connRateStore gives them
-	cs, err := cl.connStore(&lc)
+	cs, err := cl.connStore(&lc, f.prefetch(adm.Keyer))
 	if cs != nil { // a nil *clusterStore must not become a non-nil Store
 		cc.Store, f.store, f.redis = cs, cs, cs.metrics
 	}
@@ -176,6 +178,7 @@ func (f *front) serve(table *atomic.Pointer[route.Table], base context.Context, 
 	s := listen.Serving{Base: base, LoopCounts: loopCounts, LoopPanicHook: testHookLoopPanic, AccessLog: accessLog}
 	if f.cfg.Protocol != config.ProtocolTCP {
 		f.table = table
+		f.served.Store(table)
 		s.Handler = tableHandler{table}
 		s.Bytes = func() *bytepath.Table { return table.Load().Byte() }
 	}

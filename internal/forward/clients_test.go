@@ -1,6 +1,7 @@
 package forward_test
 
 import (
+	"github.com/seed-a07d1050/portcullis/internal/proxytest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,7 +30,7 @@ func certFile(t *testing.T, s *stack) string {
 
 func TestCurl(t *testing.T) {
 	curl := realclients.Curl(t)
-	plain, tlsTarget := newTarget(t, false), newTarget(t, true)
+	plain, tlsTarget := proxytest.NewTarget(t, proxytest.TargetOptions{}), proxytest.NewTarget(t, proxytest.TargetOptions{Cert: sharedCert(t)})
 	withAuth := newStack(t, stackOptions{users: []string{"alice", "alice-pw"}})
 	open := newStack(t, stackOptions{})
 	ca := certFile(t, withAuth)
@@ -43,13 +44,13 @@ func TestCurl(t *testing.T) {
 		name, proxy, url string
 		want             string // last line: the code curl reports
 	}{
-		{"http authenticated", proxyURL(withAuth, "alice:alice-pw"), "http://" + plain.addr + "/echo", "200"},
-		{"https authenticated", proxyURL(withAuth, "alice:alice-pw"), "https://" + tlsTarget.addr + "/echo", "200"},
-		{"http no auth needed", proxyURL(open, ""), "http://" + plain.addr + "/echo", "200"},
-		{"https no auth needed", proxyURL(open, ""), "https://" + tlsTarget.addr + "/echo", "200"},
-		{"http without credentials", proxyURL(withAuth, ""), "http://" + plain.addr + "/echo", "407"},
-		{"http wrong password", proxyURL(withAuth, "alice:nope"), "http://" + plain.addr + "/echo", "407"},
-		{"https without credentials", proxyURL(withAuth, ""), "https://" + tlsTarget.addr + "/echo", "407"},
+		{"http authenticated", proxyURL(withAuth, "alice:alice-pw"), "http://" + plain.Addr + "/echo", "200"},
+		{"https authenticated", proxyURL(withAuth, "alice:alice-pw"), "https://" + tlsTarget.Addr + "/echo", "200"},
+		{"http no auth needed", proxyURL(open, ""), "http://" + plain.Addr + "/echo", "200"},
+		{"https no auth needed", proxyURL(open, ""), "https://" + tlsTarget.Addr + "/echo", "200"},
+		{"http without credentials", proxyURL(withAuth, ""), "http://" + plain.Addr + "/echo", "407"},
+		{"http wrong password", proxyURL(withAuth, "alice:nope"), "http://" + plain.Addr + "/echo", "407"},
+		{"https without credentials", proxyURL(withAuth, ""), "https://" + tlsTarget.Addr + "/echo", "407"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// %{http_connect} is the proxy's answer to CONNECT; %{http_code}
@@ -72,7 +73,7 @@ func TestCurl(t *testing.T) {
 				t.Fatalf("curl got %s, want %s (err %v)\n%s", code, tc.want, err, out)
 			}
 			if tc.want == "200" {
-				e := decodeEcho(t, strings.Join(lines[:len(lines)-1], "\n"))
+				e := proxytest.DecodeEcho(t, []byte(strings.Join(lines[:len(lines)-1], "\n")))
 				if e.Header.Get("Proxy-Authorization") != "" || e.Header.Get("Proxy-Connection") != "" {
 					t.Fatalf("proxy headers reached the target: %v", e.Header)
 				}
@@ -83,7 +84,7 @@ func TestCurl(t *testing.T) {
 
 func TestPythonRequests(t *testing.T) {
 	python := realclients.Python(t)
-	plain, tlsTarget := newTarget(t, false), newTarget(t, true)
+	plain, tlsTarget := proxytest.NewTarget(t, proxytest.TargetOptions{}), proxytest.NewTarget(t, proxytest.TargetOptions{Cert: sharedCert(t)})
 	withAuth := newStack(t, stackOptions{users: []string{"alice", "alice-pw"}})
 	open := newStack(t, stackOptions{})
 	ca := certFile(t, withAuth)
@@ -92,12 +93,12 @@ func TestPythonRequests(t *testing.T) {
 		want             string // first line of output
 		detail           string // in the rest of the output
 	}{
-		{"http authenticated", "http://alice:alice-pw@" + withAuth.addr, "http://" + plain.addr + "/echo", "200", `"Host":"` + plain.addr},
-		{"https authenticated", "http://alice:alice-pw@" + withAuth.addr, "https://" + tlsTarget.addr + "/echo", "200", `"Host":"` + tlsTarget.addr},
-		{"http no auth needed", "http://" + open.addr, "http://" + plain.addr + "/echo", "200", `"URI":"/echo"`},
-		{"https no auth needed", "http://" + open.addr, "https://" + tlsTarget.addr + "/echo", "200", `"URI":"/echo"`},
-		{"http without credentials", "http://" + withAuth.addr, "http://" + plain.addr + "/echo", "407", "proxy authentication required"},
-		{"https without credentials", "http://" + withAuth.addr, "https://" + tlsTarget.addr + "/echo", "proxyerror", "407"},
+		{"http authenticated", "http://alice:alice-pw@" + withAuth.addr, "http://" + plain.Addr + "/echo", "200", `"Host":"` + plain.Addr},
+		{"https authenticated", "http://alice:alice-pw@" + withAuth.addr, "https://" + tlsTarget.Addr + "/echo", "200", `"Host":"` + tlsTarget.Addr},
+		{"http no auth needed", "http://" + open.addr, "http://" + plain.Addr + "/echo", "200", `"URI":"/echo"`},
+		{"https no auth needed", "http://" + open.addr, "https://" + tlsTarget.Addr + "/echo", "200", `"URI":"/echo"`},
+		{"http without credentials", "http://" + withAuth.addr, "http://" + plain.Addr + "/echo", "407", "proxy authentication required"},
+		{"https without credentials", "http://" + withAuth.addr, "https://" + tlsTarget.Addr + "/echo", "proxyerror", "407"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := run(t, python, "-c", realclients.PythonGet, tc.proxy, tc.url, ca)

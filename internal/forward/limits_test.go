@@ -3,6 +3,7 @@ package forward_test
 import (
 	"bufio"
 	"fmt"
+	"github.com/seed-a07d1050/portcullis/internal/proxytest"
 	"io"
 	"net"
 	"net/http"
@@ -26,7 +27,7 @@ var byUser = httplimit.KeyFunc(proxyauth.UserOf)
 // the same address, limited to one exchange at a time by client address
 // and by user, is never refused or queued.
 func TestAuthRefusalsNeverCounted(t *testing.T) {
-	tg := newTarget(t, false)
+	tg := proxytest.NewTarget(t, proxytest.TargetOptions{})
 	failures, err := proxyauth.NewFailureLimiter(proxyauth.FailureConfig{Burst: 10000})
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +48,7 @@ func TestAuthRefusalsNeverCounted(t *testing.T) {
 			defer wg.Done()
 			c := proxyClient(t, s, "alice", "guess", "127.0.0.2")
 			for range attempts {
-				a, err := try(t.Context(), c, http.MethodGet, "http://"+tg.addr+"/echo", nil)
+				a, err := try(t.Context(), c, http.MethodGet, "http://"+tg.Addr+"/echo", nil)
 				if err != nil || a.status != http.StatusProxyAuthRequired {
 					t.Errorf("wrong credentials: %d %v", a.status, err)
 					return
@@ -57,7 +58,7 @@ func TestAuthRefusalsNeverCounted(t *testing.T) {
 	}
 	alice := proxyClient(t, s, "alice", "alice-pw", "127.0.0.2") // the same address
 	for i := range legit {
-		if got := do(t, alice, http.MethodGet, "http://"+tg.addr+"/echo", nil); got.status != http.StatusOK {
+		if got := do(t, alice, http.MethodGet, "http://"+tg.Addr+"/echo", nil); got.status != http.StatusOK {
 			t.Fatalf("authenticated request %d: %d %s", i, got.status, got.body)
 		}
 	}
@@ -78,7 +79,7 @@ func TestAuthRefusalsNeverCounted(t *testing.T) {
 // 429; another user is unaffected; a user claimed in Authorization changes
 // nothing.
 func TestProxyUserLimitQueue(t *testing.T) {
-	tg := newTarget(t, false)
+	tg := proxytest.NewTarget(t, proxytest.TargetOptions{})
 	s := newStack(t, stackOptions{
 		users:  []string{"alice", "alice-pw", "bob", "bob-pw"},
 		limits: []httplimit.Config{{Key: byUser, Policy: httplimit.Policy{Permits: 2, QueueSize: 2}}},
@@ -88,14 +89,14 @@ func TestProxyUserLimitQueue(t *testing.T) {
 	results := make(chan answer, 5)
 	for i := range 5 {
 		go func() {
-			a, err := try(t.Context(), alice, http.MethodGet, fmt.Sprintf("http://%s/slow?id=%d", tg.addr, i), nil)
+			a, err := try(t.Context(), alice, http.MethodGet, fmt.Sprintf("http://%s/slow?id=%d", tg.Addr, i), nil)
 			if err != nil {
 				t.Errorf("request %d: %v", i, err)
 			}
 			results <- a
 		}()
 	}
-	before := map[string]bool{tg.next(t): true, tg.next(t): true}
+	before := map[string]bool{tg.Next(t): true, tg.Next(t): true}
 	refused := <-results
 	if refused.status != http.StatusTooManyRequests || refused.header.Get("Retry-After") != "1" ||
 		refused.header.Get("Content-Type") != "text/plain; charset=utf-8" {
@@ -109,21 +110,21 @@ func TestProxyUserLimitQueue(t *testing.T) {
 
 	// Bob is not held up by alice's queue.
 	bob := proxyClient(t, s, "bob", "bob-pw", "127.0.0.3")
-	if got := do(t, bob, http.MethodGet, "http://"+tg.addr+"/echo", nil); got.status != http.StatusOK {
+	if got := do(t, bob, http.MethodGet, "http://"+tg.Addr+"/echo", nil); got.status != http.StatusOK {
 		t.Fatalf("bob while alice is at her limit: %d", got.status)
 	}
 	// Bob claiming to be alice in Authorization is still bob...
 	claim := http.Header{"Authorization": {basic("alice", "x")}}
-	if got := do(t, bob, http.MethodGet, "http://"+tg.addr+"/echo", claim); got.status != http.StatusOK {
+	if got := do(t, bob, http.MethodGet, "http://"+tg.Addr+"/echo", claim); got.status != http.StatusOK {
 		t.Fatalf("bob claiming alice: %d", got.status)
 	}
 	// ...and the claim alone authenticates no one.
-	if got := do(t, proxyClient(t, s, "", "", "127.0.0.4"), http.MethodGet, "http://"+tg.addr+"/echo", claim); got.status != http.StatusProxyAuthRequired {
+	if got := do(t, proxyClient(t, s, "", "", "127.0.0.4"), http.MethodGet, "http://"+tg.Addr+"/echo", claim); got.status != http.StatusProxyAuthRequired {
 		t.Fatalf("a claim without proxy credentials: %d", got.status)
 	}
 
-	close(tg.release)
-	after := map[string]bool{tg.next(t): true, tg.next(t): true}
+	tg.Open()
+	after := map[string]bool{tg.Next(t): true, tg.Next(t): true}
 	for id := range after {
 		if before[id] {
 			t.Fatalf("request %s entered twice", id)
@@ -138,15 +139,15 @@ func TestProxyUserLimitQueue(t *testing.T) {
 	if tot.Granted != 4+2 || tot.Refused+tot.QueueFull != 1 {
 		t.Fatalf("totals %+v", tot)
 	}
-	expectIdle(t, s)
+	proxytest.ExpectIdle(t, s.limits...)
 }
 
 // A target_host limit, outside the user limit, keeps one slow target from
 // taking all of a user's permits for other targets.
 func TestTargetHostLimit(t *testing.T) {
-	tg := newTarget(t, false)
-	slow := "http://slow.test:" + tg.port() + "/slow"
-	fast := "http://fast.test:" + tg.port() + "/echo"
+	tg := proxytest.NewTarget(t, proxytest.TargetOptions{})
+	slow := "http://slow.test:" + tg.Port() + "/slow"
+	fast := "http://fast.test:" + tg.Port() + "/echo"
 	run := func(t *testing.T, limits []httplimit.Config, wantAdmitted int, wantFast int) {
 		s := newStack(t, stackOptions{users: []string{"alice", "alice-pw"}, limits: limits})
 		c := proxyClient(t, s, "alice", "alice-pw", "127.0.0.2")
@@ -163,7 +164,7 @@ func TestTargetHostLimit(t *testing.T) {
 			}()
 		}
 		for range wantAdmitted {
-			tg.next(t)
+			tg.Next(t)
 		}
 		for range 4 - wantAdmitted {
 			if st := <-statuses; st != http.StatusTooManyRequests {
@@ -173,12 +174,12 @@ func TestTargetHostLimit(t *testing.T) {
 		if got := do(t, c, http.MethodGet, fast, nil); got.status != wantFast {
 			t.Fatalf("fast target while the slow one is busy: %d, want %d", got.status, wantFast)
 		}
-		tg.release <- struct{}{}
+		tg.Release <- struct{}{}
 		for range wantAdmitted - 1 {
-			tg.release <- struct{}{}
+			tg.Release <- struct{}{}
 		}
 		wg.Wait()
-		expectIdle(t, s)
+		proxytest.ExpectIdle(t, s.limits...)
 	}
 	t.Run("with target_host", func(t *testing.T) {
 		run(t, []httplimit.Config{
@@ -193,8 +194,8 @@ func TestTargetHostLimit(t *testing.T) {
 
 // A CONNECT tunnel holds its permit until it closes.
 func TestConnectHoldsPermitUntilClosed(t *testing.T) {
-	echo := tcpEcho(t)
-	tg := newTarget(t, false)
+	echo := proxytest.TCPEcho(t)
+	tg := proxytest.NewTarget(t, proxytest.TargetOptions{})
 	s := newStack(t, stackOptions{
 		users:  []string{"alice", "alice-pw"},
 		limits: []httplimit.Config{{Key: byUser, Policy: httplimit.Policy{Permits: 1}}},
@@ -202,7 +203,7 @@ func TestConnectHoldsPermitUntilClosed(t *testing.T) {
 	lim := s.limits[0]
 	creds := basic("alice", "alice-pw")
 	c1 := rawConn(t, s, "127.0.0.2")
-	br, resp := connect(t, c1, echo, creds)
+	br, resp := proxytest.Connect(t, c1, echo, creds)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("first CONNECT: %d", resp.StatusCode)
 	}
@@ -213,16 +214,16 @@ func TestConnectHoldsPermitUntilClosed(t *testing.T) {
 	if n := lim.Totals().InUse; n != 1 {
 		t.Fatalf("%d permits in use with the tunnel open, want 1", n)
 	}
-	_, resp = connect(t, rawConn(t, s, "127.0.0.3"), echo, creds)
+	_, resp = proxytest.Connect(t, rawConn(t, s, "127.0.0.3"), echo, creds)
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("second CONNECT while the first is open: %d", resp.StatusCode)
 	}
-	if got := do(t, proxyClient(t, s, "alice", "alice-pw", "127.0.0.4"), http.MethodGet, "http://"+tg.addr+"/echo", nil); got.status != http.StatusTooManyRequests {
+	if got := do(t, proxyClient(t, s, "alice", "alice-pw", "127.0.0.4"), http.MethodGet, "http://"+tg.Addr+"/echo", nil); got.status != http.StatusTooManyRequests {
 		t.Fatalf("a request while the tunnel is open: %d", got.status)
 	}
 	c1.Close()
-	expectIdle(t, s)
-	_, resp = connect(t, rawConn(t, s, "127.0.0.5"), echo, creds)
+	proxytest.ExpectIdle(t, s.limits...)
+	_, resp = proxytest.Connect(t, rawConn(t, s, "127.0.0.5"), echo, creds)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("CONNECT after the first closed: %d", resp.StatusCode)
 	}
@@ -232,12 +233,12 @@ func TestConnectHoldsPermitUntilClosed(t *testing.T) {
 // CONNECTs are not counted at all, and an upgrade holds its permit only
 // until its 101. With the default, both hold their permit until they close.
 func TestCountTunnelsFalse(t *testing.T) {
-	echo := tcpEcho(t)
-	tg := newTarget(t, false)
+	echo := proxytest.TCPEcho(t)
+	tg := proxytest.NewTarget(t, proxytest.TargetOptions{})
 	creds := basic("alice", "alice-pw")
 	upgrade := func(t *testing.T, s *stack) (net.Conn, *bufio.Reader) {
 		c := rawConn(t, s, "127.0.0.2")
-		fmt.Fprintf(c, "GET http://%s/upgrade HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: echo\r\nProxy-Authorization: %s\r\n\r\n", tg.addr, tg.addr, creds)
+		fmt.Fprintf(c, "GET http://%s/upgrade HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: echo\r\nProxy-Authorization: %s\r\n\r\n", tg.Addr, tg.Addr, creds)
 		br := bufio.NewReader(c)
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
@@ -257,7 +258,7 @@ func TestCountTunnelsFalse(t *testing.T) {
 		})
 		lim := s.limits[0]
 		for _, ip := range []string{"127.0.0.2", "127.0.0.3"} {
-			if _, resp := connect(t, rawConn(t, s, ip), echo, creds); resp.StatusCode != http.StatusOK {
+			if _, resp := proxytest.Connect(t, rawConn(t, s, ip), echo, creds); resp.StatusCode != http.StatusOK {
 				t.Fatalf("CONNECT: %d", resp.StatusCode)
 			}
 		}
@@ -271,14 +272,14 @@ func TestCountTunnelsFalse(t *testing.T) {
 		}
 		// Ordinary requests are still limited.
 		alice := proxyClient(t, s, "alice", "alice-pw", "127.0.0.4")
-		go try(t.Context(), alice, http.MethodGet, "http://"+tg.addr+"/slow?id=held", nil)
-		tg.next(t)
-		if got := do(t, alice, http.MethodGet, "http://"+tg.addr+"/echo", nil); got.status != http.StatusTooManyRequests {
+		go try(t.Context(), alice, http.MethodGet, "http://"+tg.Addr+"/slow?id=held", nil)
+		tg.Next(t)
+		if got := do(t, alice, http.MethodGet, "http://"+tg.Addr+"/echo", nil); got.status != http.StatusTooManyRequests {
 			t.Fatalf("second request at the limit: %d", got.status)
 		}
-		tg.release <- struct{}{}
+		tg.Release <- struct{}{}
 		c.Close()
-		expectIdle(t, s)
+		proxytest.ExpectIdle(t, s.limits...)
 	})
 	t.Run("true (default)", func(t *testing.T) {
 		s := newStack(t, stackOptions{
@@ -290,18 +291,18 @@ func TestCountTunnelsFalse(t *testing.T) {
 		if tot := lim.Totals(); tot.InUse != 1 {
 			t.Fatalf("the open upgrade holds no permit: %+v", tot)
 		}
-		if _, resp := connect(t, rawConn(t, s, "127.0.0.3"), echo, creds); resp.StatusCode != http.StatusTooManyRequests {
+		if _, resp := proxytest.Connect(t, rawConn(t, s, "127.0.0.3"), echo, creds); resp.StatusCode != http.StatusTooManyRequests {
 			t.Fatalf("CONNECT while the upgrade is open: %d", resp.StatusCode)
 		}
 		c.Close()
-		expectIdle(t, s)
+		proxytest.ExpectIdle(t, s.limits...)
 	})
 }
 
 // Permits come back to zero however an exchange ends.
 func TestPermitsBackToZero(t *testing.T) {
-	echo := tcpEcho(t)
-	tg := newTarget(t, false)
+	echo := proxytest.TCPEcho(t)
+	tg := proxytest.NewTarget(t, proxytest.TargetOptions{})
 	limits := func() []httplimit.Config {
 		return []httplimit.Config{{Key: httplimit.ByClientIP(nil), Policy: httplimit.Policy{Permits: 8}}, {Key: forward.ByTargetHost(), Policy: httplimit.Policy{Permits: 8}}}
 	}
@@ -309,21 +310,21 @@ func TestPermitsBackToZero(t *testing.T) {
 	t.Run("client reset during an exchange", func(t *testing.T) {
 		s := newStack(t, stackOptions{limits: limits()})
 		c := rawConn(t, s, "127.0.0.2")
-		fmt.Fprintf(c, "GET http://%s/slow?id=reset HTTP/1.1\r\nHost: %s\r\n\r\n", tg.addr, tg.addr)
-		tg.next(t)
+		fmt.Fprintf(c, "GET http://%s/slow?id=reset HTTP/1.1\r\nHost: %s\r\n\r\n", tg.Addr, tg.Addr)
+		tg.Next(t)
 		c.(*net.TCPConn).SetLinger(0)
 		c.Close() // RST
-		expectIdle(t, s)
+		proxytest.ExpectIdle(t, s.limits...)
 	})
 	t.Run("client reset in a tunnel", func(t *testing.T) {
 		s := newStack(t, stackOptions{limits: limits()})
 		c := rawConn(t, s, "127.0.0.2")
-		if _, resp := connect(t, c, echo, ""); resp.StatusCode != http.StatusOK {
+		if _, resp := proxytest.Connect(t, c, echo, ""); resp.StatusCode != http.StatusOK {
 			t.Fatalf("CONNECT: %d", resp.StatusCode)
 		}
 		c.(*net.TCPConn).SetLinger(0)
 		c.Close()
-		expectIdle(t, s)
+		proxytest.ExpectIdle(t, s.limits...)
 		waitfor.Cond(t, "the tunnel to close", func() bool { return s.proxy.Tunnels() == 0 })
 	})
 	t.Run("target failure", func(t *testing.T) {
@@ -333,10 +334,10 @@ func TestPermitsBackToZero(t *testing.T) {
 		if got := do(t, c, http.MethodGet, "http://"+closed+"/", nil); got.status != http.StatusBadGateway {
 			t.Fatalf("status %d", got.status)
 		}
-		if _, resp := connect(t, rawConn(t, s, "127.0.0.3"), closed, ""); resp.StatusCode != http.StatusBadGateway {
+		if _, resp := proxytest.Connect(t, rawConn(t, s, "127.0.0.3"), closed, ""); resp.StatusCode != http.StatusBadGateway {
 			t.Fatalf("CONNECT status %d", resp.StatusCode)
 		}
-		expectIdle(t, s)
+		proxytest.ExpectIdle(t, s.limits...)
 	})
 	t.Run("target reset in a tunnel", func(t *testing.T) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -354,36 +355,36 @@ func TestPermitsBackToZero(t *testing.T) {
 		}()
 		s := newStack(t, stackOptions{limits: limits()})
 		c := rawConn(t, s, "127.0.0.2")
-		br, resp := connect(t, c, ln.Addr().String(), "")
+		br, resp := proxytest.Connect(t, c, ln.Addr().String(), "")
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("CONNECT: %d", resp.StatusCode)
 		}
 		io.Copy(io.Discard, br) // ends when the proxy closes the client side
-		expectIdle(t, s)
+		proxytest.ExpectIdle(t, s.limits...)
 	})
 	t.Run("panic", func(t *testing.T) {
 		s := newStack(t, stackOptions{limits: limits(), proxy: forward.Config{Transport: panicking{}}})
 		c := proxyClient(t, s, "", "", "127.0.0.2")
-		if _, err := try(t.Context(), c, http.MethodGet, "http://"+tg.addr+"/echo", nil); err == nil {
+		if _, err := try(t.Context(), c, http.MethodGet, "http://"+tg.Addr+"/echo", nil); err == nil {
 			t.Fatal("a request whose transport panicked got an answer")
 		}
-		expectIdle(t, s)
+		proxytest.ExpectIdle(t, s.limits...)
 	})
 	t.Run("shutdown", func(t *testing.T) {
 		s := newStack(t, stackOptions{limits: limits()})
 		c := rawConn(t, s, "127.0.0.2")
-		if _, resp := connect(t, c, echo, ""); resp.StatusCode != http.StatusOK {
+		if _, resp := proxytest.Connect(t, c, echo, ""); resp.StatusCode != http.StatusOK {
 			t.Fatalf("CONNECT: %d", resp.StatusCode)
 		}
-		go try(t.Context(), proxyClient(t, s, "", "", "127.0.0.3"), http.MethodGet, "http://"+tg.addr+"/slow?id=shutdown", nil)
-		tg.next(t)
+		go try(t.Context(), proxyClient(t, s, "", "", "127.0.0.3"), http.MethodGet, "http://"+tg.Addr+"/slow?id=shutdown", nil)
+		tg.Next(t)
 		waitfor.Cond(t, "two permits in use", func() bool { return s.limits[0].Totals().InUse == 2 })
 		// What the daemon does when its drain time is up: close the server
 		// (which cuts exchanges, not hijacked connections) and the Proxy
 		// (which cuts tunnels).
 		s.srv.Config.Close()
 		s.proxy.Close()
-		expectIdle(t, s)
+		proxytest.ExpectIdle(t, s.limits...)
 	})
 }
 

@@ -1,6 +1,7 @@
 package forward_test
 
 import (
+	"github.com/seed-a07d1050/portcullis/internal/proxytest"
 	"net/http"
 	"testing"
 
@@ -48,7 +49,7 @@ func TestCollector(t *testing.T) {
 	s := newStack(t, stackOptions{})
 	c := forward.NewCollector(s.proxy, prometheus.Labels{"listener": "egress"})
 	conn := rawConn(t, s, "127.0.0.1")
-	if _, resp := connect(t, conn, tcpEcho(t), ""); resp.StatusCode != http.StatusOK {
+	if _, resp := proxytest.Connect(t, conn, proxytest.TCPEcho(t), ""); resp.StatusCode != http.StatusOK {
 		t.Fatalf("CONNECT: %d", resp.StatusCode)
 	}
 	if a := do(t, proxyClient(t, s, "", "", "127.0.0.1"), http.MethodGet, "http://192.0.2.1/", nil); a.status != http.StatusForbidden {

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/seed-a07d1050/portcullis/internal/proxytest"
 	"io"
 	"net"
 	"net/http"
@@ -21,16 +22,16 @@ import (
 )
 
 func TestAbsoluteFormThroughGoClient(t *testing.T) {
-	tg := newTarget(t, false)
+	tg := proxytest.NewTarget(t, proxytest.TargetOptions{})
 	s := newStack(t, stackOptions{users: []string{"alice", "alice-pw"}})
 	c := proxyClient(t, s, "alice", "alice-pw", "127.0.0.2")
 
-	got := do(t, c, http.MethodGet, "http://"+tg.addr+"/echo?q=1", nil)
+	got := do(t, c, http.MethodGet, "http://"+tg.Addr+"/echo?q=1", nil)
 	if got.status != http.StatusOK {
 		t.Fatalf("status %d: %s", got.status, got.body)
 	}
-	e := decodeEcho(t, got.body)
-	if e.Host != tg.addr || e.URI != "/echo?q=1" {
+	e := proxytest.DecodeEcho(t, []byte(got.body))
+	if e.Host != tg.Addr || e.URI != "/echo?q=1" {
 		t.Errorf("target saw Host %q URI %q", e.Host, e.URI)
 	}
 	if v := e.Header.Get("Proxy-Authorization"); v != "" {
@@ -43,24 +44,24 @@ func TestAbsoluteFormThroughGoClient(t *testing.T) {
 		t.Errorf("client saw Via %q", v)
 	}
 	// A named target, and a request with a body (the fallback path).
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://target.test:"+tg.port()+"/echo", strings.NewReader("hello"))
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://target.test:"+tg.Port()+"/echo", strings.NewReader("hello"))
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if e := decodeEcho(t, string(body)); resp.StatusCode != http.StatusOK || e.Body != "hello" || e.Host != "target.test:"+tg.port() {
+	if e := proxytest.DecodeEcho(t, body); resp.StatusCode != http.StatusOK || e.Body != "hello" || e.Host != "target.test:"+tg.Port() {
 		t.Fatalf("POST: %d %+v", resp.StatusCode, e)
 	}
 	// Without credentials: 407.
-	if got := do(t, proxyClient(t, s, "", "", "127.0.0.3"), http.MethodGet, "http://"+tg.addr+"/echo", nil); got.status != http.StatusProxyAuthRequired {
+	if got := do(t, proxyClient(t, s, "", "", "127.0.0.3"), http.MethodGet, "http://"+tg.Addr+"/echo", nil); got.status != http.StatusProxyAuthRequired {
 		t.Fatalf("no credentials: %d", got.status)
 	}
 }
 
 func TestHopByHopHeadersRemoved(t *testing.T) {
-	tg := newTarget(t, false)
+	tg := proxytest.NewTarget(t, proxytest.TargetOptions{})
 	s := newStack(t, stackOptions{users: []string{"alice", "alice-pw"}})
 	c := rawConn(t, s, "127.0.0.2")
 	br := bufio.NewReader(c)
@@ -69,7 +70,7 @@ func TestHopByHopHeadersRemoved(t *testing.T) {
 			"X-Forwarded-For: 192.0.2.9\r\nForwarded: for=192.0.2.9\r\n"+
 			"Proxy-Authorization: %s\r\nProxy-Connection: keep-alive\r\n"+
 			"Connection: keep-alive, X-Secret\r\nX-Secret: s3cret\r\nKeep-Alive: timeout=5\r\n"+
-			"TE: trailers, deflate\r\nUpgrade: h2c\r\nX-Kept: yes\r\n\r\n", tg.addr, basic("alice", "alice-pw"))
+			"TE: trailers, deflate\r\nUpgrade: h2c\r\nX-Kept: yes\r\n\r\n", tg.Addr, basic("alice", "alice-pw"))
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
 			t.Fatalf("request %d: %v", i, err)
@@ -79,7 +80,7 @@ func TestHopByHopHeadersRemoved(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
 		}
-		e := decodeEcho(t, string(body))
+		e := proxytest.DecodeEcho(t, body)
 		// ReverseProxy passes "TE: trailers" on (gRPC needs it), nothing else of TE.
 		if v := e.Header.Get("Te"); v != "" && v != "trailers" {
 			t.Errorf("TE reached the target: %q", v)
@@ -89,7 +90,7 @@ func TestHopByHopHeadersRemoved(t *testing.T) {
 				t.Errorf("%s reached the target: %q", h, v)
 			}
 		}
-		if e.Header.Get("X-Kept") != "yes" || e.Host != tg.addr || e.URI != "/echo?a=1;b=%zz&c" {
+		if e.Header.Get("X-Kept") != "yes" || e.Host != tg.Addr || e.URI != "/echo?a=1;b=%zz&c" {
 			t.Errorf("target saw %+v", e)
 		}
 	}
@@ -98,17 +99,17 @@ func TestHopByHopHeadersRemoved(t *testing.T) {
 // Target connections are pooled: sequential requests of keep-alive
 // clients reuse one.
 func TestTargetConnectionsPooled(t *testing.T) {
-	tg := newTarget(t, false)
+	tg := proxytest.NewTarget(t, proxytest.TargetOptions{})
 	s := newStack(t, stackOptions{})
 	for _, ip := range []string{"127.0.0.2", "127.0.0.3"} {
 		c := proxyClient(t, s, "", "", ip)
 		for range 5 {
-			if got := do(t, c, http.MethodGet, "http://"+tg.addr+"/echo", nil); got.status != http.StatusOK {
+			if got := do(t, c, http.MethodGet, "http://"+tg.Addr+"/echo", nil); got.status != http.StatusOK {
 				t.Fatalf("status %d", got.status)
 			}
 		}
 	}
-	if n := tg.conns.Load(); n != 1 {
+	if n := tg.Conns.Load(); n != 1 {
 		t.Fatalf("the target saw %d connections for 10 sequential requests, want 1", n)
 	}
 }
@@ -147,7 +148,7 @@ func TestRequestsRefusedByForm(t *testing.T) {
 // resolving to one. No connection is attempted: the Control hook refuses
 // before connect.
 func TestDestinationPolicyRefusesByDefault(t *testing.T) {
-	tg := newTarget(t, false)
+	tg := proxytest.NewTarget(t, proxytest.TargetOptions{})
 	// The built-in rules, with CONNECT let through to the ports that
 	// absolute-form requests may use, so that the address rules decide.
 	builtin, err := forward.NewPolicy(forward.PolicyConfig{ConnectPorts: forward.DefaultPorts})
@@ -157,13 +158,13 @@ func TestDestinationPolicyRefusesByDefault(t *testing.T) {
 	s := newStack(t, stackOptions{proxy: forward.Config{Policy: builtin}})
 	c := proxyClient(t, s, "", "", "127.0.0.2")
 	for _, tc := range []struct{ authority, rule string }{
-		{tg.addr, "loopback 127.0.0.0/8 (RFC 1122)"},
+		{tg.Addr, "loopback 127.0.0.0/8 (RFC 1122)"},
 		{"10.0.0.1:80", "private-use 10.0.0.0/8 (RFC 1918)"},
-		{"[::1]:" + tg.port(), "loopback ::1/128 (RFC 4291)"},
+		{"[::1]:" + tg.Port(), "loopback ::1/128 (RFC 4291)"},
 		{"169.254.169.254:80", "cloud metadata service 169.254.169.254"},
-		{"internal.test:" + tg.port(), "loopback 127.0.0.0/8 (RFC 1122)"}, // a name resolving to 127.0.0.1
+		{"internal.test:" + tg.Port(), "loopback 127.0.0.0/8 (RFC 1122)"}, // a name resolving to 127.0.0.1
 		{"private.test:80", "private-use 10.0.0.0/8 (RFC 1918)"},
-		{"[::ffff:127.0.0.1]:" + tg.port(), "loopback 127.0.0.0/8 (RFC 1122)"},
+		{"[::ffff:127.0.0.1]:" + tg.Port(), "loopback 127.0.0.0/8 (RFC 1122)"},
 		{"8.8.8.8:25", "port 25 is not among the "},
 	} {
 		t.Run(tc.authority, func(t *testing.T) {
@@ -172,13 +173,13 @@ func TestDestinationPolicyRefusesByDefault(t *testing.T) {
 				t.Errorf("GET: %d %q; want 403 naming %q", got.status, got.body, tc.rule)
 			}
 			conn := rawConn(t, s, "127.0.0.3")
-			_, resp := connect(t, conn, tc.authority, "")
+			_, resp := proxytest.Connect(t, conn, tc.authority, "")
 			if body := readBody(t, resp); resp.StatusCode != http.StatusForbidden || !strings.Contains(body, `rule "`+tc.rule) {
 				t.Errorf("CONNECT: %d %q; want 403 naming %q", resp.StatusCode, body, tc.rule)
 			}
 		})
 	}
-	if n := tg.conns.Load(); n != 0 {
+	if n := tg.Conns.Load(); n != 0 {
 		t.Fatalf("the loopback target was reached %d times", n)
 	}
 }
@@ -189,30 +190,30 @@ func TestDestinationPolicyRefusesByDefault(t *testing.T) {
 // through (destinations.ports). Before connect_ports, a CONNECT to any
 // port from 1024 up was tunnelled, and a refusal named "0.0.0.0:22".
 func TestConnectPortsDefault443(t *testing.T) {
-	tg := newTarget(t, false)
+	tg := proxytest.NewTarget(t, proxytest.TargetOptions{})
 	policy, err := forward.NewPolicy(forward.PolicyConfig{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := newStack(t, stackOptions{proxy: forward.Config{Policy: policy}})
 	conn := rawConn(t, s, "127.0.0.3")
-	_, resp := connect(t, conn, tg.addr, "")
+	_, resp := proxytest.Connect(t, conn, tg.Addr, "")
 	body := readBody(t, resp)
-	want := "forbidden: destination " + tg.addr + ` refused by rule "port ` + tg.port() + ` is not among the CONNECT ports (443)"`
+	want := "forbidden: destination " + tg.Addr + ` refused by rule "port ` + tg.Port() + ` is not among the CONNECT ports (443)"`
 	if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, want) {
-		t.Errorf("CONNECT %s: %d %q; want 403 %q", tg.addr, resp.StatusCode, body, want)
+		t.Errorf("CONNECT %s: %d %q; want 403 %q", tg.Addr, resp.StatusCode, body, want)
 	}
 	conn = rawConn(t, s, "127.0.0.3")
-	_, resp = connect(t, conn, "8.8.8.8:22", "")
+	_, resp = proxytest.Connect(t, conn, "8.8.8.8:22", "")
 	if body := readBody(t, resp); resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "destination 8.8.8.8:22 refused") {
 		t.Errorf("CONNECT 8.8.8.8:22: %d %q; want 403 naming 8.8.8.8:22", resp.StatusCode, body)
 	}
-	if n := tg.conns.Load(); n != 0 {
+	if n := tg.Conns.Load(); n != 0 {
 		t.Fatalf("a refused CONNECT reached the target (%d connections)", n)
 	}
 	c := proxyClient(t, s, "", "", "127.0.0.2")
-	if got := do(t, c, http.MethodGet, "http://"+tg.addr+"/echo", nil); got.status != http.StatusOK {
-		t.Errorf("GET http://%s/echo: %d %q; want 200 (destinations.ports allows it)", tg.addr, got.status, got.body)
+	if got := do(t, c, http.MethodGet, "http://"+tg.Addr+"/echo", nil); got.status != http.StatusOK {
+		t.Errorf("GET http://%s/echo: %d %q; want 200 (destinations.ports allows it)", tg.Addr, got.status, got.body)
 	}
 
 	open, err := forward.NewPolicy(forward.PolicyConfig{
@@ -224,16 +225,16 @@ func TestConnectPortsDefault443(t *testing.T) {
 	}
 	s = newStack(t, stackOptions{proxy: forward.Config{Policy: open}})
 	conn = rawConn(t, s, "127.0.0.3")
-	if _, resp = connect(t, conn, tg.addr, ""); resp.StatusCode != http.StatusOK {
-		t.Errorf("CONNECT %s with connect ports 443, 1024-65535: %d; want 200", tg.addr, resp.StatusCode)
+	if _, resp = proxytest.Connect(t, conn, tg.Addr, ""); resp.StatusCode != http.StatusOK {
+		t.Errorf("CONNECT %s with connect ports 443, 1024-65535: %d; want 200", tg.Addr, resp.StatusCode)
 	}
 }
 
 func TestLoopbackReachableWhenAllowed(t *testing.T) {
-	tg := newTarget(t, false)
+	tg := proxytest.NewTarget(t, proxytest.TargetOptions{})
 	s := newStack(t, stackOptions{}) // allowLoopback
 	c := proxyClient(t, s, "", "", "127.0.0.2")
-	for _, target := range []string{tg.addr, "internal.test:" + tg.port()} {
+	for _, target := range []string{tg.Addr, "internal.test:" + tg.Port()} {
 		if got := do(t, c, http.MethodGet, "http://"+target+"/echo", nil); got.status != http.StatusOK {
 			t.Errorf("%s: %d %s", target, got.status, got.body)
 		}
@@ -241,7 +242,7 @@ func TestLoopbackReachableWhenAllowed(t *testing.T) {
 }
 
 func TestTargetFailures(t *testing.T) {
-	tg := newTarget(t, false)
+	tg := proxytest.NewTarget(t, proxytest.TargetOptions{})
 	closed := closedPort(t)
 	s := newStack(t, stackOptions{proxy: forward.Config{UpstreamTimeout: 200 * time.Millisecond}})
 	c := proxyClient(t, s, "", "", "127.0.0.2")
@@ -252,7 +253,7 @@ func TestTargetFailures(t *testing.T) {
 	}{
 		{"refused", "http://" + closed + "/", 502, "connection refused"},
 		{"unknown name", "http://nowhere.test/", 502, "no such host"},
-		{"slow head", "http://" + tg.addr + "/sleep?d=5s", 504, "no response in time"},
+		{"slow head", "http://" + tg.Addr + "/sleep?d=5s", 504, "no response in time"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := do(t, c, http.MethodGet, tc.url, nil)
@@ -266,7 +267,7 @@ func TestTargetFailures(t *testing.T) {
 		{"nowhere.test:443", "no such host"},
 	} {
 		conn := rawConn(t, s, "127.0.0.3")
-		_, resp := connect(t, conn, tc.authority, "")
+		_, resp := proxytest.Connect(t, conn, tc.authority, "")
 		if body := readBody(t, resp); resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, tc.reason) {
 			t.Errorf("CONNECT %s: %d %q", tc.authority, resp.StatusCode, body)
 		}
@@ -286,17 +287,17 @@ func closedPort(t testing.TB) string {
 }
 
 func TestConnectHTTPS(t *testing.T) {
-	tg := newTarget(t, true)
+	tg := proxytest.NewTarget(t, proxytest.TargetOptions{Cert: sharedCert(t)})
 	s := newStack(t, stackOptions{users: []string{"alice", "alice-pw"}})
 	c := proxyClient(t, s, "alice", "alice-pw", "127.0.0.2")
-	got := do(t, c, http.MethodGet, "https://"+tg.addr+"/echo", nil)
+	got := do(t, c, http.MethodGet, "https://"+tg.Addr+"/echo", nil)
 	if got.status != http.StatusOK {
 		t.Fatalf("status %d %s", got.status, got.body)
 	}
-	if e := decodeEcho(t, got.body); e.Header.Get("Proxy-Authorization") != "" || e.Host != tg.addr {
+	if e := proxytest.DecodeEcho(t, []byte(got.body)); e.Header.Get("Proxy-Authorization") != "" || e.Host != tg.Addr {
 		t.Fatalf("target saw %+v", e)
 	}
-	_, err := try(t.Context(), proxyClient(t, s, "alice", "wrong", "127.0.0.3"), http.MethodGet, "https://"+tg.addr+"/echo", nil)
+	_, err := try(t.Context(), proxyClient(t, s, "alice", "wrong", "127.0.0.3"), http.MethodGet, "https://"+tg.Addr+"/echo", nil)
 	if err == nil || !strings.Contains(err.Error(), "Proxy Authentication Required") {
 		t.Fatalf("CONNECT with a wrong password: %v", err)
 	}
@@ -306,10 +307,10 @@ func TestConnectHTTPS(t *testing.T) {
 // reaches the target, which answers after it, and the target's EOF reaches
 // the client.
 func TestConnectHalfClose(t *testing.T) {
-	echo := tcpEcho(t)
+	echo := proxytest.TCPEcho(t)
 	s := newStack(t, stackOptions{})
 	c := rawConn(t, s, "127.0.0.2")
-	br, resp := connect(t, c, echo, "")
+	br, resp := proxytest.Connect(t, c, echo, "")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("CONNECT: %d", resp.StatusCode)
 	}
@@ -330,7 +331,7 @@ func TestConnectHalfClose(t *testing.T) {
 // Bytes a client sends right behind its CONNECT head, in the same packet,
 // reach the target first.
 func TestConnectPipelinedBytes(t *testing.T) {
-	echo := tcpEcho(t)
+	echo := proxytest.TCPEcho(t)
 	s := newStack(t, stackOptions{})
 	c := rawConn(t, s, "127.0.0.2")
 	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\nearly bytes\n", echo, echo)
@@ -347,7 +348,7 @@ func TestConnectPipelinedBytes(t *testing.T) {
 // HTTP/2 CONNECT over an https listener: the tunnel is the stream; the
 // limiter keeps its permit until the stream ends.
 func TestConnectOverHTTP2(t *testing.T) {
-	echo := tcpEcho(t)
+	echo := proxytest.TCPEcho(t)
 	s := newStack(t, stackOptions{
 		tls:    true,
 		users:  []string{"alice", "alice-pw"},
@@ -397,18 +398,18 @@ func TestConnectOverHTTP2(t *testing.T) {
 		t.Fatalf("after END_STREAM: %q %v", rest, err)
 	}
 	resp.Body.Close()
-	expectIdle(t, s)
+	proxytest.ExpectIdle(t, s.limits...)
 }
 
 // The server's read and write timeouts bound requests, not tunnels: a
 // tunnel outlives them, over HTTP/1.1 and HTTP/2.
 func TestTunnelOutlivesServerTimeouts(t *testing.T) {
-	echo := tcpEcho(t)
+	echo := proxytest.TCPEcho(t)
 	const timeouts = 100 * time.Millisecond
 	t.Run("HTTP/1.1", func(t *testing.T) {
 		s := newStack(t, stackOptions{serverTimeouts: timeouts})
 		c := rawConn(t, s, "127.0.0.2")
-		br, resp := connect(t, c, echo, "")
+		br, resp := proxytest.Connect(t, c, echo, "")
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("CONNECT: %d", resp.StatusCode)
 		}
@@ -445,7 +446,7 @@ func h2Client(t *testing.T, s *stack, ip string) *http.Transport {
 	pool.AddCert(s.cert.TLS.Leaf)
 	tr := &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool},
-		DialContext:     dialerFrom(ip).DialContext,
+		DialContext:     proxytest.DialerFrom(ip).DialContext,
 		Protocols:       new(http.Protocols),
 	}
 	tr.Protocols.SetHTTP2(true) // HTTP/2 only: the CONNECT must be a stream
@@ -454,13 +455,13 @@ func h2Client(t *testing.T, s *stack, ip string) *http.Transport {
 }
 
 func TestTunnelIdleTimeout(t *testing.T) {
-	echo := tcpEcho(t)
+	echo := proxytest.TCPEcho(t)
 	s := newStack(t, stackOptions{
 		proxy:  forward.Config{TunnelIdleTimeout: 500 * time.Millisecond},
 		limits: []httplimit.Config{{Policy: httplimit.Policy{Permits: 4}}},
 	})
 	c := rawConn(t, s, "127.0.0.2")
-	br, resp := connect(t, c, echo, "")
+	br, resp := proxytest.Connect(t, c, echo, "")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("CONNECT: %d", resp.StatusCode)
 	}
@@ -482,14 +483,14 @@ func TestTunnelIdleTimeout(t *testing.T) {
 		}
 	}
 	waitfor.Cond(t, "the tunnel to close", func() bool { return s.proxy.Tunnels() == 0 })
-	expectIdle(t, s)
+	proxytest.ExpectIdle(t, s.limits...)
 }
 
 func TestTunnelLifetime(t *testing.T) {
-	echo := tcpEcho(t)
+	echo := proxytest.TCPEcho(t)
 	s := newStack(t, stackOptions{proxy: forward.Config{TunnelLifetime: 150 * time.Millisecond}})
 	c := rawConn(t, s, "127.0.0.2")
-	br, resp := connect(t, c, echo, "")
+	br, resp := proxytest.Connect(t, c, echo, "")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("CONNECT: %d", resp.StatusCode)
 	}
@@ -510,12 +511,12 @@ func TestTunnelLifetime(t *testing.T) {
 }
 
 func TestCloseCutsTunnels(t *testing.T) {
-	echo := tcpEcho(t)
+	echo := proxytest.TCPEcho(t)
 	s := newStack(t, stackOptions{limits: []httplimit.Config{{Policy: httplimit.Policy{Permits: 4}}}})
 	var readers []*bufio.Reader
 	for _, ip := range []string{"127.0.0.2", "127.0.0.3"} {
 		c := rawConn(t, s, ip)
-		br, resp := connect(t, c, echo, "")
+		br, resp := proxytest.Connect(t, c, echo, "")
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("CONNECT: %d", resp.StatusCode)
 		}
@@ -539,9 +540,9 @@ func TestCloseCutsTunnels(t *testing.T) {
 		}
 	}
 	waitfor.Cond(t, "the tunnels to close", func() bool { return s.proxy.Tunnels() == 0 })
-	expectIdle(t, s)
+	proxytest.ExpectIdle(t, s.limits...)
 	// New CONNECTs are refused once closed.
-	_, resp := connect(t, rawConn(t, s, "127.0.0.4"), echo, "")
+	_, resp := proxytest.Connect(t, rawConn(t, s, "127.0.0.4"), echo, "")
 	if body := readBody(t, resp); resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "shutting down") {
 		t.Fatalf("CONNECT after Shutdown: %d %q", resp.StatusCode, body)
 	}
@@ -559,10 +560,10 @@ func TestConfigErrors(t *testing.T) {
 // TestShutdownWaitsForTunnels checks that Shutdown returns nil as soon as
 // the last tunnel ends by itself, and refuses new CONNECTs meanwhile.
 func TestShutdownWaitsForTunnels(t *testing.T) {
-	echo := tcpEcho(t)
+	echo := proxytest.TCPEcho(t)
 	s := newStack(t, stackOptions{})
 	c := rawConn(t, s, "127.0.0.2")
-	br, resp := connect(t, c, echo, "")
+	br, resp := proxytest.Connect(t, c, echo, "")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("CONNECT: %d", resp.StatusCode)
 	}
@@ -570,7 +571,7 @@ func TestShutdownWaitsForTunnels(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.proxy.Shutdown(context.Background()) }()
 	waitfor.Cond(t, "new CONNECTs to be refused", func() bool {
-		_, resp := connect(t, rawConn(t, s, "127.0.0.3"), echo, "")
+		_, resp := proxytest.Connect(t, rawConn(t, s, "127.0.0.3"), echo, "")
 		return resp.StatusCode == http.StatusServiceUnavailable
 	})
 	select {

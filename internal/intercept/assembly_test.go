@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"github.com/seed-a07d1050/portcullis/internal/proxytest"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -28,7 +29,7 @@ type assemblyRig struct {
 
 func newAssemblyRig(t *testing.T) *assemblyRig {
 	t.Helper()
-	p, err := forward.New(forward.Config{Policy: allowLoopback(t), Resolver: testResolver, Logger: quiet})
+	p, err := forward.New(forward.Config{Policy: proxytest.AllowLoopback(t), Resolver: testResolver, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func (r *assemblyRig) serve(t *testing.T, a *intercept.Assembly) *http.Client {
 	srv := httptest.NewServer(a.Wrap(r.proxy))
 	t.Cleanup(srv.Close)
 	u, _ := url.Parse(srv.URL)
-	tr := &http.Transport{Proxy: http.ProxyURL(u), DialContext: dialerFrom("127.0.0.1").DialContext, MaxIdleConnsPerHost: 4,
+	tr := &http.Transport{Proxy: http.ProxyURL(u), DialContext: proxytest.DialerFrom("127.0.0.1").DialContext, MaxIdleConnsPerHost: 4,
 		TLSClientConfig: &tls.Config{RootCAs: r.pool}}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr, Timeout: waitLimit}
@@ -91,7 +92,7 @@ func (r *assemblyRig) serve(t *testing.T, a *intercept.Assembly) *http.Client {
 func TestAssemblyKeepsWhatDidNotChange(t *testing.T) {
 	rig := newAssemblyRig(t)
 	tg := newTarget(t)
-	echo := "https://localhost:" + tg.port + "/echo"
+	echo := "https://localhost:" + tg.Port() + "/echo"
 	var n1, n2, n3 atomic.Int64
 	a1, err := intercept.NewAssembly(rig.config(&n1), nil)
 	if err != nil {
@@ -121,10 +122,10 @@ func TestAssemblyKeepsWhatDidNotChange(t *testing.T) {
 	// A request under way on the session when its Interceptor is retired.
 	slow := make(chan error, 1)
 	go func() {
-		_, err := get(t.Context(), c, "https://localhost:"+tg.port+"/slow?id=held")
+		_, err := get(t.Context(), c, "https://localhost:"+tg.Port()+"/slow?id=held")
 		slow <- err
 	}()
-	if id := tg.next(t); id != "held" {
+	if id := tg.Next(t); id != "held" {
 		t.Fatalf("the target saw %q", id)
 	}
 
@@ -146,7 +147,7 @@ func TestAssemblyKeepsWhatDidNotChange(t *testing.T) {
 	if err := <-slow; err == nil {
 		t.Error("the request under way survived the retirement of its Interceptor")
 	}
-	tg.open()
+	tg.Open()
 	if s, _ := a2.Stats(); s.Open != 0 {
 		t.Errorf("%d sessions still open on the retired Interceptor", s.Open)
 	}

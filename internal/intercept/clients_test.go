@@ -5,6 +5,7 @@ package intercept_test
 import (
 	"context"
 	"crypto/tls"
+	"github.com/seed-a07d1050/portcullis/internal/proxytest"
 	"io"
 	"log/slog"
 	"net"
@@ -70,7 +71,7 @@ func TestCurl(t *testing.T) {
 			defer cancel()
 			cmd := exec.CommandContext(ctx, curl, "-sS", "--max-time", "10", tc.flag,
 				"-x", "http://alice:alice-pw@"+s.addr, "--cacert", s.ca.certFile,
-				"-w", "\n%{http_connect} %{http_code} %{http_version}", "https://localhost:"+tg.port+"/echo")
+				"-w", "\n%{http_connect} %{http_code} %{http_version}", "https://localhost:"+tg.Port()+"/echo")
 			cmd.Env = cleanEnv()
 			out, err := cmd.CombinedOutput()
 			if err != nil {
@@ -80,28 +81,28 @@ func TestCurl(t *testing.T) {
 			if got, want := lines[len(lines)-1], "200 200 "+tc.version; got != want {
 				t.Fatalf("curl reports %q, want %q\n%s", got, want, out)
 			}
-			e := decodeEcho(t, []byte(strings.Join(lines[:len(lines)-1], "\n")))
-			if e.Host != "localhost:"+tg.port || !strings.Contains(e.Header.Get("Via"), "portcullis") {
+			e := proxytest.DecodeEcho(t, []byte(strings.Join(lines[:len(lines)-1], "\n")))
+			if e.Host != "localhost:"+tg.Port() || !strings.Contains(e.Header.Get("Via"), "portcullis") {
 				t.Errorf("target saw %+v", e)
 			}
 			after := s.ic.Stats()
 			if after.Sessions != before.Sessions+1 || after.Requests != before.Requests+1 {
 				t.Errorf("stats %+v after %+v, want one more intercepted session and request", after, before)
 			}
-			expectIdle(t, s)
+			proxytest.ExpectIdle(t, s.limits...)
 		})
 	}
 	// Without --cacert curl refuses our certificate, and the failure is
 	// counted on our side.
 	before := s.ic.Stats().HandshakeFailures
 	cmd := exec.CommandContext(t.Context(), curl, "-sS", "--max-time", "10", "-x", "http://alice:alice-pw@"+s.addr,
-		"--cacert", originCertFile(t), "https://localhost:"+tg.port+"/echo")
+		"--cacert", originCertFile(t), "https://localhost:"+tg.Port()+"/echo")
 	cmd.Env = cleanEnv()
 	if out, err := cmd.CombinedOutput(); err == nil {
 		t.Errorf("curl accepted the leaf without trusting the CA:\n%s", out)
 	}
 	waitfor.Cond(t, "curl's refusal to be counted", func() bool { return s.ic.Stats().HandshakeFailures == before+1 })
-	expectIdle(t, s)
+	proxytest.ExpectIdle(t, s.limits...)
 }
 
 func writeTemp(t testing.TB, data []byte) string {
@@ -138,7 +139,7 @@ func TestUpstreamBadCertificate(t *testing.T) {
 	c := client(t, s, "", "", "127.0.0.2", s.ca.pool)
 	lines := func() int { return strings.Count(logs.String(), "target certificate refused") }
 	for range 3 {
-		a := mustGet(t, c, "https://localhost:"+tg.port+"/echo")
+		a := mustGet(t, c, "https://localhost:"+tg.Port()+"/echo")
 		if a.status != http.StatusBadGateway || !strings.Contains(string(a.body), "certificate was refused: signed by an unknown authority") {
 			t.Fatalf("answer %d %q, want 502 naming the unknown authority", a.status, a.body)
 		}
@@ -149,7 +150,7 @@ func TestUpstreamBadCertificate(t *testing.T) {
 	clockMu.Lock()
 	now = now.Add(61 * time.Second)
 	clockMu.Unlock()
-	mustGet(t, c, "https://localhost:"+tg.port+"/echo")
+	mustGet(t, c, "https://localhost:"+tg.Port()+"/echo")
 	if n := lines(); n != 2 {
 		t.Errorf("%d log lines after a minute, want 2", n)
 	}
@@ -163,7 +164,7 @@ func TestUpstreamBadCertificate(t *testing.T) {
 	// A certificate for another name: the origin's is for localhost, the
 	// client asked for other.test (resolved to the same address).
 	s2 := newStack(t, stackOptions{})
-	a := mustGet(t, client(t, s2, "", "", "127.0.0.2", s2.ca.pool), "https://other.test:"+tg.port+"/echo")
+	a := mustGet(t, client(t, s2, "", "", "127.0.0.2", s2.ca.pool), "https://other.test:"+tg.Port()+"/echo")
 	if a.status != http.StatusBadGateway || !strings.Contains(string(a.body), "not other.test") {
 		t.Errorf("answer %d %q, want 502 naming the name mismatch", a.status, a.body)
 	}
@@ -177,13 +178,13 @@ func TestHTTP2ConnectStreamIntercepted(t *testing.T) {
 	tr := &http2.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: originCert(t).Pool, ServerName: "localhost", NextProtos: []string{"h2"}},
 		DialTLSContext: func(ctx context.Context, network, _ string, cfg *tls.Config) (net.Conn, error) {
-			return (&tls.Dialer{NetDialer: dialerFrom("127.0.0.2"), Config: cfg}).DialContext(ctx, network, s.addr)
+			return (&tls.Dialer{NetDialer: proxytest.DialerFrom("127.0.0.2"), Config: cfg}).DialContext(ctx, network, s.addr)
 		},
 	}
 	t.Cleanup(tr.CloseIdleConnections)
 	pr, pw := io.Pipe()
 	t.Cleanup(func() { pw.Close() })
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodConnect, "https://localhost:"+tg.port, pr)
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodConnect, "https://localhost:"+tg.Port(), pr)
 	req.Header.Set("Proxy-Authorization", basic("alice", "alice-pw"))
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
@@ -197,15 +198,15 @@ func TestHTTP2ConnectStreamIntercepted(t *testing.T) {
 	if err := tc.HandshakeContext(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	expectIdle(t, s) // the CONNECT stream holds nothing once intercepted
-	r, body := roundTrip(t, tc, "GET /echo HTTP/1.1\r\nHost: localhost:"+tg.port+"\r\n\r\n")
-	if r.StatusCode != http.StatusOK || !strings.Contains(string(body), `"Host":"localhost:`+tg.port) {
+	proxytest.ExpectIdle(t, s.limits...) // the CONNECT stream holds nothing once intercepted
+	r, body := roundTrip(t, tc, "GET /echo HTTP/1.1\r\nHost: localhost:"+tg.Port()+"\r\n\r\n")
+	if r.StatusCode != http.StatusOK || !strings.Contains(string(body), `"Host":"localhost:`+tg.Port()) {
 		t.Errorf("answer %d %q", r.StatusCode, body)
 	}
 	tc.Close()
 	resp.Body.Close()
 	waitfor.Cond(t, "the session to end", func() bool { return s.ic.Sessions() == 0 })
-	expectIdle(t, s)
+	proxytest.ExpectIdle(t, s.limits...)
 }
 
 // pipeConn is the client side of an HTTP/2 CONNECT stream as a net.Conn.

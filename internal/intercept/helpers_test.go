@@ -5,8 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
-	"fmt"
+	"github.com/seed-a07d1050/portcullis/internal/proxytest"
 	"io"
 	"log"
 	"log/slog"
@@ -17,20 +16,15 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/seed-a07d1050/portcullis/httplimit"
 	"github.com/seed-a07d1050/portcullis/internal/forward"
 	"github.com/seed-a07d1050/portcullis/internal/intercept"
 	"github.com/seed-a07d1050/portcullis/internal/proxyauth"
 	"github.com/seed-a07d1050/portcullis/internal/testcert"
-	"github.com/seed-a07d1050/portcullis/internal/waitfor"
 )
 
 // waitLimit bounds every wait in these tests.
@@ -38,32 +32,11 @@ const waitLimit = 10 * time.Second
 
 var quiet = slog.New(slog.DiscardHandler)
 
-// mapResolver resolves the names it holds; any other name does not exist.
-type mapResolver map[string][]netip.Addr
-
-func (m mapResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	if a, ok := m[host]; ok {
-		return a, nil
-	}
-	if strings.HasSuffix(host, ".test") {
-		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
-	}
-	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-}
-
 // testResolver resolves localhost and every name under .test to
 // 127.0.0.1, without the network.
-var testResolver = mapResolver{"localhost": {netip.MustParseAddr("127.0.0.1")}}
-
-func allowLoopback(t testing.TB) *forward.Policy {
-	t.Helper()
-	p, err := forward.NewPolicy(forward.PolicyConfig{Allow: []netip.Prefix{
-		netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"),
-	}, ConnectPorts: anyPort})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
+var testResolver = proxytest.Resolver{
+	Names:          map[string][]netip.Addr{"localhost": {netip.MustParseAddr("127.0.0.1")}},
+	LoopbackSuffix: ".test",
 }
 
 // testCA is a CA made for the test, its PEM and a pool trusting it.
@@ -150,7 +123,7 @@ type stack struct {
 func newStack(t testing.TB, o stackOptions) *stack {
 	t.Helper()
 	s := &stack{ca: sharedCA()}
-	p, err := forward.New(forward.Config{Policy: allowLoopback(t), Resolver: testResolver, Logger: quiet})
+	p, err := forward.New(forward.Config{Policy: proxytest.AllowLoopback(t), Resolver: testResolver, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +201,7 @@ func newStack(t testing.TB, o stackOptions) *stack {
 
 	h := limits(icp.Wrap(p))
 	if o.users != nil {
-		a, err := proxyauth.New(proxyauth.Config{File: writeUsers(t, o.users...), Logger: quiet})
+		a, err := proxyauth.New(proxyauth.Config{File: proxytest.WriteUsers(t, o.users...), Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -252,39 +225,9 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	return s
 }
 
-// writeUsers writes an htpasswd file with bcrypt at its least cost.
-func writeUsers(t testing.TB, pairs ...string) string {
-	t.Helper()
-	var b strings.Builder
-	for i := 0; i+1 < len(pairs); i += 2 {
-		h, err := bcrypt.GenerateFromPassword([]byte(pairs[i+1]), bcrypt.MinCost)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintf(&b, "%s:$2y$%s\n", pairs[i], h[4:])
-	}
-	path := filepath.Join(t.TempDir(), "users.htpasswd")
-	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // userLimit is a proxy_user limit of n, refusing at once.
 func userLimit(n int) httplimit.Config {
 	return httplimit.Config{Key: httplimit.KeyFunc(proxyauth.UserOf), Policy: httplimit.Policy{Permits: n}, Name: "proxy_user"}
-}
-
-// expectIdle waits until every limiter of s holds and awaits nothing, and
-// no intercepted session is open.
-func expectIdle(t testing.TB, s *stack) {
-	t.Helper()
-	for i, l := range s.limits {
-		waitfor.Cond(t, fmt.Sprintf("limiter %d to be idle", i), func() bool {
-			tot := l.Totals()
-			return tot.InUse == 0 && tot.Waiting == 0 && tot.Keys == 0
-		})
-	}
 }
 
 // inUse is the number of permits the limiters of s hold.
@@ -294,10 +237,6 @@ func inUse(s *stack) int {
 		n += l.Totals().InUse
 	}
 	return n
-}
-
-func dialerFrom(ip string) *net.Dialer {
-	return &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: waitLimit}
 }
 
 // client returns a Go client sending through s as user (none for ""),
@@ -311,7 +250,7 @@ func client(t testing.TB, s *stack, user, pass, ip string, roots *x509.CertPool)
 	}
 	tr := &http.Transport{
 		Proxy:               http.ProxyURL(&u),
-		DialContext:         dialerFrom(ip).DialContext,
+		DialContext:         proxytest.DialerFrom(ip).DialContext,
 		TLSClientConfig:     &tls.Config{RootCAs: roots},
 		ForceAttemptHTTP2:   true,
 		MaxIdleConnsPerHost: 16,
@@ -320,113 +259,11 @@ func client(t testing.TB, s *stack, user, pass, ip string, roots *x509.CertPool)
 	return &http.Client{Transport: tr, Timeout: waitLimit}
 }
 
-// target is a TLS origin server on loopback, certificate originCert.
-type target struct {
-	srv     *httptest.Server
-	addr    string // 127.0.0.1:port
-	port    string
-	entered chan string
-	release chan struct{}
-	conns   atomic.Int32
-}
-
-// echoed is what /echo answers.
-type echoed struct {
-	Proto  string
-	Host   string
-	URI    string
-	Header http.Header
-}
-
-// newTarget starts a TLS target with /echo (the request as seen, JSON)
-// and /slow (reports ?id= on entered, then waits for release).
-func newTarget(t testing.TB) *target {
+// newTarget starts a TLS target (certificate originCert, HTTP/2 offered)
+// with proxytest.Target's paths.
+func newTarget(t testing.TB) *proxytest.Target {
 	t.Helper()
-	tg := &target{entered: make(chan string, 256), release: make(chan struct{})}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
-		_ = json.NewEncoder(w).Encode(echoed{Proto: r.Proto, Host: r.Host, URI: r.RequestURI, Header: r.Header})
-	})
-	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
-		tg.entered <- r.URL.Query().Get("id")
-		select {
-		case <-tg.release:
-		case <-r.Context().Done():
-		case <-time.After(waitLimit):
-		}
-		io.WriteString(w, "slow done\n")
-	})
-	mux.HandleFunc("/upgrade", func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Upgrade") != "echo" {
-			http.Error(w, "want Upgrade: echo", http.StatusBadRequest)
-			return
-		}
-		c, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-		brw.Flush()
-		for {
-			line, err := brw.ReadString('\n')
-			if err != nil {
-				return
-			}
-			brw.WriteString(line)
-			brw.Flush()
-		}
-	})
-	mux.HandleFunc("/reset", func(w http.ResponseWriter, r *http.Request) {
-		panic(http.ErrAbortHandler) // the target fails mid-exchange
-	})
-	srv := httptest.NewUnstartedServer(mux)
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
-	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			tg.conns.Add(1)
-		}
-	}
-	srv.EnableHTTP2 = true
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{originCert(t).TLS}}
-	srv.StartTLS()
-	t.Cleanup(func() {
-		tg.open()
-		srv.Close()
-	})
-	tg.srv = srv
-	tg.addr = strings.TrimPrefix(srv.URL, "https://")
-	_, tg.port, _ = net.SplitHostPort(tg.addr)
-	return tg
-}
-
-// open lets every /slow request finish.
-func (tg *target) open() {
-	select {
-	case <-tg.release:
-	default:
-		close(tg.release)
-	}
-}
-
-func (tg *target) next(t testing.TB) string {
-	t.Helper()
-	select {
-	case id := <-tg.entered:
-		return id
-	case <-time.After(waitLimit):
-		t.Fatal("timed out waiting for a request to reach the target")
-		return ""
-	}
-}
-
-func decodeEcho(t testing.TB, body []byte) echoed {
-	t.Helper()
-	var e echoed
-	if err := json.Unmarshal(body, &e); err != nil {
-		t.Fatalf("echo body %q: %v", body, err)
-	}
-	return e
+	return proxytest.NewTarget(t, proxytest.TargetOptions{Cert: originCert(t), HTTP2: true})
 }
 
 type answer struct {
@@ -464,24 +301,8 @@ func mustGet(t testing.TB, c *http.Client, target string) answer {
 // the connection once the proxy answered, with the status line.
 func rawConnect(t testing.TB, s *stack, ip, authority, creds string) (net.Conn, *bufio.Reader, string) {
 	t.Helper()
-	c, err := dialerFrom(ip).Dial("tcp", s.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	_ = c.SetDeadline(time.Now().Add(waitLimit))
-	head := "CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n"
-	if creds != "" {
-		head += "Proxy-Authorization: " + creds + "\r\n"
-	}
-	if _, err := io.WriteString(c, head+"\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-	if err != nil {
-		t.Fatalf("CONNECT %s: %v", authority, err)
-	}
+	c := proxytest.Dial(t, ip, s.addr)
+	br, resp := proxytest.Connect(t, c, authority, creds)
 	return &bufConn{Conn: c, r: br}, br, resp.Status
 }
 
@@ -518,7 +339,3 @@ func roundTrip(t testing.TB, tc *tls.Conn, req string) (*http.Response, []byte) 
 	body, _ := io.ReadAll(resp.Body)
 	return resp, body
 }
-
-// anyPort lets the tests' CONNECTs reach loopback targets on the random
-// ports they listen on (the default is 443 only).
-var anyPort = []forward.PortRange{{From: 443, To: 443}, {From: 1024, To: 65535}}

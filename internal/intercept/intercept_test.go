@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/seed-a07d1050/portcullis/internal/proxytest"
 	"io"
 	"net"
 	"net/http"
@@ -34,15 +35,15 @@ func TestGoClientThroughInterception(t *testing.T) {
 	tg := newTarget(t)
 	s := newStack(t, stackOptions{users: []string{"alice", "alice-pw"}, limits: []httplimit.Config{userLimit(2)}})
 	c := client(t, s, "alice", "alice-pw", "127.0.0.2", s.ca.pool)
-	a := mustGet(t, c, "https://localhost:"+tg.port+"/echo?q=1")
+	a := mustGet(t, c, "https://localhost:"+tg.Port()+"/echo?q=1")
 	if a.status != http.StatusOK {
 		t.Fatalf("status %d: %s", a.status, a.body)
 	}
 	if a.proto != "HTTP/2.0" {
 		t.Errorf("client spoke %s with the proxy inside the session, want HTTP/2.0 (ALPN h2)", a.proto)
 	}
-	e := decodeEcho(t, a.body)
-	if e.Host != "localhost:"+tg.port || e.URI != "/echo?q=1" {
+	e := proxytest.DecodeEcho(t, a.body)
+	if e.Host != "localhost:"+tg.Port() || e.URI != "/echo?q=1" {
 		t.Errorf("target saw Host %q URI %q", e.Host, e.URI)
 	}
 	if v := e.Header.Get("Via"); !strings.Contains(v, "portcullis") {
@@ -58,7 +59,7 @@ func TestGoClientThroughInterception(t *testing.T) {
 	if st.Connects != 1 || st.Sessions != 1 || st.Requests != 1 || st.Leaves.Minted != 1 {
 		t.Errorf("stats %+v, want one CONNECT, session, request and leaf", st)
 	}
-	expectIdle(t, s)
+	proxytest.ExpectIdle(t, s.limits...)
 }
 
 // The requests inside a session carry what the CONNECT established: the
@@ -69,7 +70,7 @@ func TestInnerRequestCarriesConnectIdentity(t *testing.T) {
 	tg := newTarget(t)
 	seen := make(chan *http.Request, 1)
 	s := newStack(t, stackOptions{users: []string{"alice", "alice-pw"}, innerSpy: func(r *http.Request) { seen <- r }})
-	conn, _, status := rawConnect(t, s, "127.0.0.5", "localhost:"+tg.port, basic("alice", "alice-pw")+"\r\nX-Forwarded-For: 192.0.2.9")
+	conn, _, status := rawConnect(t, s, "127.0.0.5", "localhost:"+tg.Port(), basic("alice", "alice-pw")+"\r\nX-Forwarded-For: 192.0.2.9")
 	if !strings.HasPrefix(status, "200") {
 		t.Fatalf("CONNECT: %s", status)
 	}
@@ -77,7 +78,7 @@ func TestInnerRequestCarriesConnectIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, _ := roundTrip(t, tc, "GET /echo HTTP/1.1\r\nHost: localhost:"+tg.port+"\r\nX-Forwarded-For: 6.6.6.6\r\nForwarded: for=6.6.6.6\r\n\r\n")
+	resp, _ := roundTrip(t, tc, "GET /echo HTTP/1.1\r\nHost: localhost:"+tg.Port()+"\r\nX-Forwarded-For: 6.6.6.6\r\nForwarded: for=6.6.6.6\r\n\r\n")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
@@ -94,10 +95,10 @@ func TestInnerRequestCarriesConnectIdentity(t *testing.T) {
 	if got := r.Header.Get("Forwarded"); got != "" {
 		t.Errorf("Forwarded %q written inside the session survived", got)
 	}
-	if key := forward.ByTargetHost()(r); key != "localhost:"+tg.port {
+	if key := forward.ByTargetHost()(r); key != "localhost:"+tg.Port() {
 		t.Errorf("target_host key %q", key)
 	}
-	if r.URL.String() != "https://localhost:"+tg.port+"/echo" {
+	if r.URL.String() != "https://localhost:"+tg.Port()+"/echo" {
 		t.Errorf("URL %s", r.URL)
 	}
 }
@@ -109,7 +110,7 @@ func TestUserLimitCountsRequestsInsideOneSession(t *testing.T) {
 	tg := newTarget(t)
 	s := newStack(t, stackOptions{users: []string{"alice", "alice-pw", "bob", "bob-pw"}, limits: []httplimit.Config{userLimit(2)}})
 	c := client(t, s, "alice", "alice-pw", "127.0.0.2", s.ca.pool)
-	base := "https://localhost:" + tg.port
+	base := "https://localhost:" + tg.Port()
 	if a := mustGet(t, c, base+"/echo"); a.status != http.StatusOK {
 		t.Fatalf("first request: %d", a.status)
 	}
@@ -118,13 +119,13 @@ func TestUserLimitCountsRequestsInsideOneSession(t *testing.T) {
 	if n := s.ic.Sessions(); n != 1 {
 		t.Fatalf("%d sessions open, want 1", n)
 	}
-	expectIdle(t, s)
+	proxytest.ExpectIdle(t, s.limits...)
 
 	results := make(chan answer, 3)
 	go func() { a, _ := get(t.Context(), c, base+"/slow?id=1"); results <- a }()
 	go func() { a, _ := get(t.Context(), c, base+"/slow?id=2"); results <- a }()
-	tg.next(t)
-	tg.next(t)
+	tg.Next(t)
+	tg.Next(t)
 	snap := s.limits[0].Snapshot(0)
 	if len(snap.Exchanges.Keys) != 1 || snap.Exchanges.Keys[0].Key != "alice" || snap.Exchanges.Keys[0].InUse != 2 {
 		t.Errorf("snapshot %+v, want alice holding 2 (the requests, one by one)", snap.Exchanges.Keys)
@@ -137,7 +138,7 @@ func TestUserLimitCountsRequestsInsideOneSession(t *testing.T) {
 	if a := mustGet(t, client(t, s, "bob", "bob-pw", "127.0.0.3", s.ca.pool), base+"/echo"); a.status != http.StatusOK {
 		t.Errorf("bob beside alice's two: %d", a.status)
 	}
-	tg.open()
+	tg.Open()
 	for range 2 {
 		if a := <-results; a.status != http.StatusOK {
 			t.Errorf("slow request: %d", a.status)
@@ -146,7 +147,7 @@ func TestUserLimitCountsRequestsInsideOneSession(t *testing.T) {
 	if st := s.ic.Stats(); st.Sessions != 2 || st.Connects != 2 {
 		t.Errorf("stats %+v: want one session for alice (all her requests) and one for bob", st)
 	}
-	expectIdle(t, s)
+	proxytest.ExpectIdle(t, s.limits...)
 }
 
 // The CONNECT holds its permit while the client has not finished its
@@ -154,7 +155,7 @@ func TestUserLimitCountsRequestsInsideOneSession(t *testing.T) {
 func TestConnectPermitReleasedWhenInterceptionStarts(t *testing.T) {
 	tg := newTarget(t)
 	s := newStack(t, stackOptions{users: []string{"alice", "alice-pw"}, limits: []httplimit.Config{userLimit(1)}})
-	conn, _, status := rawConnect(t, s, "127.0.0.2", "localhost:"+tg.port, basic("alice", "alice-pw"))
+	conn, _, status := rawConnect(t, s, "127.0.0.2", "localhost:"+tg.Port(), basic("alice", "alice-pw"))
 	if !strings.HasPrefix(status, "200") {
 		t.Fatalf("CONNECT: %s", status)
 	}
@@ -165,14 +166,14 @@ func TestConnectPermitReleasedWhenInterceptionStarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expectIdle(t, s)
+	proxytest.ExpectIdle(t, s.limits...)
 	// With the limit of 1 free again, a request inside fits.
-	if resp, _ := roundTrip(t, tc, "GET /echo HTTP/1.1\r\nHost: localhost:"+tg.port+"\r\n\r\n"); resp.StatusCode != http.StatusOK {
+	if resp, _ := roundTrip(t, tc, "GET /echo HTTP/1.1\r\nHost: localhost:"+tg.Port()+"\r\n\r\n"); resp.StatusCode != http.StatusOK {
 		t.Errorf("request inside: %d", resp.StatusCode)
 	}
 	tc.Close()
 	waitfor.Cond(t, "the session to close", func() bool { return s.ic.Sessions() == 0 })
-	expectIdle(t, s)
+	proxytest.ExpectIdle(t, s.limits...)
 }
 
 // A bypassed host stays a plain tunnel: the client sees the origin's own
@@ -198,7 +199,7 @@ func TestBypassStaysPlainTunnel(t *testing.T) {
 				peer = cs.PeerCertificates[0]
 				return nil
 			}
-			a := mustGet(t, c, "https://localhost:"+tg.port+"/echo")
+			a := mustGet(t, c, "https://localhost:"+tg.Port()+"/echo")
 			if a.status != http.StatusOK {
 				t.Fatalf("status %d: %s", a.status, a.body)
 			}
@@ -221,19 +222,19 @@ func TestClientNotTrustingCAFails(t *testing.T) {
 	tg := newTarget(t)
 	s := newStack(t, stackOptions{users: []string{"alice", "alice-pw"}, limits: []httplimit.Config{userLimit(1)}})
 	c := client(t, s, "alice", "alice-pw", "127.0.0.2", originCert(t).Pool)
-	_, err := get(t.Context(), c, "https://localhost:"+tg.port+"/echo")
+	_, err := get(t.Context(), c, "https://localhost:"+tg.Port()+"/echo")
 	var ua x509.UnknownAuthorityError
 	if !errors.As(err, &ua) {
 		t.Fatalf("error %v, want an unknown authority", err)
 	}
 	waitfor.Cond(t, "the handshake failure to be counted", func() bool { return s.ic.Stats().HandshakeFailures == 1 })
 	waitfor.Cond(t, "the session to close", func() bool { return s.ic.Sessions() == 0 })
-	expectIdle(t, s)
+	proxytest.ExpectIdle(t, s.limits...)
 	if st := s.ic.Stats(); st.Sessions != 0 || st.Requests != 0 {
 		t.Errorf("stats %+v, want no session", st)
 	}
-	if tg.conns.Load() != 0 {
-		t.Errorf("the target was contacted %d times", tg.conns.Load())
+	if tg.Conns.Load() != 0 {
+		t.Errorf("the target was contacted %d times", tg.Conns.Load())
 	}
 }
 
@@ -286,7 +287,7 @@ func TestMissingSNIUsesConnectAuthority(t *testing.T) {
 	tg := newTarget(t)
 	s := newStack(t, stackOptions{})
 	t.Run("name", func(t *testing.T) {
-		conn, _, _ := rawConnect(t, s, "127.0.0.2", "localhost:"+tg.port, "")
+		conn, _, _ := rawConnect(t, s, "127.0.0.2", "localhost:"+tg.Port(), "")
 		tc := tls.Client(conn, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"},
 			VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
 				leaf, err := x509.ParseCertificate(raw[0])
@@ -302,12 +303,12 @@ func TestMissingSNIUsesConnectAuthority(t *testing.T) {
 		if tc.ConnectionState().ServerName != "" {
 			t.Fatal("the client sent SNI")
 		}
-		if resp, body := roundTrip(t, tc, "GET /echo HTTP/1.1\r\nHost: localhost:"+tg.port+"\r\n\r\n"); resp.StatusCode != http.StatusOK {
+		if resp, body := roundTrip(t, tc, "GET /echo HTTP/1.1\r\nHost: localhost:"+tg.Port()+"\r\n\r\n"); resp.StatusCode != http.StatusOK {
 			t.Errorf("status %d: %s", resp.StatusCode, body)
 		}
 	})
 	t.Run("address", func(t *testing.T) {
-		conn, _, _ := rawConnect(t, s, "127.0.0.2", "127.0.0.1:"+tg.port, "")
+		conn, _, _ := rawConnect(t, s, "127.0.0.2", "127.0.0.1:"+tg.Port(), "")
 		tc, err := handshake(t, conn, "127.0.0.1", s.ca.pool)
 		if err != nil {
 			t.Fatal(err)
@@ -315,7 +316,7 @@ func TestMissingSNIUsesConnectAuthority(t *testing.T) {
 		if ips := tc.ConnectionState().PeerCertificates[0].IPAddresses; len(ips) != 1 || !ips[0].Equal(net.ParseIP("127.0.0.1")) {
 			t.Errorf("leaf IP SANs %v", ips)
 		}
-		if resp, body := roundTrip(t, tc, "GET /echo HTTP/1.1\r\nHost: 127.0.0.1:"+tg.port+"\r\n\r\n"); resp.StatusCode != http.StatusOK {
+		if resp, body := roundTrip(t, tc, "GET /echo HTTP/1.1\r\nHost: 127.0.0.1:"+tg.Port()+"\r\n\r\n"); resp.StatusCode != http.StatusOK {
 			t.Errorf("status %d: %s", resp.StatusCode, body)
 		}
 	})
@@ -326,13 +327,13 @@ func TestMissingSNIUsesConnectAuthority(t *testing.T) {
 func TestMisdirectedRequest(t *testing.T) {
 	tg := newTarget(t)
 	s := newStack(t, stackOptions{})
-	conn, _, _ := rawConnect(t, s, "127.0.0.2", "localhost:"+tg.port, "")
+	conn, _, _ := rawConnect(t, s, "127.0.0.2", "localhost:"+tg.Port(), "")
 	tc, err := handshake(t, conn, "localhost", s.ca.pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, body := roundTrip(t, tc, "GET /echo HTTP/1.1\r\nHost: other.test:"+tg.port+"\r\n\r\n")
-	if resp.StatusCode != http.StatusMisdirectedRequest || !strings.Contains(string(body), "this TLS session is for localhost:"+tg.port) {
+	resp, body := roundTrip(t, tc, "GET /echo HTTP/1.1\r\nHost: other.test:"+tg.Port()+"\r\n\r\n")
+	if resp.StatusCode != http.StatusMisdirectedRequest || !strings.Contains(string(body), "this TLS session is for localhost:"+tg.Port()) {
 		t.Errorf("status %d %q, want 421 naming the session's target", resp.StatusCode, body)
 	}
 	if s.ic.Stats().Misdirected != 1 {
@@ -356,7 +357,7 @@ func TestNotTLSInsideConnect(t *testing.T) {
 		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "speak TLS") {
 			t.Errorf("answer %d %q", resp.StatusCode, body)
 		}
-		expectIdle(t, s)
+		proxytest.ExpectIdle(t, s.limits...)
 	})
 	t.Run("garbage", func(t *testing.T) {
 		conn, br, _ := rawConnect(t, s, "127.0.0.2", "example.test:443", basic("alice", "alice-pw"))
@@ -365,7 +366,7 @@ func TestNotTLSInsideConnect(t *testing.T) {
 		if n, err := br.Read(make([]byte, 16)); n != 0 || err == nil {
 			t.Errorf("read %d bytes, %v; want the connection closed", n, err)
 		}
-		expectIdle(t, s)
+		proxytest.ExpectIdle(t, s.limits...)
 	})
 	if st := s.ic.Stats(); st.NotTLS != 2 || st.Sessions != 0 {
 		t.Errorf("stats %+v, want 2 not TLS", st)
@@ -387,7 +388,7 @@ func TestHandshakeTimeout(t *testing.T) {
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Errorf("read: %v, want the proxy to close", err)
 	}
-	expectIdle(t, s)
+	proxytest.ExpectIdle(t, s.limits...)
 	if st := s.ic.Stats(); st.HandshakeFailures != 1 || st.Open != 0 {
 		t.Errorf("stats %+v", st)
 	}
@@ -399,7 +400,7 @@ func TestHandshakeTimeout(t *testing.T) {
 func TestPermitsBackToZero(t *testing.T) {
 	tg := newTarget(t)
 	open := func(t *testing.T, s *stack) *tls.Conn {
-		conn, _, status := rawConnect(t, s, "127.0.0.2", "localhost:"+tg.port, basic("alice", "alice-pw"))
+		conn, _, status := rawConnect(t, s, "127.0.0.2", "localhost:"+tg.Port(), basic("alice", "alice-pw"))
 		if !strings.HasPrefix(status, "200") {
 			t.Fatalf("CONNECT: %s", status)
 		}
@@ -415,25 +416,25 @@ func TestPermitsBackToZero(t *testing.T) {
 	t.Run("client reset mid-request", func(t *testing.T) {
 		s := newStack(t, opts)
 		tc := open(t, s)
-		io.WriteString(tc, "GET /slow?id=reset HTTP/1.1\r\nHost: localhost:"+tg.port+"\r\n\r\n")
-		tg.next(t)
+		io.WriteString(tc, "GET /slow?id=reset HTTP/1.1\r\nHost: localhost:"+tg.Port()+"\r\n\r\n")
+		tg.Next(t)
 		if n := inUse(s); n != 2 {
 			t.Errorf("%d in use during the request, want 2 (target and user)", n)
 		}
 		raw := tc.NetConn().(*bufConn).Conn.(*net.TCPConn)
 		raw.SetLinger(0) // RST
 		raw.Close()
-		expectIdle(t, s)
+		proxytest.ExpectIdle(t, s.limits...)
 		waitfor.Cond(t, "the session to end", func() bool { return s.ic.Sessions() == 0 })
 	})
 	t.Run("target fails", func(t *testing.T) {
 		s := newStack(t, opts)
 		tc := open(t, s)
-		resp, body := roundTrip(t, tc, "GET /reset HTTP/1.1\r\nHost: localhost:"+tg.port+"\r\n\r\n")
+		resp, body := roundTrip(t, tc, "GET /reset HTTP/1.1\r\nHost: localhost:"+tg.Port()+"\r\n\r\n")
 		if resp.StatusCode != http.StatusBadGateway {
 			t.Errorf("status %d %q, want 502", resp.StatusCode, body)
 		}
-		expectIdle(t, s)
+		proxytest.ExpectIdle(t, s.limits...)
 	})
 	t.Run("target down", func(t *testing.T) {
 		s := newStack(t, opts)
@@ -449,43 +450,43 @@ func TestPermitsBackToZero(t *testing.T) {
 		if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "connection refused") {
 			t.Errorf("status %d %q, want 502 connection refused", resp.StatusCode, body)
 		}
-		expectIdle(t, s)
+		proxytest.ExpectIdle(t, s.limits...)
 	})
 	t.Run("close under a session", func(t *testing.T) {
 		s := newStack(t, opts)
 		tc := open(t, s)
-		io.WriteString(tc, "GET /slow?id=close HTTP/1.1\r\nHost: localhost:"+tg.port+"\r\n\r\n")
-		tg.next(t)
+		io.WriteString(tc, "GET /slow?id=close HTTP/1.1\r\nHost: localhost:"+tg.Port()+"\r\n\r\n")
+		tg.Next(t)
 		half := open(t, s) // a second session, idle
 		_ = half
-		pending, _, _ := rawConnect(t, s, "127.0.0.2", "localhost:"+tg.port, basic("alice", "alice-pw")) // in its handshake
+		pending, _, _ := rawConnect(t, s, "127.0.0.2", "localhost:"+tg.Port(), basic("alice", "alice-pw")) // in its handshake
 		_ = pending
 		s.ic.Close()
 		if _, err := tc.Read(make([]byte, 1)); err == nil {
 			t.Error("the session survived Close")
 		}
-		expectIdle(t, s)
+		proxytest.ExpectIdle(t, s.limits...)
 		if n := s.ic.Sessions(); n != 0 {
 			t.Errorf("%d sessions after Close", n)
 		}
 		// A new CONNECT to intercept is refused now.
-		_, _, status := rawConnect(t, s, "127.0.0.3", "localhost:"+tg.port, basic("alice", "alice-pw"))
+		_, _, status := rawConnect(t, s, "127.0.0.3", "localhost:"+tg.Port(), basic("alice", "alice-pw"))
 		if !strings.HasPrefix(status, "503") {
 			t.Errorf("CONNECT after Close: %s, want 503", status)
 		}
-		expectIdle(t, s)
+		proxytest.ExpectIdle(t, s.limits...)
 	})
 	t.Run("shutdown waits for a request, then closes", func(t *testing.T) {
 		s := newStack(t, opts)
 		tc := open(t, s)
-		io.WriteString(tc, "GET /slow?id=shutdown HTTP/1.1\r\nHost: localhost:"+tg.port+"\r\n\r\n")
-		tg.next(t)
+		io.WriteString(tc, "GET /slow?id=shutdown HTTP/1.1\r\nHost: localhost:"+tg.Port()+"\r\n\r\n")
+		tg.Next(t)
 		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 		defer cancel()
 		if err := s.ic.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Shutdown: %v, want the deadline (a request was under way)", err)
 		}
-		expectIdle(t, s)
+		proxytest.ExpectIdle(t, s.limits...)
 		if n := s.ic.Sessions(); n != 0 {
 			t.Errorf("%d sessions after Shutdown", n)
 		}
@@ -496,12 +497,12 @@ func TestPermitsBackToZero(t *testing.T) {
 func TestShutdownIdleSession(t *testing.T) {
 	tg := newTarget(t)
 	s := newStack(t, stackOptions{})
-	conn, _, _ := rawConnect(t, s, "127.0.0.2", "localhost:"+tg.port, "")
+	conn, _, _ := rawConnect(t, s, "127.0.0.2", "localhost:"+tg.Port(), "")
 	tc, err := handshake(t, conn, "localhost", s.ca.pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp, _ := roundTrip(t, tc, "GET /echo HTTP/1.1\r\nHost: localhost:"+tg.port+"\r\n\r\n"); resp.StatusCode != http.StatusOK {
+	if resp, _ := roundTrip(t, tc, "GET /echo HTTP/1.1\r\nHost: localhost:"+tg.Port()+"\r\n\r\n"); resp.StatusCode != http.StatusOK {
 		t.Fatal(resp.Status)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), waitLimit)
@@ -519,16 +520,16 @@ func TestShutdownIdleSession(t *testing.T) {
 func TestSNIDifferentFromConnect(t *testing.T) {
 	tg := newTarget(t)
 	s := newStack(t, stackOptions{intercept: intercept.Config{Bypass: intercept.MustParseRules("pinned.test")}})
-	conn, _, _ := rawConnect(t, s, "127.0.0.2", "other.test:"+tg.port, "")
+	conn, _, _ := rawConnect(t, s, "127.0.0.2", "other.test:"+tg.Port(), "")
 	tc, err := handshake(t, conn, "localhost", s.ca.pool)
 	if err != nil {
 		t.Fatalf("SNI localhost in a CONNECT to other.test: %v", err)
 	}
 	// The session is for the name in SNI.
-	if resp, body := roundTrip(t, tc, "GET /echo HTTP/1.1\r\nHost: localhost:"+tg.port+"\r\n\r\n"); resp.StatusCode != http.StatusOK {
+	if resp, body := roundTrip(t, tc, "GET /echo HTTP/1.1\r\nHost: localhost:"+tg.Port()+"\r\n\r\n"); resp.StatusCode != http.StatusOK {
 		t.Errorf("status %d %q", resp.StatusCode, body)
 	}
-	conn, _, _ = rawConnect(t, s, "127.0.0.2", "other.test:"+tg.port, "")
+	conn, _, _ = rawConnect(t, s, "127.0.0.2", "other.test:"+tg.Port(), "")
 	if _, err := handshake(t, conn, "pinned.test", s.ca.pool); err == nil {
 		t.Error("a bypassed host named in SNI was intercepted")
 	}
@@ -543,12 +544,12 @@ func TestUpgradeInsideSession(t *testing.T) {
 	s := newStack(t, stackOptions{users: []string{"alice", "alice-pw"}, limits: []httplimit.Config{userLimit(2)}})
 	for _, closeBy := range []string{"client", "interceptor"} {
 		t.Run(closeBy, func(t *testing.T) {
-			conn, _, _ := rawConnect(t, s, "127.0.0.2", "localhost:"+tg.port, basic("alice", "alice-pw"))
+			conn, _, _ := rawConnect(t, s, "127.0.0.2", "localhost:"+tg.Port(), basic("alice", "alice-pw"))
 			tc, err := handshake(t, conn, "localhost", s.ca.pool)
 			if err != nil {
 				t.Fatal(err)
 			}
-			io.WriteString(tc, "GET /upgrade HTTP/1.1\r\nHost: localhost:"+tg.port+"\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+			io.WriteString(tc, "GET /upgrade HTTP/1.1\r\nHost: localhost:"+tg.Port()+"\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
 			br := bufio.NewReader(tc)
 			resp, err := http.ReadResponse(br, nil)
 			if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
@@ -573,7 +574,7 @@ func TestUpgradeInsideSession(t *testing.T) {
 					t.Error("the upgraded connection survived Close")
 				}
 			}
-			expectIdle(t, s)
+			proxytest.ExpectIdle(t, s.limits...)
 			waitfor.Cond(t, "the session to end", func() bool { return s.ic.Sessions() == 0 })
 		})
 	}
@@ -584,7 +585,7 @@ func TestUpgradeInsideSession(t *testing.T) {
 func TestDisableHTTP2(t *testing.T) {
 	tg := newTarget(t)
 	s := newStack(t, stackOptions{intercept: intercept.Config{DisableHTTP2: true}})
-	a := mustGet(t, client(t, s, "", "", "127.0.0.2", s.ca.pool), "https://localhost:"+tg.port+"/echo")
+	a := mustGet(t, client(t, s, "", "", "127.0.0.2", s.ca.pool), "https://localhost:"+tg.Port()+"/echo")
 	if a.status != http.StatusOK || a.proto != "HTTP/1.1" {
 		t.Errorf("answer %d over %s, want 200 over HTTP/1.1", a.status, a.proto)
 	}

@@ -14,7 +14,7 @@ func TestCollector(t *testing.T) {
 	s := newStack(t, stackOptions{})
 	c := client(t, s, "", "", "127.0.0.2", s.ca.pool)
 	for range 2 {
-		if a := mustGet(t, c, "https://localhost:"+tg.port+"/echo"); a.status != http.StatusOK {
+		if a := mustGet(t, c, "https://localhost:"+tg.Port()+"/echo"); a.status != http.StatusOK {
 			t.Fatal(a.status)
 		}
 	}

@@ -3,6 +3,7 @@ package intercept_test
 import (
 	"crypto/tls"
 	"fmt"
+	"github.com/seed-a07d1050/portcullis/internal/proxytest"
 	"io"
 	"log"
 	"net"
@@ -82,7 +83,7 @@ func TestUpstreamSendsWhatTheClientSent(t *testing.T) {
 	c.Transport.(*http.Transport).DisableCompression = true
 	for _, h2 := range []bool{true, false} {
 		c.Transport.(*http.Transport).ForceAttemptHTTP2 = h2
-		req, _ := http.NewRequest(http.MethodGet, "https://localhost:"+tg.port+"/echo", nil)
+		req, _ := http.NewRequest(http.MethodGet, "https://localhost:"+tg.Port()+"/echo", nil)
 		req.Header.Set("User-Agent", "") // net/http sends none
 		req.Header.Set("X-Real-IP", "203.0.113.9")
 		resp, err := c.Do(req)
@@ -91,7 +92,7 @@ func TestUpstreamSendsWhatTheClientSent(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		e := decodeEcho(t, body)
+		e := proxytest.DecodeEcho(t, body)
 		for _, f := range []string{"User-Agent", "Accept-Encoding", "X-Real-Ip"} {
 			if v, ok := e.Header[f]; ok {
 				t.Errorf("h2 %v: the target got %s: %q", h2, f, v)

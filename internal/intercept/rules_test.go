@@ -2,6 +2,7 @@ package intercept_test
 
 import (
 	"errors"
+	"github.com/seed-a07d1050/portcullis/internal/proxytest"
 	"net/netip"
 	"strings"
 	"testing"
@@ -102,7 +103,7 @@ func TestInterceptDecision(t *testing.T) {
 	s := newStack(t, stackOptions{intercept: intercept.Config{
 		Intercept: intercept.MustParseRules("*.corp.test", "127.0.0.0/8"),
 		Bypass:    intercept.MustParseRules("pinned.corp.test"),
-		Resolver:  mapResolver{"app.corp.test": {netip.MustParseAddr("10.0.0.1")}, "lo.example": {netip.MustParseAddr("127.0.0.9")}},
+		Resolver:  proxytest.Resolver{Names: map[string][]netip.Addr{"app.corp.test": {netip.MustParseAddr("10.0.0.1")}, "lo.example": {netip.MustParseAddr("127.0.0.9")}}, LoopbackSuffix: ".test"},
 	}})
 	for target, want := range map[string]bool{
 		"app.corp.test:443":    true,

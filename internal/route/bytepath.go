@@ -7,6 +7,7 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/config"
 	"github.com/seed-a07d1050/portcullis/internal/exchange"
 	"github.com/seed-a07d1050/portcullis/internal/relay"
+	"github.com/seed-a07d1050/portcullis/limit"
 )
 
 // The byte path (internal/bytepath) sees a table and its routes only
@@ -27,7 +28,8 @@ func (rs byteRoutes) Route(r *http.Request) *bytepath.Route {
 // byteRouteOf returns the byte path's view of the route name, served by
 // rl through the limits given (nil ones skipped), in the chain's order;
 // nil when the route's chain has more than those: a rate, a limit shared
-// through a cluster Store, an https upstream, or routes sent through
+// through a cluster Store that cannot grant from what it holds (every
+// Redis store can), an https upstream, or routes sent through
 // httputil.ReverseProxy (Config.ReverseProxy).
 func (b *tableBuilder) byteRouteOf(name string, metrics *exchange.RouteMetrics, rl *relay.Relay, hasRate bool, limits ...*limiter) (*bytepath.Route, error) {
 	if hasRate || b.ReverseProxy {
@@ -38,7 +40,7 @@ func (b *tableBuilder) byteRouteOf(name string, metrics *exchange.RouteMetrics, 
 		if l == nil {
 			continue
 		}
-		if l.store != nil {
+		if _, held := l.store.(limit.HeldStore[string]); l.store != nil && !held {
 			return nil, nil
 		}
 		byPeer := l.cfg.Key == config.KeyClientIP || l.cfg.Key == ""

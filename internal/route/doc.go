@@ -19,8 +19,8 @@
 // gives in [Config].Stores ([Stores]); the package knows nothing of Redis.
 // The byte path (internal/bytepath) reads a table through the views
 // bytepath.go fills in ([Table.Byte]); a route it cannot serve (a rate, a
-// cluster Store, an https upstream, listener authentication) is left to
-// the full chain.
+// cluster Store that cannot grant from the permits it holds, an https
+// upstream, listener authentication) is left to the full chain.
 //
 // A table is built beside the one it replaces ([Config].Old) and keeps the
 // parts built from the same settings: a limiter keeps its counts and

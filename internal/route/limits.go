@@ -90,14 +90,15 @@ func proxySet(prefixes []netip.Prefix) (*clientkey.ProxySet, error) {
 
 // limiter is one httplimit.Limiter of a table with what exports it.
 type limiter struct {
-	cfg   config.Limit // effective
-	kind  limitKind
-	id    Identity
-	lim   *httplimit.Limiter
-	store io.Closer            // the limiter's cluster Store; nil without a cluster
-	redis prometheus.Collector // the Store's Redis metrics; nil without a cluster
-	total *promlimit.Collector
-	wait  *promlimit.WaitHistogram
+	cfg    config.Limit // effective
+	kind   limitKind
+	id     Identity
+	policy httplimit.Policy // what lim allows each key
+	lim    *httplimit.Limiter
+	store  io.Closer            // the limiter's cluster Store; nil without a cluster
+	redis  prometheus.Collector // the Store's Redis metrics; nil without a cluster
+	total  *promlimit.Collector
+	wait   *promlimit.WaitHistogram
 }
 
 // sameAs reports whether l was built from cfg for a listener with identity
@@ -181,14 +182,15 @@ func newLimiter(cfg *config.Limit, id Identity, ln, route string, kind limitKind
 		return nil, fmt.Errorf("route: limit %s: %w", hc.Name, err)
 	}
 	return &limiter{
-		cfg:   *cfg,
-		kind:  kind,
-		id:    id,
-		lim:   lim,
-		store: closer,
-		redis: redisMetrics,
-		total: promlimit.NewCollector(lim, opts),
-		wait:  wait,
+		cfg:    *cfg,
+		kind:   kind,
+		id:     id,
+		policy: policy,
+		lim:    lim,
+		store:  closer,
+		redis:  redisMetrics,
+		total:  promlimit.NewCollector(lim, opts),
+		wait:   wait,
 	}, nil
 }
 

@@ -98,6 +98,9 @@ func (s *Store[K]) flush() {
 		if d != 0 {
 			calls = append(calls, syncCall{name: e.name, mode: "d", n: d, epoch: e.epoch, message: e.ks})
 			entries = append(entries, e)
+			if d < 0 {
+				s.releasingLocked(e, -d)
+			}
 		} else {
 			s.forgetIfIdle(sh, e, s.s.Clock.Now().UnixNano())
 		}
@@ -109,16 +112,40 @@ func (s *Store[K]) flush() {
 	}
 }
 
+// releasingLocked adds n (negative: takes -n) to the releases of e a
+// batch in flight sent, and closes e.released when none is left, which
+// wakes the Acquires that waited for them (see beginAcquire). It is called
+// with e's shard lock held.
+func (s *Store[K]) releasingLocked(e *entry[K], n int) {
+	e.releasing += n
+	switch {
+	case e.releasing > 0 && e.released == nil:
+		e.released = make(chan struct{})
+	case e.releasing <= 0 && e.released != nil:
+		e.releasing = 0
+		close(e.released)
+		e.released = nil
+	}
+}
+
 // spares is how many of e's unsent releases stay unsent in this batch:
 // up to floor(limit × SpareShare) while the key was acquired here within
-// the last ReleaseHold, none once it is quiet. (Held releases still
+// the last ReleaseHold, and those prefetched until their keepUntil; none
+// once it is quiet. (Held releases still
 // reach Redis with the key's next acquire, as every unsent release
 // does.) It is called with e's shard lock held.
 func (s *Store[K]) spares(e *entry[K], now int64) int {
-	if e.reusable() == 0 || s.s.SpareShare == 0 || now-e.acquired >= int64(s.s.ReleaseHold) {
-		return 0
+	keep := 0
+	if now < e.keepUntil {
+		// Prefetched for a request that may still come (see [Store.Spare]).
+		keep = e.prefetched
+	} else {
+		e.prefetched = 0
 	}
-	return min(e.reusable(), int(float64(e.limit)*s.s.SpareShare))
+	if s.s.SpareShare != 0 && now-e.acquired < int64(s.s.ReleaseHold) {
+		keep = max(keep, int(float64(e.limit)*s.s.SpareShare))
+	}
+	return min(e.reusable(), keep)
 }
 
 // heartbeat renews this node's leases by writing its absolute count of
@@ -154,7 +181,7 @@ func (s *Store[K]) heartbeat() {
 			// Redis.
 			calls = append(calls, syncCall{name: e.name, mode: "a", n: e.held + e.inflight, epoch: epoch, message: e.ks})
 			entries = append(entries, e)
-			e.pending, e.fixes, e.phantom = 0, 0, 0
+			e.pending, e.fixes, e.phantom, e.prefetched = 0, 0, 0, 0
 			e.dirty = false
 			e.epoch = epoch
 		}
@@ -215,6 +242,9 @@ func (s *Store[K]) applySync(calls []syncCall, entries []*entry[K]) {
 		e := entries[i]
 		sh := s.shardOf(e.ks)
 		sh.mu.Lock()
+		if c.mode == "d" && c.n < 0 {
+			s.releasingLocked(e, c.n) // applied, or to be rewritten: either way no longer in flight
+		}
 		if c.err != nil {
 			e.dirty = true
 			if c.mode == "a" {

@@ -160,6 +160,20 @@ type Config struct {
 	// ask Redis again). Zero means none. It must be in [0, 1].
 	SpareShare float64
 
+	// Prefetch, when set, is asked for the prefetches to send with each
+	// acquire script of this Store, in the same pipeline: key is the
+	// acquired key's string form (as keyString gave it). It is for an
+	// acquire whose holder will soon acquire other Stores' keys, such as a
+	// new connection's cap, acquired at accept, and the client limit of
+	// its first request: each [Prefetch] ([Store.Spare]) asks for a spare
+	// permit that the other Store's next Acquire of its key takes without
+	// a round trip. It is called on the acquiring goroutine, only when the
+	// acquire's script is about to be sent (never for an acquire decided
+	// without Redis), and must be fast: no blocking, no Redis call. The
+	// acquire's answer never depends on the prefetches'; prefetches of
+	// Stores on another Client are not sent. Nil means none.
+	Prefetch func(key string) []Prefetch
+
 	// Clock tells the time for the breaker, the heartbeat and the age of
 	// cached counts. Lease expiry is always Redis's own TIME. Nil means the
 	// real clock.

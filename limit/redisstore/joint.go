@@ -56,7 +56,7 @@ func (p *jointPart[K]) timeout() time.Duration { return p.s.s.Timeout }
 func (p *jointPart[K]) queue(ctx context.Context, pipe redis.Pipeliner) {
 	lease := p.s.s.Lease.Milliseconds()
 	p.c = acquireScript.EvalSha(ctx, pipe, []string{p.call.e.name},
-		p.s.s.NodeID, p.limit, lease, 2*lease, p.call.epoch, p.call.delta, p.s.s.channel, p.call.e.ks)
+		p.s.s.NodeID, p.limit, lease, 2*lease, p.call.epoch, p.call.delta, p.s.s.channel, p.call.e.ks, p.call.extra)
 }
 
 func (p *jointPart[K]) cmd() *redis.Cmd { return p.c }
@@ -139,15 +139,17 @@ func AcquireJointly(ctx context.Context, parts ...JointPart) (bool, error) {
 // hit it once more: NOSCRIPT means they did not run, so nothing counts
 // twice.
 func runJoint(ctx context.Context, c redis.UniversalClient, parts []JointPart) {
-	ctx, cancel := context.WithTimeout(ctx, parts[0].timeout())
+	// The parts end under ctx, not under the call's timeout: a timed out
+	// call is Redis failing (the failure policy), not the caller giving up.
+	cctx, cancel := context.WithTimeout(ctx, parts[0].timeout())
 	defer cancel()
 	start := time.Now()
 	send := func(ps []JointPart) error {
 		pipe := c.Pipeline()
 		for _, p := range ps {
-			p.queue(ctx, pipe)
+			p.queue(cctx, pipe)
 		}
-		_, err := pipe.Exec(ctx)
+		_, err := pipe.Exec(cctx)
 		return err
 	}
 	err := send(parts)
@@ -158,7 +160,7 @@ func runJoint(ctx context.Context, c redis.UniversalClient, parts []JointPart) {
 		}
 	}
 	if len(again) > 0 {
-		if lerr := acquireScript.Load(ctx, c).Err(); lerr == nil {
+		if lerr := acquireScript.Load(cctx, c).Err(); lerr == nil {
 			err = send(again)
 		}
 	}

@@ -9,13 +9,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed-a07d1050/portcullis/internal/redistest"
 	"github.com/seed-a07d1050/portcullis/limit/redisstore"
 )
 
 // trips counts a client's round trips that run scripts (the Stores' other
 // calls, such as subscribing, are not counted): single commands and
-// pipelines.
-type trips struct{ cmds, pipes atomic.Int64 }
+// pipelines, and the scripts those pipelines carried.
+type trips struct{ cmds, pipes, scripts atomic.Int64 }
 
 func isScript(cmd redis.Cmder) bool { return cmd.Name() == "evalsha" || cmd.Name() == "eval" }
 
@@ -32,11 +33,15 @@ func (h *trips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h *trips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		n := int64(0)
 		for _, c := range cmds {
 			if isScript(c) {
-				h.pipes.Add(1)
-				break
+				n++
 			}
+		}
+		if n > 0 {
+			h.pipes.Add(1)
+			h.scripts.Add(n)
 		}
 		return next(ctx, cmds)
 	}
@@ -172,5 +177,40 @@ func TestAcquireJointlyRedisAway(t *testing.T) {
 	waitFor(t, "counts back to zero", 2*time.Second, func() bool {
 		n, err := c.Exists(ctx, testPrefix+"conns:{k}", testPrefix+"route:{k}").Result()
 		return err == nil && n == 0
+	})
+}
+
+// A pipeline that times out is Redis failing, not the caller giving up:
+// each part follows its Store's on_error (open: granted on the node cap),
+// and the counts go back to zero once Redis answers in time again.
+func TestAcquireJointlyTimeoutFollowsOnError(t *testing.T) {
+	srv := startRedis(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	n := newJointNode(t, proxy.Addr(), "a", redisstore.Open)
+	ctx := context.Background()
+	proxy.SetDelay(300 * time.Millisecond) // beyond the 200 ms timeout
+	conn, route := n.conns.Part("k", 2, 0), n.route.Part("k", 1, 0)
+	ok, err := redisstore.AcquireJointly(ctx, conn, route)
+	if !ok || err != nil {
+		t.Fatalf("a timed out pipeline under on_error open: %v %v; want both granted on the node cap", ok, err)
+	}
+	if st := n.conns.Stats(); st.Fallbacks != 1 || st.Acquire.Errors != 1 {
+		t.Fatalf("conns store: %+v", st)
+	}
+	n.conns.Release("k")
+	n.route.Release("k")
+	proxy.SetDelay(0)
+	c := newClient(t, srv.Addr())
+	waitFor(t, "counts back to zero", 10*time.Second, func() bool {
+		n, err := c.Exists(ctx, testPrefix+"conns:{k}", testPrefix+"route:{k}").Result()
+		if err != nil || n == 0 {
+			return err == nil
+		}
+		for _, key := range []string{testPrefix + "conns:{k}", testPrefix + "route:{k}"} {
+			if v, _ := c.HGet(ctx, key, "c:a").Int(); v != 0 {
+				return false
+			}
+		}
+		return true
 	})
 }

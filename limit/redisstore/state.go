@@ -33,12 +33,18 @@ type entry[K comparable] struct {
 	seen    int64 // when Redis last told us others (Unix ns); 0 never
 	watched int64 // when Redis last refused us (Unix ns); 0 never
 
+	releasing int           // decrements a release batch in flight sent, which Redis may not have applied yet
+	released  chan struct{} // closed when releasing is back to 0; nil while it is 0
+
 	taking  chan struct{} // closed when the in-flight acquire that waiters wait on ends; nil none
 	waiting int           // Acquires waiting on taking
 	alone   bool          // the last call waited on failed or was refused: do not wait
 
 	limit    int   // the limit of the key's last Acquire
 	acquired int64 // when the key was last acquired here (Unix ns, node clock)
+
+	prefetched int   // of the spares (reusable), those a prefetch took for an Acquire to come
+	keepUntil  int64 // until when the release batch keeps them (Unix ns, node clock)
 }
 
 type shard[K comparable] struct {
@@ -77,7 +83,7 @@ func (e *entry[K]) reusable() int { return max(-(e.pending + e.fixes), 0) }
 // forgetIfIdle drops e when nothing about it remains to do. It is called
 // with sh.mu held.
 func (s *Store[K]) forgetIfIdle(sh *shard[K], e *entry[K], now int64) {
-	if e.held != 0 || e.inflight != 0 || e.pending != 0 || e.queued || e.dirty || e.waiting != 0 {
+	if e.held != 0 || e.inflight != 0 || e.pending != 0 || e.queued || e.dirty || e.waiting != 0 || e.releasing != 0 {
 		return
 	}
 	if e.watched != 0 && now-e.watched < int64(s.watchFor()) {

@@ -62,6 +62,14 @@ type Stats struct {
 	// for it in Redis; see Config.ReleaseHold): exact, and free.
 	Reused uint64
 
+	// Prefetches counts this Store's acquire scripts sent as spares in
+	// another Store's pipeline (see Config.Prefetch and [Store.Spare]);
+	// they are not round trips of this Store. PrefetchGrants counts those
+	// Redis granted; the next Acquire of the key takes such a spare back
+	// (counted in Reused) or the release batch sends it.
+	Prefetches     uint64
+	PrefetchGrants uint64
+
 	Breaker      BreakerState // now
 	BreakerOpens uint64       // times the breaker opened
 
@@ -90,6 +98,8 @@ type counters struct {
 	cached           atomic.Uint64
 	notifications    atomic.Uint64
 	reused           atomic.Uint64
+	prefetches       atomic.Uint64
+	prefetchGrants   atomic.Uint64
 }
 
 // call records one round trip of kind o that took d and ended with err.
@@ -124,4 +134,8 @@ func (c *counters) snapshot(st *Stats) {
 	st.Cached = c.cached.Load()
 	st.Notifications = c.notifications.Load()
 	st.Reused = c.reused.Load()
+	// Grants first: a prefetch is counted before its grant, so the
+	// snapshot never has more grants than prefetches.
+	st.PrefetchGrants = c.prefetchGrants.Load()
+	st.Prefetches = c.prefetches.Load()
 }

@@ -159,6 +159,9 @@ func (s *Store[K]) NodeID() string { return s.s.NodeID }
 // for it (bounded by ctx) and then take back a permit if it left one
 // unused; the next script then takes one permit for each acquire still
 // waiting, as many as the limit allows, in one call (see [coalesce]).
+//
+// When its script runs, the prefetches Config.Prefetch gives for key go
+// in the same pipeline; Acquire's answer does not depend on theirs.
 func (s *Store[K]) Acquire(ctx context.Context, key K, limit, local int) (bool, error) {
 	var w *entry[K] // the entry this Acquire waits on, between rounds
 	for round := 0; ; round++ {
@@ -175,6 +178,9 @@ func (s *Store[K]) Acquire(ctx context.Context, key K, limit, local int) (bool, 
 				s.stopWaiting(w)
 				return false, ctx.Err()
 			}
+		}
+		if pre := s.prefetchParts(c.e.ks); len(pre) > 0 {
+			return s.acquireWith(ctx, c, pre)
 		}
 		reply, err := s.callAcquire(ctx, c.e, limit, c.epoch, c.delta, c.extra)
 		return s.endAcquire(ctx, c, reply, err)
@@ -245,21 +251,20 @@ func (s *Store[K]) beginAcquire(key K, limit, local int, waited *entry[K], mayWa
 	sh.mu.Lock()
 	e := s.entryLocked(sh, key, ks)
 	e.limit, e.acquired = limit, now.UnixNano()
-	if e.reusable() > 0 && !e.dirty && e.held < limit && s.br.current() == BreakerClosed &&
-		now.UnixNano()-e.renewed < int64(s.s.Lease/2) {
-		// A permit this node released and has not told Redis of yet:
-		// Redis still counts it for this node, so taking it again
-		// changes nothing there and needs no round trip. Exact: the
-		// cluster's count in Redis stays what it was when Redis granted
-		// it. (A heartbeat or a flush since the release set pending
-		// back to 0, and a lease not renewed for half a lease, as after
-		// an outage, makes it ask Redis: a permit Redis no longer counts
-		// is never taken so.)
-		e.held++
-		e.pending++
+	if s.reuseLocked(e, limit, now.UnixNano()) {
 		sh.mu.Unlock()
-		s.st.reused.Add(1)
 		return c, nil, true, true, nil
+	}
+	if mayWait && e.released != nil {
+		// A release of the key is on its way to Redis in a batch, on
+		// another connection: a script sent now may run before it and be
+		// refused for a permit this node no longer holds (a client
+		// sending one request after another, limit 1, refused). Wait for
+		// the batch; it takes a round trip at most.
+		e.waiting++
+		ch := e.released
+		sh.mu.Unlock()
+		return acquireCall[K]{e: e}, ch, false, false, nil
 	}
 	if mayWait && e.taking != nil && !e.alone {
 		e.waiting++
@@ -280,6 +285,55 @@ func (s *Store[K]) beginAcquire(key K, limit, local int, waited *entry[K], mayWa
 	e.inflight += 1 + c.extra // the permits it may take, for a heartbeat meanwhile
 	sh.mu.Unlock()
 	return c, nil, false, false, nil
+}
+
+// reuseLocked takes back, for a new holder, a permit of e this node
+// released and has not told Redis of yet, and reports whether there was
+// one. Redis still counts such a permit for this node (a spare, or a
+// release held by ReleaseHold), so taking it again changes nothing there
+// and needs no round trip: exact, since the cluster's count in Redis stays
+// what it was when Redis granted it. A heartbeat or a flush since the
+// release set pending back to 0, and a lease not renewed for half a lease
+// (as after an outage) leaves nothing to take: a permit Redis may no
+// longer count is never taken so. It is called with e's shard lock held.
+func (s *Store[K]) reuseLocked(e *entry[K], limit int, now int64) bool {
+	if e.reusable() == 0 || e.dirty || e.held >= limit || s.br.current() != BreakerClosed ||
+		now-e.renewed >= int64(s.s.Lease/2) {
+		return false
+	}
+	e.held++
+	e.pending++
+	e.prefetched = max(e.prefetched-1, 0)
+	s.st.reused.Add(1)
+	return true
+}
+
+// A Store can grant from what it holds (for the daemon's byte path, which
+// never waits for a round trip).
+var _ limit.HeldStore[string] = (*Store[string])(nil)
+
+// AcquireHeld grants a permit of key only by taking back one this node
+// holds in Redis without a holder (see reuseLocked): exact, without
+// blocking and without a round trip. False says only that there is no
+// such permit now; Acquire would ask Redis. A true answer must later be
+// matched by one Release. It is what lets a data path that must not block
+// (the daemon's byte path) admit most requests of a busy key on a cluster
+// and hand the others to a path that may wait for Redis.
+func (s *Store[K]) AcquireHeld(key K, limit int) bool {
+	if s.closed.Load() || limit <= 0 {
+		return false
+	}
+	ks := s.keyString(key)
+	sh := s.shardOf(ks)
+	now := s.s.Clock.Now().UnixNano()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[ks]
+	if e == nil || !s.reuseLocked(e, limit, now) {
+		return false
+	}
+	e.limit, e.acquired = limit, now
+	return true
 }
 
 func boolInt(b bool) int {

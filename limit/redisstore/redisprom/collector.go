@@ -26,6 +26,7 @@ type StatsSource interface {
 //	cached_decisions_total     counter: TryAcquire answers from the cached count
 //	notifications_total        counter: release notifications that woke waiters
 //	reused_total               counter: acquires that took back an unsent release, no round trip
+//	prefetches_total{result}   counter: spares asked in another Store's pipeline (granted, not_granted)
 //	breaker_state              gauge: 0 closed, 1 half-open, 2 open
 //	breaker_opens_total        counter: times the breaker opened
 //	keys                       gauge: keys with state on this node
@@ -35,7 +36,7 @@ type Collector struct {
 
 	calls, errors, latency, fallbacks, unavailable, cached *prometheus.Desc
 	notifications, breaker, opens, keys, held              *prometheus.Desc
-	reused                                                 *prometheus.Desc
+	reused, prefetches                                     *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -60,6 +61,7 @@ func NewCollector(src StatsSource, namespace string, constLabels prometheus.Labe
 		cached:        d("cached_decisions_total", "TryAcquire decisions made from the last cluster count of the key."),
 		notifications: d("notifications_total", "Release notifications from other nodes that woke local waiters."),
 		reused:        d("reused_total", "Acquires granted without a round trip by taking back a permit this node released and had not yet sent to Redis."),
+		prefetches:    d("prefetches_total", "Spare permits asked for in another store's pipeline (a new connection's cap) for a request to come, by whether Redis granted them (not_granted: refused, or the call failed).", "result"),
 		breaker:       d("breaker_state", "Circuit breaker state: 0 closed, 1 half-open, 2 open."),
 		opens:         d("breaker_opens_total", "Times the circuit breaker opened."),
 		keys:          d("keys", "Keys this node keeps state for."),
@@ -70,7 +72,7 @@ func NewCollector(src StatsSource, namespace string, constLabels prometheus.Labe
 // Describe sends the descriptors of every metric.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.calls, c.errors, c.latency, c.fallbacks, c.unavailable,
-		c.cached, c.notifications, c.reused, c.breaker, c.opens, c.keys, c.held} {
+		c.cached, c.notifications, c.reused, c.prefetches, c.breaker, c.opens, c.keys, c.held} {
 		ch <- d
 	}
 }
@@ -98,6 +100,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.cached, st.Cached)
 	counter(c.notifications, st.Notifications)
 	counter(c.reused, st.Reused)
+	counter(c.prefetches, st.PrefetchGrants, "granted")
+	counter(c.prefetches, st.Prefetches-st.PrefetchGrants, "not_granted")
 	gauge(c.breaker, float64(st.Breaker))
 	counter(c.opens, st.BreakerOpens)
 	gauge(c.keys, float64(st.Keys))
