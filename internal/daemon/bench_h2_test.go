@@ -47,7 +47,7 @@ listeners:
 const (
 	benchH2Conns   = 4    // HTTP/2 connections, one per client address 127.0.0.10-13
 	benchH2Streams = 16   // concurrent streams on each
-	benchH2Batch   = 2000 // requests to one server in a turn of server=interleaved
+	benchH2Batch   = 2000 // requests in a batch: a turn of server=interleaved, a measure of best-cpu-µs/req
 )
 
 // BenchmarkDaemonH2 measures HTTP/2 over TLS through the daemon and, in
@@ -69,7 +69,8 @@ const (
 // fields. Besides ns/op and allocs/op (client, server and daemon
 // together), each reports cpu-µs/req, the process's user and system CPU
 // time (getrusage, processCPU) over the timed part per request, client
-// included. All run with the daemon's GOGC (400). Compare the runs with
+// included; server=daemon and server=floor also report best-cpu-µs/req,
+// the same in their least costly batch (see benchH2). All run with the daemon's GOGC (400). Compare the runs with
 //
 //	go test -run XXX -bench DaemonH2 -benchtime 20000x -count 6 ./internal/daemon > h2.txt
 //	benchstat -col /server h2.txt
