@@ -29,7 +29,7 @@ func (t *Transport) Adopt(ctx context.Context, nc net.Conn, h Head, opts SendOpt
 	c.beginExchange(t.cfg.MaxResponseHeaderBytes)
 	c.headDeadline(deadline, head.slack)
 	x.deadline = !deadline.IsZero()
-	x.stop = afterFunc(ctx, x.abort)
+	x.stop = afterFunc(ctx, c.abort)
 	x.br = readerPool.Get().(*bufio.Reader)
 	x.br.Reset(c)
 	resp, err := x.readHead(head)

@@ -43,11 +43,24 @@ type conn struct {
 	pending  []byte // the held request head, not yet sent; it is the writer's buffer
 	sendErr  error  // why sending pending failed
 	sr       sendReadState
+
+	// abort is c.abortIO, bound once: each exchange hands it to the watch
+	// on its request's context, and a method value made per exchange
+	// would be an allocation per request.
+	abort func()
 }
 
 func newConn(nc net.Conn, addr string) *conn {
-	return &conn{nc: nc, addr: addr, prober: proberFor(nc), raw: rawOf(nc)}
+	c := &conn{nc: nc, addr: addr, prober: proberFor(nc), raw: rawOf(nc)}
+	c.abort = c.abortIO
+	return c
 }
+
+// abortIO makes the connection's blocked I/O return at once; it runs when
+// the context of the exchange holding the connection ends. An exchange
+// whose watch ran (or is running) never gives the connection back to the
+// pool (exchange.end), so it cannot strike a later exchange.
+func (c *conn) abortIO() { c.nc.SetDeadline(aLongTimeAgo) }
 
 // beginExchange resets the per-exchange counters with a head budget of
 // headBytes.

@@ -133,15 +133,16 @@ func (t *Transport) dial(ctx context.Context, addr string, deadline time.Time) (
 // serialized from req (Send, RoundTrip) or given as bytes (SendHead), and
 // what the exchange decides by it, decided once from whichever was given.
 type requestHead struct {
-	req          *http.Request                // Send: the request, written by writeRequest; nil for SendHead
-	raw          []byte                       // SendHead: the head, written as it is; nil for Send
-	method       string                       // as in the request line: a response to HEAD has no body
-	target, host string                       // Send: req's request target and Host, for writeRequest
-	replayable   bool                         // may be sent again once a reused connection failed (isReplayable)
-	close        bool                         // the request forbids reusing its connection (wantsClose)
-	got1xx       func(int, http.Header) error // nil: the trace hook of the context, if any
-	fields       *[]httpfield.Field           // SendOptions.Fields
-	slack        time.Duration                // how late the head's deadline may be: deadlineSlack of the timeout
+	req        *http.Request                // Send: the request, written by writeRequest; nil for SendHead
+	raw        []byte                       // SendHead: the head, written as it is; nil for Send
+	method     string                       // as in the request line: a response to HEAD has no body
+	target     requestURI                   // Send: req's request target, for writeRequest
+	host       string                       // Send: req's Host, for writeRequest
+	replayable bool                         // may be sent again once a reused connection failed (isReplayable)
+	close      bool                         // the request forbids reusing its connection (wantsClose)
+	got1xx     func(int, http.Header) error // nil: the trace hook of the context, if any
+	fields     *[]httpfield.Field           // SendOptions.Fields
+	slack      time.Duration                // how late the head's deadline may be: deadlineSlack of the timeout
 }
 
 // Exchange states: live until the body reaches EOF or fails (ended) or the
@@ -189,7 +190,7 @@ func (t *Transport) exchange(ctx context.Context, c *conn, head requestHead, dea
 	x.deadline = !deadline.IsZero()
 	// Registered after the head deadline is set, so that the past deadline
 	// the watch sets is never overwritten by it.
-	x.stop = afterFunc(ctx, x.abort)
+	x.stop = afterFunc(ctx, c.abort)
 	bw, err := x.writeHead(head)
 	if err != nil {
 		return x.writeFailed(head, err)
@@ -271,10 +272,6 @@ func afterFunc(ctx context.Context, f func()) (stop func() bool) {
 // errReusedTimedOut is the reason an exchange on a reused connection that
 // got 408 ended; the request is then sent again, so it is never returned.
 var errReusedTimedOut = errors.New("upstream: 408 request timeout as the first response on a reused connection")
-
-// abort makes the connection's blocked I/O return; it runs when the
-// request's context ends during the exchange.
-func (x *exchange) abort() { x.c.nc.SetDeadline(aLongTimeAgo) }
 
 // writeHead writes the request head. When the whole head is still in the
 // writer's buffer and the connection is a plain socket, it is not sent

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 
@@ -71,30 +72,81 @@ func skippedHeader(name string) bool {
 }
 
 // requestTarget returns the method, request target and Host of req, or an
-// error wrapping ErrInvalidRequest.
-func requestTarget(req *http.Request) (method, target, host string, err error) {
+// error wrapping ErrInvalidRequest. The target is what req.URL.RequestURI()
+// returns, in two parts (see targetParts), so that a target with a query
+// costs no string of its own.
+func requestTarget(req *http.Request) (method string, target requestURI, host string, err error) {
 	if req.URL.Host == "" {
-		return "", "", "", fmt.Errorf("%w: no host in the request URL", ErrInvalidRequest)
+		return "", requestURI{}, "", fmt.Errorf("%w: no host in the request URL", ErrInvalidRequest)
 	}
 	method = req.Method
 	if method == "" {
 		method = http.MethodGet
 	}
 	if !isToken(method) {
-		return "", "", "", fmt.Errorf("%w: method %q is not a token", ErrInvalidRequest, method)
+		return "", requestURI{}, "", fmt.Errorf("%w: method %q is not a token", ErrInvalidRequest, method)
 	}
-	target = req.URL.RequestURI()
-	if !validTarget(target) {
-		return "", "", "", fmt.Errorf("%w: request target %q is not origin-form, absolute-form or \"*\", or has a space or control byte", ErrInvalidRequest, target)
+	target = targetParts(req.URL)
+	if !target.valid() {
+		return "", requestURI{}, "", fmt.Errorf("%w: request target %q is not origin-form, absolute-form or \"*\", or has a space or control byte", ErrInvalidRequest, target.String())
 	}
 	host = req.Host
 	if host == "" {
 		host = req.URL.Host
 	}
 	if host == "" || !httpguts.ValidHostHeader(host) {
-		return "", "", "", fmt.Errorf("%w: host %q is empty or invalid", ErrInvalidRequest, host)
+		return "", requestURI{}, "", fmt.Errorf("%w: host %q is empty or invalid", ErrInvalidRequest, host)
 	}
 	return method, target, host, nil
+}
+
+// requestURI is a request target as url.URL.RequestURI returns it: path,
+// then "?" and query when hasQuery.
+type requestURI struct {
+	path, query string
+	hasQuery    bool
+}
+
+// targetParts returns u.RequestURI() in parts, without joining them.
+func targetParts(u *url.URL) requestURI {
+	path := u.Opaque
+	if path == "" {
+		if path = u.EscapedPath(); path == "" {
+			path = "/"
+		}
+	} else if strings.HasPrefix(path, "//") {
+		path = u.Scheme + ":" + path
+	}
+	return requestURI{path: path, query: u.RawQuery, hasQuery: u.ForceQuery || u.RawQuery != ""}
+}
+
+// String returns the target whole.
+func (t requestURI) String() string {
+	if t.hasQuery {
+		return t.path + "?" + t.query
+	}
+	return t.path
+}
+
+// valid reports whether validTarget holds for the whole target. With a
+// query the whole is never "*", and path, never empty, starts it: the
+// '?' after path matches no byte of the prefixes validTarget wants.
+func (t requestURI) valid() bool {
+	if !t.hasQuery {
+		return validTarget(t.path)
+	}
+	return t.path != "*" && validTarget(t.path) && noSpaceOrControl(t.query)
+}
+
+// noSpaceOrControl reports whether s holds no space, control byte or DEL,
+// as validTarget wants of a whole target.
+func noSpaceOrControl[T string | []byte](s T) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // validateHeader returns an error wrapping ErrInvalidRequest for the first
@@ -132,12 +184,7 @@ func validTarget[T string | []byte](s T) bool {
 	if string(s) != "*" && !hasPrefix(s, "/") && !hasPrefix(s, "http://") && !hasPrefix(s, "https://") {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
-		if s[i] <= ' ' || s[i] == 0x7f {
-			return false
-		}
-	}
-	return true
+	return noSpaceOrControl(s)
 }
 
 func hasPrefix[T string | []byte](s T, prefix string) bool {
@@ -161,10 +208,14 @@ func sendsZeroLength(method string) bool {
 
 // writeRequest writes the head of a bodyless request to w, without
 // flushing. The header must have been validated.
-func writeRequest(w *bufio.Writer, req *http.Request, method, target, host string) {
+func writeRequest(w *bufio.Writer, req *http.Request, method string, target requestURI, host string) {
 	w.WriteString(method)
 	w.WriteByte(' ')
-	w.WriteString(target)
+	w.WriteString(target.path)
+	if target.hasQuery {
+		w.WriteByte('?')
+		w.WriteString(target.query)
+	}
 	w.WriteString(" HTTP/1.1\r\nHost: ")
 	w.WriteString(host)
 	w.WriteString("\r\n")
