@@ -24,6 +24,20 @@ listeners:
         rate: {rate: 1000000r/s, burst: 100000}
 `
 
+// benchRouteRate is benchLimitsOff with a route rate alone, never reached,
+// nginx's usual limit_req with nodelay: the byte path takes its requests.
+const benchRouteRate = `
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    max_conns_per_client: -1
+    routes:
+      - name: r
+        upstreams: ["{{backend}}"]
+        rate: {rate: 1000000r/s, burst: 100000, nodelay: true}
+`
+
 // BenchmarkProxyRatesInterleaved sends requests through two proxies, every
 // limit off and every rate on (none reached), in alternating batches on
 // every goroutine so that both see the same load on this shared machine,
@@ -74,13 +88,16 @@ func BenchmarkProxyRatesInterleaved(b *testing.B) {
 	b.ReportMetric(perOff/perOn, "rates-vs-off-throughput")
 }
 
-// BenchmarkProxyRates is BenchmarkProxy with every limit off and with every
-// rate on, one after the other: its allocs/op show what the rates allocate
-// per request (the client's share is the same in both).
+// BenchmarkProxyRates is BenchmarkProxy with every limit off, with every
+// rate on, and with a route rate alone, one after the other: its allocs/op
+// show what the rates allocate per request (the client's share is the same
+// in all three), and route-rate=on against limits=off what a route's rate
+// costs on the byte path.
 func BenchmarkProxyRates(b *testing.B) {
 	for _, bc := range []struct{ name, cfg string }{
 		{"limits=off", benchLimitsOff},
 		{"rates=on", benchRatesOn},
+		{"route-rate=on", benchRouteRate},
 	} {
 		b.Run(bc.name, func(b *testing.B) { benchProxy(b, bc.cfg) })
 	}
