@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/seed-a07d1050/portcullis/internal/daemon"
 	"github.com/seed-a07d1050/portcullis/internal/redistest"
 )
 
@@ -21,30 +19,9 @@ import (
 // refuses it; once A is done, B admits it, and every count is back to zero.
 func TestClusterRouteOnTheBytePath(t *testing.T) {
 	redis := redistest.Start(t)
-	text := `
-admin: {listen: "127.0.0.1:0"}
-cluster:
-  redis: {addrs: ["` + redis.Addr() + `"]}
-  timeout: 2s        # this machine is shared: never fall back to the node's own count
-  on_error: closed
-  prefix: "test:` + strings.ReplaceAll(t.Name(), "/", "-") + `:"
-listeners:
-  - name: web
-    protocol: http
-    listen: "127.0.0.1:0"
-    routes:
-      - name: r
-        upstreams: ["{{backend}}"]
-        limit: {permits: 1}
-`
+	text := oneRouteLimitInCluster(t, redis.Addr())
 	a := startDaemon(t, text)
-	b := startBackend(t)
-	nodeB, err := daemon.Start(parseConfig(t, text, b.URL()), daemon.Options{Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = nodeB.Shutdown(context.Background()) }()
-	urlB := "http://" + nodeB.Addr("web").String() + "/"
+	urlB := startNodeB(t, text)
 	c := a.client("127.0.0.2")
 
 	const n = 200

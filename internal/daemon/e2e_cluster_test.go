@@ -18,30 +18,9 @@ func TestClusterSharesRouteLimitsAcrossNodes(t *testing.T) {
 
 func testClusterSharesRouteLimitsAcrossNodes(t *testing.T) {
 	redis := redistest.Start(t)
-	text := `
-admin: {listen: "127.0.0.1:0"}
-cluster:
-  redis: {addrs: ["` + redis.Addr() + `"]}
-  timeout: 2s        # this machine is shared: never fall back to the node's own count
-  on_error: closed
-  prefix: "test:` + strings.ReplaceAll(t.Name(), "/", "-") + `:"
-listeners:
-  - name: web
-    protocol: http
-    listen: "127.0.0.1:0"
-    routes:
-      - name: r
-        upstreams: ["{{backend}}"]
-        limit: {permits: 1}
-`
+	text := oneRouteLimitInCluster(t, redis.Addr())
 	a := startDaemon(t, text)
-	b := startBackend(t)
-	nodeB, err := daemon.Start(parseConfig(t, text, b.URL()), daemon.Options{Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = nodeB.Shutdown(context.Background()) }()
-	urlB := "http://" + nodeB.Addr("web").String() + "/"
+	urlB := startNodeB(t, text)
 
 	c := a.client("127.0.0.2")
 	slow := getAsync(c, a.url("web", "/?ms=2000"))
@@ -73,6 +52,40 @@ listeners:
 		t.Fatal("node B never admitted the client after node A released its permit")
 	}
 	c.CloseIdleConnections()
+}
+
+// oneRouteLimitInCluster is a daemon on the Redis at addr whose one route
+// has a cluster-wide limit of 1, and which never falls back to its own
+// count, with keys of its own test.
+func oneRouteLimitInCluster(t *testing.T, addr string) string {
+	return `
+admin: {listen: "127.0.0.1:0"}
+cluster:
+  redis: {addrs: ["` + addr + `"]}
+  timeout: 2s        # this machine is shared: never fall back to the node's own count
+  on_error: closed
+  prefix: "test:` + strings.ReplaceAll(t.Name(), "/", "-") + `:"
+listeners:
+  - name: web
+    protocol: http
+    listen: "127.0.0.1:0"
+    routes:
+      - name: r
+        upstreams: ["{{backend}}"]
+        limit: {permits: 1}
+`
+}
+
+// startNodeB starts a second daemon from text, with a backend of its own,
+// stopped when t ends, and returns the URL of its listener web's root.
+func startNodeB(t *testing.T, text string) string {
+	t.Helper()
+	nodeB, err := daemon.Start(parseConfig(t, text, startBackend(t).URL()), daemon.Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nodeB.Shutdown(context.Background()) })
+	return "http://" + nodeB.Addr("web").String() + "/"
 }
 
 // Two nodes sharing one Redis count a client's connections together: a
