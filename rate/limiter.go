@@ -185,23 +185,13 @@ func (l *Limiter[K]) quiet(key K, commit bool) (Decision, bool) {
 	tag := tagOf(h)
 	sh.mu.Lock()
 	now := l.now()
-	i := sh.t.find(tag, key)
-	var tat int64
-	if i >= 0 {
-		tat = sh.t.entries[i].tat
-	}
+	i, tat := sh.t.tat(tag, key)
 	d, next := p.decide(tat, now, l.s.Shadow)
 	if d.Verdict != Admitted || d.Delay != 0 || !commit {
 		sh.mu.Unlock()
 		return d, d.Verdict == Admitted && d.Delay == 0
 	}
-	if next != tat && next > now {
-		if i >= 0 {
-			sh.t.entries[i].tat = next
-		} else {
-			sh.t.insert(tag, key, next, now)
-		}
-	}
+	sh.t.advance(i, tag, key, tat, next, now)
 	sh.stats.count(d.Verdict)
 	sh.mu.Unlock()
 	if l.s.Observer != nil {
@@ -231,11 +221,7 @@ func (l *Limiter[K]) decideLocal(key K, p *policy) (Decision, int64) {
 	tag := tagOf(h)
 	sh.mu.Lock()
 	now := l.now()
-	i := sh.t.find(tag, key)
-	var tat int64
-	if i >= 0 {
-		tat = sh.t.entries[i].tat
-	}
+	i, tat := sh.t.tat(tag, key)
 	var d Decision
 	var next int64
 	if p.interval != 0 && tat+p.interval-now <= p.free && tat+p.interval-now <= p.window {
@@ -245,13 +231,7 @@ func (l *Limiter[K]) decideLocal(key K, p *policy) (Decision, int64) {
 	} else {
 		d, next = p.decide(tat, now, l.s.Shadow)
 	}
-	if next != tat && next > now {
-		if i >= 0 {
-			sh.t.entries[i].tat = next
-		} else {
-			sh.t.insert(tag, key, next, now)
-		}
-	}
+	sh.t.advance(i, tag, key, tat, next, now)
 	// With a Store, a request the local state admits is counted and
 	// reported once the Store has answered.
 	final := l.s.Store == nil || !d.Allowed() || d.Verdict == ShadowRefused || p.interval == 0

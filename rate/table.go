@@ -59,6 +59,30 @@ func (t *table[K]) find(tag uint32, key K) int {
 // insert adds key, which is not in the table, with TAT tat. It reuses the
 // first fresh-state slot on the key's probe path, and makes room (sweeping
 // fresh-state entries, then growing) when the table is 7/8 full.
+// tat returns the slot of key (-1: none) and its theoretical arrival
+// time (0 for a key in a fresh state).
+func (t *table[K]) tat(tag uint32, key K) (int, int64) {
+	i := t.find(tag, key)
+	if i < 0 {
+		return i, 0
+	}
+	return i, t.entries[i].tat
+}
+
+// advance records next as the TAT of key, found at slot i by tat (which
+// returned tat), when a decision moved it past now; a key still fresh
+// after it is not stored.
+func (t *table[K]) advance(i int, tag uint32, key K, tat, next, now int64) {
+	if next == tat || next <= now {
+		return
+	}
+	if i >= 0 {
+		t.entries[i].tat = next
+	} else {
+		t.insert(tag, key, next, now)
+	}
+}
+
 func (t *table[K]) insert(tag uint32, key K, tat, now int64) {
 	if 8*(t.n+1) > 7*len(t.tags) {
 		t.makeRoom(now)

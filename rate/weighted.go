@@ -47,19 +47,9 @@ func (l *Limiter[K]) allowN(key K, p *policy, n int) Decision {
 	tag := tagOf(h)
 	sh.mu.Lock()
 	now := l.now()
-	i := sh.t.find(tag, key)
-	var tat int64
-	if i >= 0 {
-		tat = sh.t.entries[i].tat
-	}
+	i, tat := sh.t.tat(tag, key)
 	d, next := p.decideN(tat, now, n, l.s.Shadow)
-	if next != tat && next > now {
-		if i >= 0 {
-			sh.t.entries[i].tat = next
-		} else {
-			sh.t.insert(tag, key, next, now)
-		}
-	}
+	sh.t.advance(i, tag, key, tat, next, now)
 	sh.stats.count(d.Verdict)
 	sh.mu.Unlock()
 	if l.s.Observer != nil {
