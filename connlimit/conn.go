@@ -34,7 +34,11 @@ type Conn struct {
 	header *proxyproto.Header // nil: none was read
 	client netip.Addr         // the address keyed
 	ps     permits
-	closed atomic.Bool
+	// release gives the slots back once; a Close that comes while another
+	// is giving them back waits for it, so that every Close returns with
+	// the slots given back (a server and its Shutdown may close one
+	// connection at the same time).
+	release sync.Once
 
 	// In the list of l's open connections, under l.live.mu. gone is set
 	// when Close takes it out.
@@ -131,23 +135,29 @@ func (c *Conn) takePending(n int) []byte {
 // Write writes to the inner connection.
 func (c *Conn) Write(b []byte) (int, error) { return c.conn.Write(b) }
 
-// Close closes the inner connection and, on the first call only, gives
-// back the connection's slots and its MaxConns place. It returns the inner
-// Close's error; the slots are given back even then.
+// Close closes the inner connection and gives back the connection's
+// slots and its MaxConns place, once: a later or concurrent Close returns
+// when they have been given back. It returns the inner Close's error; the
+// slots are given back even then.
 func (c *Conn) Close() error {
 	err := c.conn.Close()
-	if c.closed.CompareAndSwap(false, true) {
-		c.ps.release()
-		if c.l.syn != nil && !c.exempt {
-			c.l.syn.released(c.key)
-		}
-		c.l.stats.open.Add(-1)
-		c.l.giveToken()
-		for _, a := range c.l.live.remove(c) {
-			a.end()
-		}
-	}
+	c.release.Do(c.giveBack)
 	return err
+}
+
+// giveBack returns the connection's slots, its MaxConns place and its
+// place in the open connections, to its Listener and to every Listener
+// that adopted it.
+func (c *Conn) giveBack() {
+	c.ps.release()
+	if c.l.syn != nil && !c.exempt {
+		c.l.syn.released(c.key)
+	}
+	c.l.stats.open.Add(-1)
+	c.l.giveToken()
+	for _, a := range c.l.live.remove(c) {
+		a.end()
+	}
 }
 
 // LocalAddr returns the inner connection's local address. A PROXY header's

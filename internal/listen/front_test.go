@@ -340,11 +340,9 @@ func TestShareTakesOverSocket(t *testing.T) {
 	fresh.CloseIdleConnections()
 	shutdown(t, old)
 	shutdown(t, nf)
-	// Waited for, not read at once: a connection its client closed may be
-	// closed by its server's goroutine and by Shutdown at the same time;
-	// the Close that loses connlimit's race returns before the winner has
-	// given the slot back, and Shutdown may return with it.
-	waitfor.Cond(t, "no connection counted after both shut down", func() bool { return nf.Conns().Stats().Open == 0 })
+	if st := nf.Conns().Stats(); st.Open != 0 {
+		t.Fatalf("%d connections still counted after both shut down", st.Open)
+	}
 }
 
 // Binding fails with an error that says which listener and what, and
