@@ -5,11 +5,12 @@
 // handler chain, and gives everything else back to that chain.
 //
 // It serves in two places. [Poller] is the http1.ExchangeHandler of a
-// listener's internal/http1 server: the lean path, in Go's poller, on TLS
-// connections, on systems without event loops and on the connections the
-// loops give back (lean.go). [Loops] is the evloop.Handler of a plain
-// listener's event loops: the same decisions taken on a loop's thread from
-// the head's bytes (loop.go).
+// listener's internal/http1 server: the lean path, in Go's poller, on
+// systems without event loops, on the connections the loops give back and
+// while the listener's routes give the loops nothing (lean.go). [Loops] is
+// the evloop.Handler of a listener's event loops, which serve its plain
+// connections and, on https, its HTTP/1.x ones after Go's handshake: the
+// same decisions taken on a loop's thread from the head's bytes (loop.go).
 //
 // What it needs of the daemon is a narrow view the daemon fills
 // (view.go): a [Listener] (its current [Table], the

@@ -23,8 +23,8 @@ import (
 )
 
 // The lean path, a part of http1_server eventloop (the default) that runs
-// in Go's poller on the connections the event loops do not serve (TLS
-// ones, other systems), relays the plainest exchanges as bytes: a bodyless GET or HEAD, on a route whose chain is only
+// in Go's poller on the connections the event loops do not serve (other
+// systems, connections given back), relays the plainest exchanges as bytes: a bodyless GET or HEAD, on a route whose chain is only
 // concurrency limits and the relay, to a plain http upstream, answered
 // with a final response whose length is known and small (any length
 // after a HEAD). For those it skips what the handler
@@ -55,8 +55,8 @@ const leanMaxBody = 32 << 10
 // Poller is the lean path: the http1.ExchangeHandler of a listener's
 // server with http1_server eventloop (and of the internal part lean
 // alone), which serves on it, in Go's poller, what the event loops do not:
-// TLS connections, every connection on a system without the loops, and
-// the connections the loops give back.
+// every connection on a system without the loops, every one while the
+// routes give the loops nothing, and the connections the loops give back.
 type Poller struct{ l *Listener }
 
 // NewPoller returns the lean path of the listener l describes.

@@ -18,8 +18,10 @@ import (
 	uptransport "github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
-// Loops is the evloop.Handler of an http listener's event loops, with
-// http1_server eventloop: its plain connections are served by the loops
+// Loops is the evloop.Handler of an http or https listener's event loops,
+// with http1_server eventloop: its plain connections, and the HTTP/1.x
+// connections of an https listener once Go's poller ran their handshake
+// (evloop.TLSServer, http1.Server.TakeTLS), are served by the loops
 // (internal/evloop) for as long as their requests are ones the lean path
 // takes. Loops decides, on a loop's thread, with the lean path's own
 // pieces: the server's parser and checks (http1.HeadParser), the route's
@@ -152,6 +154,7 @@ func (le *Loops) connOf(c *evloop.Conn) *loopConn {
 	maxHead, _, _ := le.srv.ReadLimits()
 	remote := c.RemoteAddr().String()
 	lc := &loopConn{parser: http1.NewHeadParser(remote, maxHead-4096)}
+	lc.parser.SetTLS(c.TLS())
 	if ap, err := netip.ParseAddrPort(remote); err == nil {
 		lc.peer = ap.Addr() // as exchange.PeerAddr reads each request's RemoteAddr
 	}

@@ -102,10 +102,7 @@ func routePath(c *Config, l *Listener, r *Route, goos string, advertisesH3 bool)
 	if u := firstUpstreamWith(r.Upstreams, isHTTPS); u != "" {
 		return PathFull, "an https upstream, " + u
 	}
-	switch {
-	case l.Protocol == ProtocolHTTPS:
-		return PathLean, "an https listener: the lean path on Go's poller after the handshake"
-	case goos != "linux":
+	if goos != "linux" {
 		return PathLean, "no event loops on " + goos
 	}
 	if u := firstUpstreamWith(r.Upstreams, namedByHost); u != "" {

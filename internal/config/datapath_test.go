@@ -68,7 +68,7 @@ listeners:
 `, "linux", []string{
 			"listener tls route route-0: full_server (the listener advertises HTTP/3 (Alt-Svc), which the byte path does not add)",
 			"listener h3 route route-0: full_server (HTTP/3: quic-go's server)",
-			"listener alone route route-0: lean (an https listener: the lean path on Go's poller after the handshake)",
+			"listener alone route route-0: event_loops",
 		}},
 		{"other systems", `
 listeners:

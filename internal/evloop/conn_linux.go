@@ -4,6 +4,7 @@ package evloop
 
 import (
 	"bytes"
+	"crypto/tls"
 	"net"
 	"os"
 	"time"
@@ -14,8 +15,9 @@ import (
 // Conn is a client connection served by a loop.
 type Conn struct {
 	w     *worker
-	nc    net.Conn // the adopted connection; its own socket was closed at adoption (see Server.Serve)
-	fd    int      // the loop's duplicate of that socket, the loop's alone
+	nc    net.Conn    // the adopted connection; its own socket was closed at adoption (see Server.Serve)
+	fd    int         // the loop's duplicate of that socket, the loop's alone
+	tls   *tlsSession // nil: a plain connection
 	token uint64
 	state connState
 
@@ -49,8 +51,8 @@ const (
 
 const minInBuf = 4 << 10
 
-func newConn(w *worker, nc net.Conn, fd int, pending []byte) *Conn {
-	c := &Conn{w: w, nc: nc, fd: fd}
+func newConn(w *worker, nc net.Conn, fd int, pending []byte, ts *tlsSession) *Conn {
+	c := &Conn{w: w, nc: nc, fd: fd, tls: ts}
 	c.in = make([]byte, max(minInBuf, len(pending)))
 	c.n = copy(c.in, pending)
 	return c
@@ -63,6 +65,15 @@ func (c *Conn) NetConn() net.Conn { return c.nc }
 
 // RemoteAddr returns the connection's remote address.
 func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+
+// TLS returns the state of a TLS connection's handshake; nil for a plain
+// connection. The caller must not change it.
+func (c *Conn) TLS() *tls.ConnectionState {
+	if c.tls == nil {
+		return nil
+	}
+	return &c.tls.state
+}
 
 // Now returns the loop's clock: the time it read last, when its latest
 // look at the epoll set returned or at most clockEvery events later. A
@@ -88,10 +99,27 @@ func (c *Conn) Abort() {
 }
 
 // read reads into b; n is 0 with a nil error at the end of the stream,
-// and err is unix.EAGAIN when nothing is there yet.
-func (c *Conn) read(b []byte) (int, error) { return rawRead(c.fd, b) }
+// and err is unix.EAGAIN when nothing is there yet. On a TLS connection,
+// b gets plaintext.
+func (c *Conn) read(b []byte) (int, error) {
+	if c.tls != nil {
+		return c.tls.read(b)
+	}
+	return rawRead(c.fd, b)
+}
 
-func (c *Conn) write(b []byte) (int, error) { return rawWrite(c.fd, b) }
+// write writes what the socket takes of b; unix.EAGAIN when it takes
+// nothing. On a TLS connection, it takes b's bytes into records, which
+// may wait for the socket (unsent): an empty b writes those out.
+func (c *Conn) write(b []byte) (int, error) {
+	if c.tls != nil {
+		return c.tls.write(b)
+	}
+	return rawWrite(c.fd, b)
+}
+
+// unsent reports whether a TLS connection's records wait for the socket.
+func (c *Conn) unsent() bool { return c.tls != nil && c.tls.t.pending() }
 
 // adopt registers c in the worker's epoll set and serves what it holds.
 func (w *worker) adopt(c *Conn) {
@@ -181,8 +209,10 @@ func (c *Conn) readHead() {
 			}
 			return
 		}
-		if k < len(c.in)-c.n && !c.shut {
-			c.canRead = false // see drained
+		if k < len(c.in)-c.n && !c.shut && c.tls == nil {
+			// See drained. Not on TLS: a read returns one record's
+			// plaintext, and more may wait in crypto/tls's buffer.
+			c.canRead = false
 		}
 		if c.n == 0 && c.served {
 			c.n = k
@@ -256,7 +286,7 @@ func (c *Conn) reply(r Reply) {
 }
 
 func (c *Conn) writeOut() {
-	for c.off < len(c.out) {
+	for c.off < len(c.out) || c.unsent() {
 		k, err := c.write(c.out[c.off:])
 		if err == unix.EAGAIN {
 			if c.state != stateWriting {
@@ -362,6 +392,13 @@ func (c *Conn) close() {
 		return
 	}
 	c.forget()
+	if c.tls != nil {
+		// Its close_notify goes out on the socket before the loop closes it.
+		_ = c.nc.Close()
+		unix.Close(c.fd)
+		c.tls.t.givenBack(nil)
+		return
+	}
 	unix.Close(c.fd)
 	_ = c.nc.Close() // what the adopted connection holds (a cap's slot)
 }
@@ -385,6 +422,9 @@ func (c *Conn) giveBack(own bool) net.Conn {
 	f := os.NewFile(uintptr(c.fd), "client")
 	sock, err := net.FileConn(f) // a duplicate, in the runtime's poller
 	f.Close()
+	if c.tls != nil {
+		c.tls.t.givenBack(sock) // nil on failure: its I/O fails, on the closed accepted connection
+	}
 	if err != nil {
 		// Nothing can serve it: close it as the server would a connection
 		// it cannot read (the Handler's server finds it closed).
@@ -395,6 +435,9 @@ func (c *Conn) giveBack(own bool) net.Conn {
 	prefix := c.in[:c.n]
 	if !own {
 		prefix = append([]byte(nil), prefix...)
+	}
+	if c.tls != nil {
+		return &tlsHanded{prefixConn: prefixConn{Conn: c.nc, prefix: prefix}}
 	}
 	return &handedConn{prefixConn: prefixConn{Conn: sock, prefix: prefix}, owner: c.nc}
 }

@@ -544,6 +544,20 @@ type rig struct {
 // closes both and checks that the loops stopped and h saw nothing amiss.
 func newRig(t *testing.T, cfg Config, h *testHandler, tune func(*net.TCPConn)) *rig {
 	t.Helper()
+	return newRigServing(t, cfg, h, func(srv *Server, c net.Conn) {
+		if tune != nil {
+			tune(c.(*net.TCPConn))
+		}
+		if !srv.Serve(c) {
+			c.Close()
+		}
+	})
+}
+
+// newRigServing is newRig with serve giving each accepted connection to
+// the Server, on the accepting goroutine.
+func newRigServing(t *testing.T, cfg Config, h *testHandler, serve func(srv *Server, c net.Conn)) *rig {
+	t.Helper()
 	cfg.Handler = h
 	if cfg.Workers == 0 {
 		cfg.Workers = 2
@@ -568,12 +582,7 @@ func newRig(t *testing.T, cfg Config, h *testHandler, tune func(*net.TCPConn)) *
 			if err != nil {
 				return
 			}
-			if tune != nil {
-				tune(c.(*net.TCPConn))
-			}
-			if !srv.Serve(c) {
-				c.Close()
-			}
+			serve(srv, c)
 		}
 	}()
 	t.Cleanup(func() {

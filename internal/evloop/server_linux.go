@@ -4,6 +4,7 @@ package evloop
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -56,29 +57,42 @@ func New(cfg Config) (*Server, error) {
 func Supported() bool { return true }
 
 // Serve gives c to one of the loops and reports true; it reports false,
-// having done nothing with c, when c is not a TCP connection underneath
-// (a TLS one is not) or the server is shutting down. Bytes that c read
-// already and holds for its Read to return (a TakePending method returns
-// them, as connlimit.Conn's does, past a PROXY header) come first.
+// having done nothing with c, when c is not a TCP connection underneath,
+// a TLS one not made by TLSServer or whose handshake is not done, or the
+// server is shutting down. Bytes that c read already and holds for its
+// Read to return (a TakePending method returns them, as connlimit.Conn's
+// does, past a PROXY header) come first; a TLS connection's are in
+// crypto/tls's buffers.
 func (s *Server) Serve(c net.Conn) bool {
 	if s.state.Load() != running {
 		return false
 	}
-	tc := tcpConnOf(c)
-	if tc == nil {
+	var ts *tlsSession
+	under := c
+	if tc, ok := c.(*tls.Conn); ok {
+		if ts = sessionOf(tc); ts == nil {
+			return false
+		}
+		under = ts.t.owner
+	}
+	tcp := tcpConnOf(under)
+	if tcp == nil {
 		return false
 	}
-	fd, err := adoptSocket(tc)
+	fd, err := adoptSocket(tcp)
 	if err != nil {
 		return false
 	}
 	var pending []byte
-	if p, ok := c.(interface{ TakePending() []byte }); ok {
+	if p, ok := c.(interface{ TakePending() []byte }); ok && ts == nil {
 		pending = p.TakePending()
+	}
+	if ts != nil {
+		ts.t.takenBy(fd)
 	}
 	s.adopted.Add(1)
 	w := s.workers[int(s.next.Add(1))%len(s.workers)]
-	conn := newConn(w, c, fd, pending)
+	conn := newConn(w, c, fd, pending, ts)
 	if !w.post(func() { w.guard(conn, func() { w.adopt(conn) }) }, false) {
 		// Closed meanwhile: the connection goes back.
 		conn.state = stateGone
@@ -87,13 +101,30 @@ func (s *Server) Serve(c net.Conn) bool {
 	return true
 }
 
+// sessionOf returns the loop's session of tc, a TLS connection TLSServer
+// made whose handshake is done; nil for any other.
+func sessionOf(tc *tls.Conn) *tlsSession {
+	t, ok := tc.NetConn().(*tlsTransport)
+	if !ok {
+		return nil
+	}
+	st := tc.ConnectionState()
+	if !st.HandshakeComplete {
+		return nil
+	}
+	return &tlsSession{tc: tc, t: t, state: st}
+}
+
 // tcpConnOf returns the TCP connection c is, or wraps (through the
-// wrappers that expose what they wrap), or nil.
+// wrappers that expose what they wrap), or nil. A TLS connection is not a
+// wrapper to see through: its bytes are not the socket's.
 func tcpConnOf(c net.Conn) *net.TCPConn {
 	for range 8 {
 		switch v := c.(type) {
 		case *net.TCPConn:
 			return v
+		case *tls.Conn:
+			return nil
 		case interface{ NetConn() net.Conn }:
 			c = v.NetConn()
 		default:

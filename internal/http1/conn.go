@@ -238,16 +238,19 @@ func (c *conn) init() {
 // and hands the connection to TLSNextProto when ALPN chose another
 // protocol. It reports whether HTTP/1.x is to be served.
 func (c *conn) handshake(tc *tls.Conn) bool {
-	if d := c.srv.tlsHandshakeTimeout(); d > 0 {
+	d := c.srv.tlsHandshakeTimeout()
+	if d > 0 {
 		dl := time.Now().Add(d)
 		_ = tc.SetReadDeadline(dl)
 		_ = tc.SetWriteDeadline(dl)
-		defer func() {
-			_ = tc.SetReadDeadline(time.Time{})
-			_ = tc.SetWriteDeadline(time.Time{})
-		}()
 	}
-	if err := tc.HandshakeContext(c.ctx); err != nil {
+	err := tc.HandshakeContext(c.ctx)
+	if d > 0 {
+		// Now, not on return: TakeTLS's taker may own the connection then.
+		_ = tc.SetReadDeadline(time.Time{})
+		_ = tc.SetWriteDeadline(time.Time{})
+	}
+	if err != nil {
 		reason := err.Error()
 		var re tls.RecordHeaderError
 		if errors.As(err, &re) && re.Conn != nil && looksLikeHTTP(re.RecordHeader) {
@@ -262,6 +265,11 @@ func (c *conn) handshake(tc *tls.Conn) bool {
 	c.tlsState = &st
 	switch proto := st.NegotiatedProtocol; proto {
 	case "", "http/1.1", "http/1.0":
+		if take := c.srv.TakeTLS; take != nil && take(tc) {
+			c.handedOff = true
+			c.srv.trackConn(c, false)
+			return false
+		}
 		return true
 	default:
 		c.handedOff = true

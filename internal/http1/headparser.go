@@ -1,6 +1,7 @@
 package http1
 
 import (
+	"crypto/tls"
 	"io"
 	"net/http"
 )
@@ -43,6 +44,10 @@ func NewHeadParser(remoteAddr string, maxHeaderBytes int) *HeadParser {
 	p.tmpl = http.Request{Header: p.rr.header, URL: &p.rr.url, RemoteAddr: remoteAddr}
 	return p
 }
+
+// SetTLS sets the TLS state of the connection whose heads p parses, as
+// the requests' TLS; nil, the default, for a plain connection.
+func (p *HeadParser) SetTLS(st *tls.ConnectionState) { p.tmpl.TLS = st }
 
 // Parse parses head, one whole request head from its request line to the
 // empty line that ends it, and returns the request as [Exchange.Head]

@@ -76,6 +76,88 @@ func TestTLSWithHTTP2Handoff(t *testing.T) {
 	}
 }
 
+// TestTakeTLS checks TakeTLS: a connection it takes, after the handshake
+// and with no deadline left on it, is the taker's (the server answers
+// nothing on it, and Shutdown does not wait for it); one it declines is
+// the server's.
+func TestTakeTLS(t *testing.T) {
+	cert, err := testcert.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var offers atomic.Int32
+	taken := make(chan *tls.Conn, 1)
+	srv := &Server{
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "server") }),
+		ReadHeaderTimeout: 50 * time.Millisecond, // the handshake's timeout too
+		TakeTLS: func(tc *tls.Conn) bool {
+			if offers.Add(1) != 1 {
+				return false
+			}
+			taken <- tc
+			return true
+		},
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert.TLS}}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(tls.NewListener(ln, cfg)) }()
+	client := &tls.Config{RootCAs: cert.Pool, ServerName: "127.0.0.1"}
+
+	c1, err := tls.Dial("tcp", ln.Addr().String(), client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	tc := <-taken
+	if !tc.ConnectionState().HandshakeComplete {
+		t.Fatal("TakeTLS was offered a connection before its handshake")
+	}
+	_, _ = io.WriteString(c1, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	time.Sleep(100 * time.Millisecond) // past the handshake's timeout, were it left on the connection
+	br := bufio.NewReader(tc)
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		t.Fatalf("the taker reads the request: %v", err)
+	}
+	if req.URL.Path != "/" {
+		t.Errorf("the taker read %q", req.URL.Path)
+	}
+	_, _ = io.WriteString(tc, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\ntaker")
+
+	c2, err := tls.Dial("tcp", ln.Addr().String(), client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	_, _ = io.WriteString(c2, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	for i, c := range []*tls.Conn{c1, c2} {
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("answer %d: %v", i+1, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if want := []string{"taker", "server"}[i]; string(b) != want {
+			t.Errorf("answer %d: %q, want %q", i+1, b, want)
+		}
+	}
+	c2.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown with a taken connection open: %v", err)
+	}
+	if err := <-done; !errors.Is(err, ErrServerClosed) {
+		t.Errorf("Serve: %v", err)
+	}
+	tc.Close()
+}
+
 // TestReverseProxyUpgrade runs httputil.ReverseProxy on this server in
 // front of a backend that switches protocols: ReverseProxy hijacks through
 // http.ResponseController and copies both ways.

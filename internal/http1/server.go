@@ -64,6 +64,15 @@ type Server struct {
 	// [Handoff] for passing connections to an http.Server.
 	TLSNextProto map[string]func(*tls.Conn)
 
+	// TakeTLS, if not nil, is offered each TLS connection that is to speak
+	// HTTP/1.x once its handshake is done, on its serving goroutine. When
+	// it returns true, the connection is the callee's, as with
+	// TLSNextProto, and the Server forgets it; when false, the Server
+	// serves it. The daemon's event loops take connections so
+	// (evloop.Server.Serve), and give back what they do not serve
+	// (ServeConn).
+	TakeTLS func(*tls.Conn) bool
+
 	// ConnState, if not nil, is called on every change of a connection's
 	// state, as http.Server.ConnState is (StateNew, StateActive,
 	// StateIdle, StateHijacked, StateClosed), on the connection's

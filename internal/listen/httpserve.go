@@ -44,8 +44,9 @@ type httpServers struct {
 	// start, and without a handoff.
 	handoffDone chan struct{}
 
-	// loop relays the plainest exchanges of the plain connections on event
-	// loops, with http1_server eventloop on an http listener (see
+	// loop relays the plainest exchanges on event loops, with
+	// http1_server eventloop, of the plain connections of an http listener
+	// and the HTTP/1.x connections of an https one (see
 	// bytepath.Loops); fast serves what it gives back. Nil otherwise, and
 	// until start.
 	loop     *evloop.Server
@@ -73,10 +74,10 @@ func newHTTPServers(f *Front) *httpServers {
 		if lc.HTTP1Server.Lean() {
 			h.fast.Exchanges = bytepath.NewPoller(f.byteListener())
 		}
+		if lc.HTTP1Server == config.HTTP1ServerEventLoop {
+			h.loopWith = bytepath.NewLoops(f.byteListener(), h.fast)
+		}
 		if lc.Protocol != config.ProtocolHTTPS {
-			if lc.HTTP1Server == config.HTTP1ServerEventLoop {
-				h.loopWith = bytepath.NewLoops(f.byteListener(), h.fast)
-			}
 			return h
 		}
 	}
@@ -138,7 +139,14 @@ func (h *httpServers) start(conns net.Listener, s Serving, served chan<- struct{
 		h.loopWith.PanicHook = s.LoopPanicHook
 	}
 	if h.startLoop(s.LoopCounts, log) {
-		h.loopLn = &loopListener{Listener: conns, loop: h.loop, takes: h.loopWith.Takes}
+		if h.tls != nil {
+			// The handshake runs on fast's goroutine; then the loops take
+			// the connections they serve (TakeTLS).
+			h.loopLn = evloop.NewTLSListener(conns, h.tls)
+			h.fast.TakeTLS = h.takeTLS
+		} else {
+			h.loopLn = &loopListener{Listener: conns, loop: h.loop, takes: h.loopWith.Takes}
+		}
 	}
 	go func() {
 		defer close(served)
@@ -147,14 +155,21 @@ func (h *httpServers) start(conns net.Listener, s Serving, served chan<- struct{
 			check(h.std.ServeTLS(conns, "", ""))
 		case h.fast == nil:
 			check(h.std.Serve(conns))
-		case h.handoff != nil:
-			check(h.fast.Serve(tls.NewListener(conns, h.tls)))
 		case h.loopLn != nil:
 			check(h.fast.Serve(h.loopLn))
+		case h.handoff != nil:
+			check(h.fast.Serve(tls.NewListener(conns, h.tls)))
 		default:
 			check(h.fast.Serve(conns))
 		}
 	}()
+}
+
+// takeTLS gives the loops an https connection whose handshake chose
+// HTTP/1.x, when the listener's configuration gives them anything to
+// serve.
+func (h *httpServers) takeTLS(tc *tls.Conn) bool {
+	return h.loopWith.Takes() && h.loop.Serve(tc)
 }
 
 // startLoop starts the event loops of an eventloop listener, and reports
@@ -182,7 +197,7 @@ func newServerErrorLog(log *slog.Logger) *stdlog.Logger {
 
 // HTTP1Server returns the HTTP/1.x server that serves f now, as the
 // http1_server setting names it: "eventloop" when the event loops run, or
-// where they never do (https, a system without them) and the byte path
+// where they never do (a system without them) and the byte path
 // serves in Go's poller instead; "lean" for the byte path in Go's poller
 // set in Go, or where the loops failed to start; "fast" for
 // internal/http1 alone; "net/http"; and "" for an http3 or tcp listener.
@@ -193,7 +208,7 @@ func (f *Front) HTTP1Server() config.HTTP1Server {
 		return ""
 	case h.fast != nil && h.fast.Exchanges != nil:
 		if f.cfg.HTTP1Server == config.HTTP1ServerEventLoop &&
-			(h.loop != nil || f.cfg.Protocol == config.ProtocolHTTPS || !evloop.Supported()) {
+			(h.loop != nil || !evloop.Supported()) {
 			return config.HTTP1ServerEventLoop
 		}
 		return config.HTTP1ServerLean
@@ -204,7 +219,7 @@ func (f *Front) HTTP1Server() config.HTTP1Server {
 }
 
 // Loops returns the event loops serving f's plainest exchanges, or nil
-// when none run (another http1_server, https, http3, tcp, a system
+// when none run (another http1_server, http3, tcp, a system
 // without them, or before Serve).
 func (f *Front) Loops() *evloop.Server {
 	if f.http == nil {
