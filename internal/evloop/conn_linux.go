@@ -209,9 +209,10 @@ func (c *Conn) readHead() {
 			}
 			return
 		}
-		if k < len(c.in)-c.n && !c.shut && c.tls == nil {
-			// See drained. Not on TLS: a read returns one record's
-			// plaintext, and more may wait in crypto/tls's buffer.
+		if k < len(c.in)-c.n && !c.shut && (c.tls == nil || !c.tls.t.more()) {
+			// See drained. On TLS, the read that found the socket
+			// drained may have read more records than the one whose
+			// plaintext this is (tlsTransport.more).
 			c.canRead = false
 		}
 		if c.n == 0 && c.served {

@@ -63,7 +63,59 @@ type tlsTransport struct {
 	fd    int      // the loop's socket while a loop serves the connection; -1 otherwise
 	out   []byte   // records for the socket, written while a loop served, not taken yet
 	off   int      // out[off:] is left
+
+	// On a loop, Read gives crypto/tls no byte past the end of the record
+	// it is reading (see records), so that once it returns plaintext it
+	// holds no ciphertext: whether more waits is then the transport's to
+	// say (more), and a read that found the socket drained spares the loop
+	// one more read to find it empty, as on plain connections.
+	rec     records
+	spill   []byte // bytes read past the record's end, for the next Reads
+	drained bool   // the last read of the socket returned less than it asked for
 }
+
+// records follows the record boundaries of a stream of TLS records: a
+// record is a 5-byte header whose last two bytes are the length of the
+// body that follows.
+type records struct {
+	hdr  [5]byte
+	hdrN int // bytes of the current record's header seen
+	left int // bytes of its body not seen yet, once its header is whole
+}
+
+// take advances over b's first bytes up to the end of the current
+// record, and returns how many that is: all of b when the record goes on
+// past it.
+func (r *records) take(b []byte) int {
+	n := 0
+	for n < len(b) {
+		if r.hdrN < len(r.hdr) {
+			r.hdr[r.hdrN] = b[n]
+			r.hdrN++
+			n++
+			if r.hdrN == len(r.hdr) {
+				r.left = int(r.hdr[3])<<8 | int(r.hdr[4])
+				if r.left == 0 {
+					r.hdrN = 0
+					return n
+				}
+			}
+			continue
+		}
+		k := min(r.left, len(b)-n)
+		n += k
+		if r.left -= k; r.left == 0 {
+			r.hdrN = 0
+			return n
+		}
+	}
+	return n
+}
+
+// more reports whether, on a loop, bytes may wait that crypto/tls has not
+// been given: some were read past a record's end, or the last read of
+// the socket filled what it was given.
+func (t *tlsTransport) more() bool { return len(t.spill) > 0 || !t.drained }
 
 // errWouldBlock is what the transport's Read returns on a loop when the
 // socket has nothing more yet: temporary, so crypto/tls goes on after it.
@@ -82,16 +134,34 @@ func (t *tlsTransport) Read(p []byte) (int, error) {
 		}
 		return t.Conn.Read(p)
 	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if len(t.spill) > 0 {
+		n := t.rec.take(t.spill[:min(len(t.spill), len(p))])
+		copy(p, t.spill[:n])
+		t.spill = t.spill[n:]
+		if len(t.spill) == 0 {
+			t.spill = nil
+		}
+		return n, nil
+	}
 	n, err := rawRead(t.fd, p)
 	switch {
 	case err == unix.EAGAIN:
+		t.drained = true
 		return 0, errWouldBlock
 	case err != nil:
 		return 0, &net.OpError{Op: "read", Net: "tcp", Addr: t.owner.RemoteAddr(), Err: err}
-	case n == 0 && len(p) > 0:
+	case n == 0:
 		return 0, io.EOF
 	}
-	return n, nil
+	t.drained = n < len(p)
+	end := t.rec.take(p[:n])
+	if end < n {
+		t.spill = append([]byte(nil), p[end:n]...)
+	}
+	return end, nil
 }
 
 // Write, on a loop, keeps p for the socket: crypto/tls writes each
@@ -151,13 +221,20 @@ func (t *tlsTransport) flushBlocking() error {
 func (t *tlsTransport) takenBy(fd int) { t.fd = fd }
 
 // givenBack hands the transport's I/O to sock, the loop's socket in Go's
-// poller again, once the loop let go of its own descriptor. With a nil
-// sock (none could be made, or the loop closed the connection) it stays
-// with the accepted connection, whose socket is closed: I/O fails.
+// poller again, once the loop let go of its own descriptor: bytes the loop
+// read past a record come first. With a nil sock (none could be made, or
+// the loop closed the connection) it stays with the accepted connection,
+// whose socket is closed: I/O fails.
 func (t *tlsTransport) givenBack(sock net.Conn) {
 	t.fd = -1
-	if sock != nil {
-		t.Conn = sock
+	if sock == nil {
+		t.spill = nil
+		return
+	}
+	t.Conn = sock
+	if len(t.spill) > 0 {
+		t.Conn = &prefixConn{Conn: sock, prefix: t.spill}
+		t.spill = nil
 	}
 }
 

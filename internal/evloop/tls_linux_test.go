@@ -4,6 +4,7 @@ package evloop
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -499,4 +501,136 @@ func TestTLSShutdown(t *testing.T) {
 		t.Errorf("Shutdown: %v", err)
 	}
 	r.ownersClosed(t, 2)
+}
+
+// recordStream builds a stream of TLS-like records whose bodies have the
+// given lengths (each byte of a body is its record's index).
+func recordStream(lengths []int) (stream []byte, ends []int) {
+	for i, n := range lengths {
+		stream = append(stream, 23, 3, 3, byte(n>>8), byte(n))
+		for range n {
+			stream = append(stream, byte(i))
+		}
+		ends = append(ends, len(stream))
+	}
+	return stream, ends
+}
+
+// readRecords reads stream through a loop-side transport, sent to its
+// socket in pieces of the given sizes, with Reads of at most readSize, and
+// checks that no Read goes past a record's end, that the bytes come whole
+// and in order, and that the transport says nothing more waits once the
+// socket is empty.
+func readRecords(t *testing.T, stream []byte, ends []int, pieces []int, readSize int) {
+	t.Helper()
+	client, server := tcpPair(t)
+	fd, err := adoptSocket(server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	tr := &tlsTransport{Conn: server, owner: server, fd: fd}
+	boundary := map[int]bool{}
+	for _, e := range ends {
+		boundary[e] = true
+	}
+	go func() {
+		for sent, i := 0, 0; sent < len(stream); i++ {
+			k := len(stream) - sent
+			if i < len(pieces) {
+				k = min(k, pieces[i])
+			}
+			if _, err := client.Write(stream[sent : sent+k]); err != nil {
+				return
+			}
+			sent += k
+			time.Sleep(200 * time.Microsecond)
+		}
+	}()
+	var got []byte
+	buf := make([]byte, readSize)
+	deadline := time.Now().Add(testTimeout)
+	for len(got) < len(stream) {
+		n, err := tr.Read(buf)
+		if err == errWouldBlock {
+			if time.Now().After(deadline) {
+				t.Fatalf("read %d of %d bytes", len(got), len(stream))
+			}
+			time.Sleep(50 * time.Microsecond)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Read: %v", err)
+		}
+		start := len(got)
+		got = append(got, buf[:n]...)
+		for b := start + 1; b < start+n; b++ {
+			if boundary[b] {
+				t.Fatalf("a Read of [%d, %d) crosses the record boundary at %d", start, start+n, b)
+			}
+		}
+	}
+	if !bytes.Equal(got, stream) {
+		t.Fatalf("read bytes differ from the stream")
+	}
+	if _, err := tr.Read(buf); err != errWouldBlock || tr.more() {
+		t.Errorf("after the stream: Read %v, more %v; want errWouldBlock and false", err, tr.more())
+	}
+}
+
+func TestTLSTransportReadsRecordByRecord(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		lengths  []int
+		pieces   []int
+		readSize int
+	}{
+		{"one record per piece", []int{100, 200, 300}, []int{105, 205, 305}, 4096},
+		{"all in one piece", []int{100, 0, 200, 300, 1}, []int{1 << 20}, 4096},
+		{"pieces cut inside headers", []int{50, 60, 70}, []int{3, 4, 55, 2, 64, 1, 1, 1, 1, 1, 70}, 4096},
+		{"reads smaller than a record", []int{5000, 3000}, []int{1 << 20}, 512},
+		{"a record of the largest length", []int{65535, 10}, []int{1 << 20}, 4096},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stream, ends := recordStream(tc.lengths)
+			readRecords(t, stream, ends, tc.pieces, tc.readSize)
+		})
+	}
+}
+
+// FuzzRecordsTake feeds a stream, cut where cuts say, to records.take and
+// checks each answer against the boundaries a plain walk of the stream
+// finds: take stops at a record's end and only there, or at the end of
+// what it was given.
+func FuzzRecordsTake(f *testing.F) {
+	s, _ := recordStream([]int{3, 0, 10})
+	f.Add(s, []byte{2, 7, 1})
+	f.Add([]byte{23, 3, 3, 0, 0, 23, 3, 3, 0, 1, 9}, []byte{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1})
+	f.Fuzz(func(t *testing.T, stream, cuts []byte) {
+		boundary := map[int]bool{}
+		for i := 0; i+5 <= len(stream); {
+			i += 5 + (int(stream[i+3])<<8 | int(stream[i+4]))
+			boundary[i] = true
+		}
+		var r records
+		for pos, i := 0, 0; pos < len(stream); i++ {
+			k := len(stream) - pos
+			if i < len(cuts) {
+				k = min(k, int(cuts[i])+1)
+			}
+			n := r.take(stream[pos : pos+k])
+			if n <= 0 || n > k {
+				t.Fatalf("take of %d bytes at %d: %d", k, pos, n)
+			}
+			for b := pos + 1; b < pos+n; b++ {
+				if boundary[b] {
+					t.Fatalf("take of [%d, %d) went past the record's end at %d", pos, pos+n, b)
+				}
+			}
+			if n < k && !boundary[pos+n] {
+				t.Fatalf("take of %d bytes at %d stopped at %d, not a record's end", k, pos, pos+n)
+			}
+			pos += n
+		}
+	})
 }
