@@ -242,7 +242,14 @@ const leanDiffRate = "        rate: {rate: 100000r/s, burst: 100000, nodelay: tr
 // its times) and the metrics the same counts; and that the lean path
 // relayed, handed over or declined each as expected, so that the
 // comparison covers each of its ways.
+// On an https listener the same requests go over TLS, so that the event
+// loops' TLS connections are held to the full server's too.
 func TestLeanMatchesFast(t *testing.T) {
+	t.Run("http", func(t *testing.T) { leanMatchesFast(t, false) })
+	t.Run("https", func(t *testing.T) { leanMatchesFast(t, true) })
+}
+
+func leanMatchesFast(t *testing.T, overTLS bool) {
 	type run struct {
 		upstream, client, access string
 	}
@@ -250,9 +257,14 @@ func TestLeanMatchesFast(t *testing.T) {
 	metrics := map[config.HTTP1Server]string{}
 	leanCounts := map[config.HTTP1Server]string{}
 	leanServers := []config.HTTP1Server{config.HTTP1ServerLean, config.HTTP1ServerEventLoop}
+	text := leanDiffConfig
+	if overTLS {
+		certFile, keyFile := certFiles(t)
+		text = strings.Replace(text, "    protocol: http\n", "    protocol: https\n    tls: {cert_file: \""+certFile+"\", key_file: \""+keyFile+"\"}\n", 1)
+	}
 	for _, server := range append([]config.HTTP1Server{config.HTTP1ServerFast}, leanServers...) {
 		b := startRawBackend(t, leanAnswers)
-		cfg := parseConfig(t, leanDiffConfig, "http://"+b.ln.Addr().String())
+		cfg := parseConfig(t, text, "http://"+b.ln.Addr().String())
 		cfg.Listeners[0].HTTP1Server = server
 		var logs syncBuffer
 		srv, err := daemon.Start(cfg, daemon.Options{LogOutput: &logs})
@@ -262,7 +274,7 @@ func TestLeanMatchesFast(t *testing.T) {
 		addr := srv.Addr("web").String()
 		for _, tc := range leanCases {
 			before := strings.Count(logs.String(), "\n")
-			client := leanExchangeRaw(t, addr, tc.request)
+			client := leanExchangeOver(t, addr, tc.request, overTLS)
 			var access string
 			waitUntil(func() bool {
 				lines := strings.Split(logs.String(), "\n")
@@ -344,7 +356,19 @@ func ownPools(server config.HTTP1Server, m string) string {
 // should not come (a body). Bytes after the answer are reported.
 func leanExchangeRaw(t *testing.T, addr, request string) string {
 	t.Helper()
-	c := dialFrom(t, "127.0.0.2", addr)
+	return leanExchangeOver(t, addr, request, false)
+}
+
+// leanExchangeOver is leanExchangeRaw, over TLS (HTTP/1.1 by ALPN) when
+// overTLS.
+func leanExchangeOver(t *testing.T, addr, request string, overTLS bool) string {
+	t.Helper()
+	var c net.Conn
+	if overTLS {
+		c = tlsDial(t, "127.0.0.2", addr, "http/1.1")
+	} else {
+		c = dialFrom(t, "127.0.0.2", addr)
+	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.WriteString(c, request); err != nil {

@@ -17,6 +17,11 @@
 // (Exchange.Resume). So the loop has no error answers, body framing or
 // timeouts of its own to keep in step with the server: it only ever
 // serves, or gives back.
+//
+// A TLS connection is served so too once Go's poller ran its handshake,
+// when TLSServer made it: the loop then reads and writes it through
+// crypto/tls's record layer over a transport of its own (tls_linux.go),
+// and gives it back on the same session.
 package evloop
 
 import (
