@@ -64,11 +64,11 @@ type tlsTransport struct {
 	out   []byte   // records for the socket, written while a loop served, not taken yet
 	off   int      // out[off:] is left
 
-	// On a loop, Read gives crypto/tls no byte past the end of the record
-	// it is reading (see records), so that once it returns plaintext it
-	// holds no ciphertext: whether more waits is then the transport's to
-	// say (more), and a read that found the socket drained spares the loop
-	// one more read to find it empty, as on plain connections.
+	// Read gives crypto/tls no byte past the end of the record it is
+	// reading (see records), so that once it returns plaintext it holds
+	// no ciphertext: whether more waits is then the transport's to say
+	// (more), and on a loop a read that found the socket drained spares
+	// the loop one more read to find it empty, as on plain connections.
 	rec     records
 	spill   []byte // bytes read past the record's end, for the next Reads
 	drained bool   // the last read of the socket returned less than it asked for
@@ -128,12 +128,6 @@ func (wouldBlock) Timeout() bool   { return false }
 func (wouldBlock) Temporary() bool { return true }
 
 func (t *tlsTransport) Read(p []byte) (int, error) {
-	if t.fd < 0 {
-		if err := t.flushBlocking(); err != nil {
-			return 0, err
-		}
-		return t.Conn.Read(p)
-	}
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -146,6 +140,29 @@ func (t *tlsTransport) Read(p []byte) (int, error) {
 		}
 		return n, nil
 	}
+	n, err := t.readSocket(p)
+	if n == 0 {
+		return 0, err
+	}
+	// The records are followed from the first byte, the handshake's
+	// included: the read that took the client's Finished may have taken
+	// the start of its first request's record too, and the loop goes on
+	// from there.
+	if end := t.rec.take(p[:n]); end < n {
+		t.spill = append([]byte(nil), p[end:n]...)
+		return end, nil // err, if any, comes again after the spill
+	}
+	return n, err
+}
+
+// readSocket reads from the socket, the loop's or Go's poller's.
+func (t *tlsTransport) readSocket(p []byte) (int, error) {
+	if t.fd < 0 {
+		if err := t.flushBlocking(); err != nil {
+			return 0, err
+		}
+		return t.Conn.Read(p)
+	}
 	n, err := rawRead(t.fd, p)
 	switch {
 	case err == unix.EAGAIN:
@@ -157,11 +174,7 @@ func (t *tlsTransport) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	t.drained = n < len(p)
-	end := t.rec.take(p[:n])
-	if end < n {
-		t.spill = append([]byte(nil), p[end:n]...)
-	}
-	return end, nil
+	return n, nil
 }
 
 // Write, on a loop, keeps p for the socket: crypto/tls writes each
@@ -221,20 +234,14 @@ func (t *tlsTransport) flushBlocking() error {
 func (t *tlsTransport) takenBy(fd int) { t.fd = fd }
 
 // givenBack hands the transport's I/O to sock, the loop's socket in Go's
-// poller again, once the loop let go of its own descriptor: bytes the loop
-// read past a record come first. With a nil sock (none could be made, or
+// poller again, once the loop let go of its own descriptor (bytes read
+// past a record still come first). With a nil sock (none could be made, or
 // the loop closed the connection) it stays with the accepted connection,
 // whose socket is closed: I/O fails.
 func (t *tlsTransport) givenBack(sock net.Conn) {
 	t.fd = -1
-	if sock == nil {
-		t.spill = nil
-		return
-	}
-	t.Conn = sock
-	if len(t.spill) > 0 {
-		t.Conn = &prefixConn{Conn: sock, prefix: t.spill}
-		t.spill = nil
+	if sock != nil {
+		t.Conn = sock
 	}
 }
 

@@ -428,6 +428,15 @@ func (b *batchConn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+func (b *batchConn) Read(p []byte) (int, error) {
+	if b.hold && len(b.buf) > 0 {
+		if err := b.flush(); err != nil {
+			return 0, err
+		}
+	}
+	return b.Conn.Read(p)
+}
+
 func (b *batchConn) flush() error {
 	_, err := b.Conn.Write(b.buf)
 	b.buf = nil
@@ -633,4 +642,48 @@ func FuzzRecordsTake(f *testing.F) {
 			pos += n
 		}
 	})
+}
+
+// TestTLSRequestWithTheHandshake sends a request in the same segment as
+// the client's Finished: the server's handshake reads part of the
+// request's record with it, and the loop must go on from inside that
+// record. The request is long, so that the handshake's read takes only
+// its start.
+func TestTLSRequestWithTheHandshake(t *testing.T) {
+	be := newBackend(t, nil)
+	h := &testHandler{backend: be.addr}
+	r := newTLSRig(t, Config{}, h, nil)
+
+	for _, size := range []int{0, 600, 6000, 15000} {
+		raw, err := net.DialTimeout("tcp", r.addr, testTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		// Every write waits for the client's next read: the Finished
+		// goes out with the request.
+		bc := &batchConn{Conn: raw, hold: true}
+		c := tls.Client(bc, r.client)
+		_ = c.SetDeadline(time.Now().Add(testTimeout))
+		if err := c.Handshake(); err != nil {
+			t.Fatal(err)
+		}
+		req := get("/with")
+		req = strings.Replace(req, "\r\n\r\n", "\r\nX-Pad: "+strings.Repeat("p", size)+"\r\n\r\n", 1)
+		write(t, c, req)
+		br := bufio.NewReader(c)
+		if code, body := readAnswer(t, br); code != 200 || !strings.HasSuffix(body, "path=/with") {
+			t.Fatalf("request of %d bytes sent with the Finished: %d %q", len(req), code, body)
+		}
+		write(t, c, get("/next"))
+		if code, body := readAnswer(t, br); code != 200 || !strings.HasSuffix(body, "path=/next") {
+			t.Fatalf("the request after it: %d %q", code, body)
+		}
+		c.Close()
+	}
+	r.waitGone(t, 4)
+	r.ownersClosed(t, 4)
+	if st := h.stats(); st.begins != 8 || st.handBacks != 0 {
+		t.Errorf("begins %d, handBacks %d; want 8, 0", st.begins, st.handBacks)
+	}
 }
