@@ -66,6 +66,8 @@
 #                 even rounds); the targets compare them round by round.
 #                 Writes tls-results.md and tls-results.json, and (without
 #                 --no-profile) pprof-top-tls-h2.txt and pprof-top-tls-https1.txt
+#   --tls-scenarios L  which scenarios run (default "https1 h2 hs-full
+#                 hs-resumed"), to give one more rounds than a whole run
 #   --tls-proxies L  which of them run (default "portcullis-tls nginx-tls
 #                 haproxy-tls tlsfloor tlsfloor-h2check nginx-static"):
 #                 portcullis-tls is bench/peers/portcullis-tls.yaml,
@@ -118,7 +120,8 @@ while (($#)); do
 	--out) OUT=$2; shift ;;
 	--tls) TLS=1 ;;
 	--tls-proxies) TLS_PROXIES=$2; shift ;;
-	-h | --help) sed -n '2,82p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--tls-scenarios) TLS_SCENARIOS=$2; shift ;;
+	-h | --help) sed -n '2,88p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 	shift
@@ -416,7 +419,7 @@ write_meta() {
 
 # ---- The TLS scenarios (--tls) ----
 
-TLS_SCENARIOS="https1 h2 hs-full hs-resumed"
+TLS_SCENARIOS=${TLS_SCENARIOS:-"https1 h2 hs-full hs-resumed"}
 TLS_PAIRED="nginx-tls portcullis-tls haproxy-tls"
 
 # install_tls_tools installs wrk and h2load from Debian when missing.

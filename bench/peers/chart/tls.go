@@ -364,6 +364,16 @@ func tlsTargets(paired []TLSPaired) []TargetCheck {
 	return out
 }
 
+// ran reports whether scenario has any run in s.
+func (s TLSSummary) ran(scenario string) bool {
+	for _, r := range s.Rows {
+		if r.Scenario == scenario {
+			return true
+		}
+	}
+	return false
+}
+
 func tlsMarkdown(s TLSSummary) []byte {
 	var b bytes.Buffer
 	m := s.Meta
@@ -380,6 +390,9 @@ func tlsMarkdown(s TLSSummary) []byte {
 		fmt.Fprintf(&b, "| %s | %s |\n", kv[0], mdEscape(kv[1]))
 	}
 	for _, sc := range tlsScenarios {
+		if !s.ran(sc.name) {
+			continue // not run (run.sh --tls-scenarios)
+		}
 		fmt.Fprintf(&b, "\n## %s\n\n| target | per s | CPU per 1k | failed | resumed | rounds |\n| --- | ---: | ---: | ---: | ---: | ---: |\n", sc.title)
 		for _, r := range s.Rows {
 			if r.Scenario == sc.name {
