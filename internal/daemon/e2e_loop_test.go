@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -22,8 +23,16 @@ import (
 // daemon goes on serving, on the loops, as the server does after a
 // handler's panic.
 func TestLoopPanicGivesEverythingBack(t *testing.T) {
-	for _, step := range []string{"begin", "reply"} {
-		t.Run(step, func(t *testing.T) {
+	for _, tc := range []struct {
+		step    string
+		overTLS bool
+	}{{"begin", false}, {"reply", false}, {"begin", true}, {"reply", true}} {
+		step, name := tc.step, tc.step
+		if tc.overTLS {
+			name += "/https"
+		}
+		t.Run(name, func(t *testing.T) {
+			var srv *daemon.Server
 			restore := daemon.SetLoopPanicHook(func(s string, r *http.Request) {
 				if s == step && r.URL.Path == "/boom" {
 					panic("test: panic in the loop's " + s)
@@ -33,12 +42,18 @@ func TestLoopPanicGivesEverythingBack(t *testing.T) {
 			b := startRawBackend(t, map[string]string{
 				"/boom": leanAnswers["/simple"], "/simple": leanAnswers["/simple"],
 			})
-			cfg := parseConfig(t, leanDiffConfig, "http://"+b.ln.Addr().String())
+			text := leanDiffConfig
+			dial := func() net.Conn { return dialFrom(t, "127.0.0.2", srv.Addr("web").String()) }
+			if tc.overTLS {
+				certFile, keyFile := certFiles(t)
+				text = strings.Replace(text, "    protocol: http\n", "    protocol: https\n    tls: {cert_file: \""+certFile+"\", key_file: \""+keyFile+"\"}\n", 1)
+				dial = func() net.Conn { return tlsDial(t, "127.0.0.2", srv.Addr("web").String(), "http/1.1") }
+			}
+			cfg := parseConfig(t, text, "http://"+b.ln.Addr().String())
 			cfg.Listeners[0].HTTP1Server = config.HTTP1ServerEventLoop
-			srv := startQuiet(t, cfg)
-			addr := srv.Addr("web").String()
+			srv = startQuiet(t, cfg)
 
-			bad := dialFrom(t, "127.0.0.2", addr)
+			bad := dial()
 			defer bad.Close()
 			_ = bad.SetDeadline(time.Now().Add(5 * time.Second))
 			if _, err := io.WriteString(bad, "GET /boom HTTP/1.1\r\nHost: app.test\r\n\r\n"); err != nil {
@@ -51,7 +66,7 @@ func TestLoopPanicGivesEverythingBack(t *testing.T) {
 				t.Fatalf("after the panic, held: %+v", srv.Snapshot())
 			}
 
-			good := dialFrom(t, "127.0.0.2", addr)
+			good := dial()
 			defer good.Close()
 			_ = good.SetDeadline(time.Now().Add(5 * time.Second))
 			if _, err := io.WriteString(good, "GET /simple HTTP/1.1\r\nHost: app.test\r\n\r\n"); err != nil {
