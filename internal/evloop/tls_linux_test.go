@@ -106,6 +106,12 @@ func (tr *tlsRig) ownersClosed(t *testing.T, n int) {
 }
 
 func TestTLSRelayKeepAlive(t *testing.T) {
+	for _, version := range []uint16{tls.VersionTLS13, tls.VersionTLS12} {
+		t.Run(tls.VersionName(version), func(t *testing.T) { relayKeepAliveTLS(t, version) })
+	}
+}
+
+func relayKeepAliveTLS(t *testing.T, version uint16) {
 	be := newBackend(t, nil)
 	var versions []uint16
 	h := &testHandler{backend: be.addr, onBegin: func(c *Conn) {
@@ -117,6 +123,7 @@ func TestTLSRelayKeepAlive(t *testing.T) {
 		versions = append(versions, st.Version) // the loop's goroutine alone
 	}}
 	r := newTLSRig(t, Config{}, h, nil)
+	r.client.MaxVersion = version
 
 	c := r.dial(t)
 	br := bufio.NewReader(c)
@@ -142,7 +149,7 @@ func TestTLSRelayKeepAlive(t *testing.T) {
 	c.Close()
 	r.waitGone(t, 1)
 	r.ownersClosed(t, 1)
-	if fmt.Sprint(versions) != fmt.Sprint([]uint16{tls.VersionTLS13, tls.VersionTLS13, tls.VersionTLS13}) {
+	if fmt.Sprint(versions) != fmt.Sprint([]uint16{version, version, version}) {
 		t.Errorf("TLS versions seen by Begin: %v", versions)
 	}
 }
