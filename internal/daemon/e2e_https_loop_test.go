@@ -130,6 +130,16 @@ func TestHTTPSOnTheLoops(t *testing.T) {
 	_ = tcp.SetLinger(0)
 	tcp.Close()
 
+	// Plain HTTP on the TLS port: Go's 400, no permit, the slot back.
+	p := dialFrom(t, "127.0.0.5", addr)
+	_ = p.SetDeadline(time.Now().Add(waitLimit))
+	if _, err := io.WriteString(p, "GET / HTTP/1.1\r\nHost: app.test\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := io.ReadAll(p); !strings.HasPrefix(string(got), "HTTP/1.0 400 Bad Request\r\n") {
+		t.Errorf("plain HTTP on the https listener got %q, want Go's 400", got)
+	}
+
 	c.Close()
 	d.waitFor("the loops empty", func() bool {
 		held, _ := daemon.LoopConnsOf(d.srv, "secure")
