@@ -348,19 +348,13 @@ func ownPools(server config.HTTP1Server, m string) string {
 	return strings.Join(kept, "\n")
 }
 
-// leanExchangeRaw sends request on a new connection from 127.0.0.2 and
+// leanExchangeOver sends request on a new connection from 127.0.0.2,
+// over TLS (HTTP/1.1 by ALPN) when overTLS, and
 // returns what came back, up to the end of the response (or of the
 // connection), without its Date field. After an answer that says
 // "Connection: close" it waits for the connection's end, and reports a
 // connection left open; after a HEAD's it waits a moment for bytes that
 // should not come (a body). Bytes after the answer are reported.
-func leanExchangeRaw(t *testing.T, addr, request string) string {
-	t.Helper()
-	return leanExchangeOver(t, addr, request, false)
-}
-
-// leanExchangeOver is leanExchangeRaw, over TLS (HTTP/1.1 by ALPN) when
-// overTLS.
 func leanExchangeOver(t *testing.T, addr, request string, overTLS bool) string {
 	t.Helper()
 	var c net.Conn
