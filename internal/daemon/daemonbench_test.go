@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -43,7 +44,12 @@ import (
 // connection; fast: its server without the byte path);
 // fast-rp and nethttp-rp are fast and nethttp with httputil.ReverseProxy
 // in place of the relay, as before it; a -log suffix turns the access log
-// on, written to a file (every other daemon has it off); -nometrics
+// on, written to a file (every other daemon has it off); -tls serves the
+// listener as https (the test certificate), the clients handshaking
+// before the timed part (eventloop-tls against lean-tls: the event loops'
+// HTTPS/1.1 against the byte path in Go's poller; nginx-tls and
+// haproxy-tls are the peers with their bench/peers TLS configurations);
+// -nometrics
 // leaves out the request metrics (the portcullis_http_* series and the
 // upstream histogram); -nolimits turns every limit off (benchLimitsOff),
 // as in lean-log, fast-nometrics or lean-nolimits; floor and floor-probe are
@@ -141,6 +147,10 @@ func runBenchChild(name string) int {
 	if rest == "cluster" { // BenchmarkDaemonCluster: the limits counted on Redis
 		text = benchClusterBlock(os.Getenv("PORTCULLIS_BENCH_REDIS")) + text
 	}
+	if rest == "tls" {
+		dir := os.Getenv("PORTCULLIS_BENCH_TLS_DIR")
+		text = strings.Replace(text, "    protocol: http\n", "    protocol: https\n    tls: {cert_file: \""+dir+"/cert.pem\", key_file: \""+dir+"/key.pem\"}\n", 1)
+	}
 	if rest == "log" {
 		text = "log: {access_log: true}\n" + text
 	} else {
@@ -150,7 +160,7 @@ func runBenchChild(name string) int {
 	// Set in Go, not in the text: a file reads lean and fast, retired as
 	// modes, as eventloop; here they select eventloop's parts alone.
 	for i := range cfg.Listeners {
-		if cfg.Listeners[i].Protocol == config.ProtocolHTTP {
+		if cfg.Listeners[i].Protocol == config.ProtocolHTTP || cfg.Listeners[i].Protocol == config.ProtocolHTTPS {
 			cfg.Listeners[i].HTTP1Server = map[string]config.HTTP1Server{
 				"fast": config.HTTP1ServerFast, "nethttp": config.HTTP1ServerNetHTTP,
 				"lean": config.HTTP1ServerLean, "eventloop": config.HTTP1ServerEventLoop,
@@ -243,6 +253,7 @@ type benchChild struct {
 	addr  string
 	dir   string // nginx's and HAProxy's configuration; removed by stop
 	conns []*benchclient.Conn
+	tls   bool // the clients speak TLS (a -tls daemon)
 }
 
 var (
@@ -261,7 +272,7 @@ func startBenchChild(b *testing.B, name string) *benchChild {
 	if c := benchChildren[name]; c != nil {
 		return c
 	}
-	if name == "nginx" || name == "haproxy" {
+	if peer, _ := strings.CutSuffix(name, "-tls"); peer == "nginx" || peer == "haproxy" {
 		c := startPeer(b, name, backendAddr)
 		benchChildren[name] = c
 		return c
@@ -269,6 +280,9 @@ func startBenchChild(b *testing.B, name string) *benchChild {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	_, procs, _ := strings.Cut(name, "@")
 	cmd.Env = append(os.Environ(), "PORTCULLIS_BENCH_DAEMON="+name, "PORTCULLIS_BENCH_BACKEND="+backendAddr, "GOGC=400")
+	if strings.HasSuffix(name, "-tls") {
+		cmd.Env = append(cmd.Env, "PORTCULLIS_BENCH_TLS_DIR="+benchCertDir(b))
+	}
 	if procs != "" {
 		cmd.Env = append(cmd.Env, "GOMAXPROCS="+procs)
 	}
@@ -288,7 +302,7 @@ func startBenchChild(b *testing.B, name string) *benchChild {
 	if err != nil {
 		b.Fatalf("%s: %v", name, err)
 	}
-	c := &benchChild{cmd: cmd, stdin: stdin, addr: strings.TrimSpace(line)}
+	c := &benchChild{cmd: cmd, stdin: stdin, addr: strings.TrimSpace(line), tls: strings.HasSuffix(name, "-tls")}
 	benchChildren[name] = c
 	return c
 }
@@ -297,31 +311,34 @@ func startBenchChild(b *testing.B, name string) *benchChild {
 // configuration, in front of backend, or skips the benchmark when the
 // program is missing. It runs in the foreground and stops on SIGTERM.
 func startPeer(b *testing.B, name, backendAddr string) *benchChild {
-	bin, err := exec.LookPath(name)
+	peer, overTLS := strings.CutSuffix(name, "-tls")
+	bin, err := exec.LookPath(peer)
 	if err != nil {
-		b.Skipf("%s is not installed: %v", name, err)
+		b.Skipf("%s is not installed: %v", peer, err)
 	}
-	file := map[string]string{"nginx": "nginx.conf", "haproxy": "haproxy.cfg"}[name]
+	file := map[string]string{"nginx": "nginx.conf", "haproxy": "haproxy.cfg",
+		"nginx-tls": "nginx-tls.conf", "haproxy-tls": "haproxy-tls.cfg"}[name]
 	tmpl, err := os.ReadFile("../../bench/peers/" + file)
 	if err != nil {
 		b.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
+	addr, static := freeAddr(b), freeAddr(b)
+	for static == addr {
+		static = freeAddr(b)
 	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
 	dir, err := os.MkdirTemp("", "portcullis-bench-"+name+"-*")
 	if err != nil {
 		b.Fatal(err)
 	}
-	conf := strings.NewReplacer("@TMP@", dir, "@LISTEN@", addr, "@BACKEND@", backendAddr).Replace(string(tmpl))
+	if overTLS {
+		writePeerCert(b, dir)
+	}
+	conf := strings.NewReplacer("@TMP@", dir, "@LISTEN@", addr, "@LISTEN_STATIC@", static, "@BACKEND@", backendAddr).Replace(string(tmpl))
 	if err := os.WriteFile(dir+"/"+file, []byte(conf), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	var cmd *exec.Cmd
-	if name == "nginx" {
+	if peer == "nginx" {
 		cmd = exec.Command(bin, "-p", dir, "-e", dir+"/error.log", "-c", dir+"/"+file)
 	} else {
 		cmd = exec.Command(bin, "-db", "-f", dir+"/"+file)
@@ -330,7 +347,7 @@ func startPeer(b *testing.B, name, backendAddr string) *benchChild {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	c := &benchChild{cmd: cmd, addr: addr, dir: dir}
+	c := &benchChild{cmd: cmd, addr: addr, dir: dir, tls: overTLS}
 	for i := 0; ; i++ {
 		nc, err := net.Dial("tcp", addr)
 		if err == nil {
@@ -350,6 +367,9 @@ func stopBenchChildren() {
 	defer benchMu.Unlock()
 	for _, c := range benchChildren {
 		c.stop()
+	}
+	if benchCertPath != "" {
+		_ = os.RemoveAll(benchCertPath)
 	}
 }
 
@@ -393,6 +413,13 @@ func (c *benchChild) connsFor(b *testing.B) []*benchclient.Conn {
 		nc, err := d.Dial("tcp", c.addr)
 		if err != nil {
 			b.Fatal(err)
+		}
+		if c.tls {
+			tc := tls.Client(nc, &tls.Config{RootCAs: sharedCert(b).Pool, ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}})
+			if err := tc.Handshake(); err != nil {
+				b.Fatal(err)
+			}
+			nc = tc
 		}
 		c.conns = append(c.conns, benchclient.NewConn(nc, benchRequest))
 	}
@@ -445,5 +472,49 @@ func writeAllocProfile(path string) {
 	defer f.Close()
 	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
 		fmt.Fprintln(os.Stderr, err)
+	}
+}
+
+var (
+	benchCertOnce sync.Once
+	benchCertPath string
+)
+
+// benchCertDir writes the test certificate and key, once, for the -tls
+// daemons: the children read them, the clients trust sharedCert's pool.
+func benchCertDir(b *testing.B) string {
+	benchCertOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "portcullis-bench-tls-*")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := sharedCert(b).WriteFiles(dir); err != nil {
+			b.Fatal(err)
+		}
+		benchCertPath = dir
+	})
+	return benchCertPath
+}
+
+// freeAddr returns a loopback address with a port free a moment ago.
+func freeAddr(b *testing.B) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// writePeerCert writes the test certificate and key into dir as the TLS
+// configurations of bench/peers read them: cert.pem and key.pem (nginx),
+// and both in cert-key.pem (HAProxy).
+func writePeerCert(b *testing.B, dir string) {
+	c := sharedCert(b)
+	if _, _, err := c.WriteFiles(dir); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/cert-key.pem", append(append([]byte(nil), c.CertPEM...), c.KeyPEM...), 0o600); err != nil {
+		b.Fatal(err)
 	}
 }
