@@ -64,11 +64,14 @@ type tlsTransport struct {
 	out   []byte   // records for the socket, written while a loop served, not taken yet
 	off   int      // out[off:] is left
 
-	// Read gives crypto/tls no byte past the end of the record it is
-	// reading (see records), so that once it returns plaintext it holds
-	// no ciphertext: whether more waits is then the transport's to say
-	// (more), and on a loop a read that found the socket drained spares
-	// the loop one more read to find it empty, as on plain connections.
+	// On a loop, Read gives crypto/tls no byte past the end of the record
+	// it is reading (see records), so that once it returns plaintext it
+	// holds no ciphertext it read on the loop: whether more waits is then
+	// the transport's to say (more), and a read that found the socket
+	// drained spares the loop one more read to find it empty, as on plain
+	// connections. (What crypto/tls read in Go's poller, before, it
+	// processes first: drained stays false until the loop's first read
+	// found the socket empty.)
 	rec     records
 	spill   []byte // bytes read past the record's end, for the next Reads
 	drained bool   // the last read of the socket returned less than it asked for
@@ -112,6 +115,13 @@ func (r *records) take(b []byte) int {
 	return n
 }
 
+// skip advances over b, whatever records it holds.
+func (r *records) skip(b []byte) {
+	for len(b) > 0 {
+		b = b[r.take(b):]
+	}
+}
+
 // more reports whether, on a loop, bytes may wait that crypto/tls has not
 // been given: some were read past a record's end, or the last read of
 // the socket filled what it was given.
@@ -144,10 +154,15 @@ func (t *tlsTransport) Read(p []byte) (int, error) {
 	if n == 0 {
 		return 0, err
 	}
-	// The records are followed from the first byte, the handshake's
-	// included: the read that took the client's Finished may have taken
-	// the start of its first request's record too, and the loop goes on
-	// from there.
+	if t.fd < 0 {
+		// In Go's poller crypto/tls may hold what it likes; the records
+		// are only counted, from the first byte, so that a loop that
+		// takes the connection knows where the next one begins: the
+		// read that took the client's Finished may have taken the start
+		// of its first request's record too.
+		t.rec.skip(p[:n])
+		return n, err
+	}
 	if end := t.rec.take(p[:n]); end < n {
 		t.spill = append([]byte(nil), p[end:n]...)
 		return end, nil // err, if any, comes again after the spill

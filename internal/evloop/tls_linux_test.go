@@ -678,9 +678,13 @@ func TestTLSRequestWithTheHandshake(t *testing.T) {
 		req := get("/with")
 		req = strings.Replace(req, "\r\n\r\n", "\r\nX-Pad: "+strings.Repeat("p", size)+"\r\n\r\n", 1)
 		write(t, c, req)
+		write(t, c, get("/also")) // a second record in the same segment
 		br := bufio.NewReader(c)
 		if code, body := readAnswer(t, br); code != 200 || !strings.HasSuffix(body, "path=/with") {
 			t.Fatalf("request of %d bytes sent with the Finished: %d %q", len(req), code, body)
+		}
+		if code, body := readAnswer(t, br); code != 200 || !strings.HasSuffix(body, "path=/also") {
+			t.Fatalf("the request sent with it: %d %q", code, body)
 		}
 		write(t, c, get("/next"))
 		if code, body := readAnswer(t, br); code != 200 || !strings.HasSuffix(body, "path=/next") {
@@ -690,7 +694,7 @@ func TestTLSRequestWithTheHandshake(t *testing.T) {
 	}
 	r.waitGone(t, 4)
 	r.ownersClosed(t, 4)
-	if st := h.stats(); st.begins != 8 || st.handBacks != 0 {
-		t.Errorf("begins %d, handBacks %d; want 8, 0", st.begins, st.handBacks)
+	if st := h.stats(); st.begins != 12 || st.handBacks != 0 {
+		t.Errorf("begins %d, handBacks %d; want 12, 0", st.begins, st.handBacks)
 	}
 }
