@@ -149,7 +149,7 @@ func runBenchChild(name string) int {
 	}
 	if rest == "tls" {
 		dir := os.Getenv("PORTCULLIS_BENCH_TLS_DIR")
-		text = strings.Replace(text, "    protocol: http\n", "    protocol: https\n    tls: {cert_file: \""+dir+"/cert.pem\", key_file: \""+dir+"/key.pem\"}\n", 1)
+		text = onHTTPS(text, dir+"/cert.pem", dir+"/key.pem")
 	}
 	if rest == "log" {
 		text = "log: {access_log: true}\n" + text

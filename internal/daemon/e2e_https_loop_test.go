@@ -15,15 +15,15 @@ import (
 	"github.com/seed-a07d1050/portcullis/internal/evloop"
 )
 
-// httpsLoopConfig is an https listener whose one route the event loops
-// can serve, with a connection cap per client and a route limit.
+// httpsLoopConfig, served as https (onHTTPS), is a listener whose one
+// route the event loops can serve, with a connection cap per client and a
+// route limit.
 const httpsLoopConfig = `
 admin: {listen: "127.0.0.1:0"}
 listeners:
   - name: secure
-    protocol: https
+    protocol: http
     listen: "127.0.0.1:0"
-    TLS
     client_limit: {permits: 8}
     routes:
       - {name: app, upstreams: ["{{backend}}"], limit: {permits: 4}}
@@ -73,8 +73,7 @@ func TestHTTPSOnTheLoops(t *testing.T) {
 		t.Skip("no event loops on this system")
 	}
 	certFile, keyFile := certFiles(t)
-	d := startDaemon(t, strings.Replace(httpsLoopConfig, "TLS",
-		`tls: {cert_file: "`+certFile+`", key_file: "`+keyFile+`"}`, 1))
+	d := startDaemon(t, onHTTPS(httpsLoopConfig, certFile, keyFile))
 	addr := d.srv.Addr("secure").String()
 
 	c := tlsDial(t, "127.0.0.2", addr, "http/1.1")

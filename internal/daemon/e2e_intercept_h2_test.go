@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -25,8 +24,7 @@ func TestInterceptHTTP2ConnectStream(t *testing.T) { defaultServer(t, testInterc
 
 func testInterceptHTTP2ConnectStream(t *testing.T) {
 	certFile, keyFile := certFiles(t)
-	text := strings.Replace(interceptAuthed, "    protocol: http\n",
-		"    protocol: https\n    tls: {cert_file: \""+certFile+"\", key_file: \""+keyFile+"\"}\n", 1)
+	text := onHTTPS(interceptAuthed, certFile, keyFile)
 	d := startIntercept(t, text, "")
 	tr := &http2.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: sharedCert(t).Pool, ServerName: "localhost", NextProtos: []string{"h2"}},

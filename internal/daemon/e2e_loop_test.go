@@ -46,7 +46,7 @@ func TestLoopPanicGivesEverythingBack(t *testing.T) {
 			dial := func() net.Conn { return dialFrom(t, "127.0.0.2", srv.Addr("web").String()) }
 			if tc.overTLS {
 				certFile, keyFile := certFiles(t)
-				text = strings.Replace(text, "    protocol: http\n", "    protocol: https\n    tls: {cert_file: \""+certFile+"\", key_file: \""+keyFile+"\"}\n", 1)
+				text = onHTTPS(text, certFile, keyFile)
 				dial = func() net.Conn { return tlsDial(t, "127.0.0.2", srv.Addr("web").String(), "http/1.1") }
 			}
 			cfg := parseConfig(t, text, "http://"+b.ln.Addr().String())

@@ -441,3 +441,10 @@ func readKeptOK(t *testing.T, br *bufio.Reader, what string) {
 		t.Fatalf("%s: %d (close %v), want 200 on a kept connection", what, resp.StatusCode, resp.Close)
 	}
 }
+
+// onHTTPS returns text with its first http listener served as https with
+// the certificate in certFile and keyFile.
+func onHTTPS(text, certFile, keyFile string) string {
+	return strings.Replace(text, "    protocol: http\n",
+		"    protocol: https\n    tls: {cert_file: \""+certFile+"\", key_file: \""+keyFile+"\"}\n", 1)
+}

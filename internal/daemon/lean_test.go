@@ -260,7 +260,7 @@ func leanMatchesFast(t *testing.T, overTLS bool) {
 	text := leanDiffConfig
 	if overTLS {
 		certFile, keyFile := certFiles(t)
-		text = strings.Replace(text, "    protocol: http\n", "    protocol: https\n    tls: {cert_file: \""+certFile+"\", key_file: \""+keyFile+"\"}\n", 1)
+		text = onHTTPS(text, certFile, keyFile)
 	}
 	for _, server := range append([]config.HTTP1Server{config.HTTP1ServerFast}, leanServers...) {
 		b := startRawBackend(t, leanAnswers)
