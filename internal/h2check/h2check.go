@@ -18,6 +18,11 @@
 // Everything else is the x/net server's: the layer hands every other byte
 // on as it came, reading only HEADERS, CONTINUATION and SETTINGS frames
 // whole before it does.
+//
+// The server's writes go out batched (internal/writebatch): the frames the
+// connection's streams produce in one turn of the scheduler leave in one
+// TLS record and one system call, where x/net/http2 alone flushes a
+// response's HEADERS and its DATA apart.
 package h2check
 
 import (
@@ -28,6 +33,8 @@ import (
 	"net/http"
 
 	"golang.org/x/net/http2"
+
+	"github.com/seed-a07d1050/portcullis/internal/writebatch"
 )
 
 // MaxFrameSize is the SETTINGS_MAX_FRAME_SIZE a configured server
@@ -91,13 +98,15 @@ func baseContext(h http.Handler) context.Context {
 	return nil
 }
 
-// Conn is a TLS connection whose reads pass through the checking layer.
-// Writes, deadlines, ConnectionState and Close are the TLS connection's.
-// Use it for the server side of an HTTP/2 connection only, from its first
-// byte (the client preface) on.
+// Conn is a TLS connection whose reads pass through the checking layer and
+// whose writes are batched (writebatch.Conn: Close sends what is pending
+// first). Deadlines and ConnectionState are the TLS connection's. Use it
+// for the server side of an HTTP/2 connection only, from its first byte
+// (the client preface) on.
 type Conn struct {
 	*tls.Conn
-	in *inspector
+	in  *inspector
+	out *writebatch.Conn
 }
 
 var _ net.Conn = (*Conn)(nil)
@@ -106,8 +115,14 @@ var _ net.Conn = (*Conn)(nil)
 // frames of at most MaxFrameSize bytes and decodes HPACK with a dynamic
 // table of at most tableSize bytes.
 func NewConn(c *tls.Conn, tableSize uint32) *Conn {
-	return &Conn{Conn: c, in: newInspector(c, MaxFrameSize, tableSize, maxHeaderString)}
+	return &Conn{Conn: c, in: newInspector(c, MaxFrameSize, tableSize, maxHeaderString), out: writebatch.NewConn(c)}
 }
+
+// Write queues p for the connection's next batch (writebatch.Conn.Write).
+func (c *Conn) Write(p []byte) (int, error) { return c.out.Write(p) }
+
+// Close sends what is pending and closes the TLS connection.
+func (c *Conn) Close() error { return c.out.Close() }
 
 // Read reads the client's bytes as the checking layer hands them on.
 func (c *Conn) Read(p []byte) (int, error) { return c.in.Read(p) }
