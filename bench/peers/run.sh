@@ -69,14 +69,17 @@
 #   --tls-scenarios L  which scenarios run (default "https1 h2 hs-full
 #                 hs-resumed"), to give one more rounds than a whole run
 #   --tls-proxies L  which of them run (default "portcullis-tls nginx-tls
-#                 haproxy-tls tlsfloor tlsfloor-h2check nginx-static"):
-#                 portcullis-tls is bench/peers/portcullis-tls.yaml,
-#                 nginx-tls and haproxy-tls nginx-tls.conf and
-#                 haproxy-tls.cfg; the references (the TLS floor, no
-#                 proxying) are bench/tlsfloor (net/http), tlsfloor -h2check
-#                 (HTTP/2 behind internal/h2check, as the daemon serves it)
-#                 and nginx-static (nginx-tls.conf's second server, answering
-#                 itself)
+#                 haproxy-tls tlsfloor tlsfloor-h2check tlsfloor-proxy
+#                 nginx-static"): portcullis-tls is
+#                 bench/peers/portcullis-tls.yaml, nginx-tls and haproxy-tls
+#                 nginx-tls.conf and haproxy-tls.cfg; the references are
+#                 bench/tlsfloor (net/http answering every request itself,
+#                 no proxying), tlsfloor -h2check (the same with HTTP/2
+#                 behind internal/h2check, as the daemon serves it),
+#                 tlsfloor-proxy (tlsfloor -h2check proxying every request
+#                 to the backend with the least a proxy does: no limit,
+#                 route or log) and nginx-static (nginx-tls.conf's second
+#                 server, answering itself)
 #
 # Needs root (it binds 127.0.0.2.. as source addresses and may apt-get
 # install nginx-light and haproxy). It never starts or stops a system service:
@@ -94,7 +97,7 @@ DURATION=10s
 WARMUP=3s
 PROXIES="portcullis portcullis-nethttp portcullis-log nginx haproxy floor floor-admit floor-epoll-admit"
 TLS=0
-TLS_PROXIES="portcullis-tls nginx-tls haproxy-tls tlsfloor tlsfloor-h2check nginx-static"
+TLS_PROXIES="portcullis-tls nginx-tls haproxy-tls tlsfloor tlsfloor-h2check tlsfloor-proxy nginx-static"
 PROFILE=1
 THROUGHPUT=1
 ATTACKS=1
@@ -132,7 +135,7 @@ for p in $PROXIES; do
 	esac
 done
 for p in $TLS_PROXIES; do
-	case $p in portcullis-tls | nginx-tls | haproxy-tls | tlsfloor | tlsfloor-h2check | nginx-static) ;;
+	case $p in portcullis-tls | nginx-tls | haproxy-tls | tlsfloor | tlsfloor-h2check | tlsfloor-proxy | nginx-static) ;;
 	*) echo "run.sh: unknown TLS proxy $p" >&2; exit 2 ;;
 	esac
 done
@@ -150,6 +153,7 @@ BACKEND_PORT=18480
 declare -A PORT=([portcullis]=18481 [nginx]=18482 [haproxy]=18483 [profiled]=18484 [portcullis-rst]=18486 [portcullis-syn]=18487
 	[portcullis-nethttp]=18488 [portcullis-log]=18489 [floor]=18490 [floor-admit]=18491 [floor-epoll-admit]=18493
 	[portcullis-tls]=18494 [nginx-tls]=18495 [haproxy-tls]=18496 [tlsfloor]=18497 [nginx-static]=18498 [tlsfloor-h2check]=18499
+	[tlsfloor-proxy]=18500
 	[direct]=$BACKEND_PORT)
 PPROF_PORT=18485
 ATTACK_CONNS=3000
@@ -471,6 +475,9 @@ start_tls_proxy() {
 		start tlsfloor "$TMP/bin/tlsfloor" -listen "$addr" -cert "$TMP/cert.pem" -key "$TMP/key.pem" ;;
 	tlsfloor-h2check)
 		start tlsfloor-h2check "$TMP/bin/tlsfloor" -listen "$addr" -cert "$TMP/cert.pem" -key "$TMP/key.pem" -h2check ;;
+	tlsfloor-proxy)
+		start tlsfloor-proxy "$TMP/bin/tlsfloor" -listen "$addr" -cert "$TMP/cert.pem" -key "$TMP/key.pem" -h2check \
+			-upstream "$HOST:$BACKEND_PORT" ;;
 	esac
 	wait_http "https://$addr/" -k
 	log "$p is up on $addr (pid ${PID[$p]})"

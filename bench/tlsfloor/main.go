@@ -7,10 +7,18 @@
 // static server (bench/peers/nginx-tls.conf) is its measure on the other
 // side. It is not a server to deploy.
 //
-// Usage: tlsfloor -listen ADDR -cert FILE -key FILE [-h2check]
+// Usage: tlsfloor -listen ADDR -cert FILE -key FILE [-h2check] [-upstream HOST:PORT]
 //
 // With -h2check it serves HTTP/2 as the daemon's https listeners do, with
 // x/net/http2 behind internal/h2check: what that layer costs.
+//
+// With -upstream it proxies every request to that HTTP/1.1 upstream
+// instead of answering it, with the least a proxy does: the request's
+// method, path, query and fields sent with internal/upstream (the daemon's
+// client to upstreams, keeping connections), the answer's status, fields
+// and body copied back. No limit, route, access log or forwarding field:
+// what a proxy built on these servers spends at the least, the reference
+// the daemon's limits and relay are measured against.
 //
 // It prints "ready ADDR" once it listens and serves until SIGINT or
 // SIGTERM. Exit status: 0 after a signal, 1 when it cannot start, 2 for bad
@@ -22,15 +30,19 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/seed-a07d1050/portcullis/internal/h2check"
+	"github.com/seed-a07d1050/portcullis/internal/upstream"
 )
 
 func main() {
@@ -43,11 +55,12 @@ func run(args []string) int {
 	certFile := fs.String("cert", "", "PEM certificate (required)")
 	keyFile := fs.String("key", "", "PEM private key (required)")
 	withCheck := fs.Bool("h2check", false, "serve HTTP/2 behind internal/h2check, as the daemon does")
+	upstreamAddr := fs.String("upstream", "", "proxy every request to this HTTP/1.1 `host:port` instead of answering it")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *certFile == "" || *keyFile == "" || fs.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: tlsfloor -listen ADDR -cert FILE -key FILE [-h2check]")
+		fmt.Fprintln(os.Stderr, "usage: tlsfloor -listen ADDR -cert FILE -key FILE [-h2check] [-upstream HOST:PORT]")
 		return 2
 	}
 	cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
@@ -55,12 +68,15 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "tlsfloor: loading the certificate:", err)
 		return 1
 	}
-	body := []byte("ok\n")
+	handler := answer()
+	if *upstreamAddr != "" {
+		if handler, err = proxy(*upstreamAddr); err != nil {
+			fmt.Fprintln(os.Stderr, "tlsfloor:", err)
+			return 2
+		}
+	}
 	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			w.Header()["Content-Type"] = []string{"text/plain"}
-			_, _ = w.Write(body)
-		}),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       60 * time.Second,
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
@@ -92,4 +108,51 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "tlsfloor:", err)
 		return 1
 	}
+}
+
+// answer returns the handler that answers every request itself.
+func answer() http.Handler {
+	body := []byte("ok\n")
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header()["Content-Type"] = []string{"text/plain"}
+		_, _ = w.Write(body)
+	})
+}
+
+// proxy returns the handler that sends every request to addr and copies
+// the answer back.
+func proxy(addr string) (http.Handler, error) {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return nil, fmt.Errorf("-upstream %q: %w", addr, err)
+	}
+	tr, err := upstream.New(upstream.Config{})
+	if err != nil {
+		return nil, err
+	}
+	bufs := sync.Pool{New: func() any { return new([32 << 10]byte) }}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		out := &http.Request{
+			Method:     r.Method,
+			URL:        &url.URL{Scheme: "http", Host: addr, Path: r.URL.Path, RawQuery: r.URL.RawQuery},
+			Proto:      "HTTP/1.1",
+			ProtoMajor: 1,
+			ProtoMinor: 1,
+			Header:     r.Header,
+			Host:       r.Host,
+		}
+		resp, err := tr.Send(r.Context(), out, upstream.SendOptions{HeaderValid: true})
+		if err != nil {
+			http.Error(w, "upstream: "+err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		h := w.Header()
+		for k, v := range resp.Header {
+			h[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		buf := bufs.Get().(*[32 << 10]byte)
+		defer bufs.Put(buf)
+		_, _ = io.CopyBuffer(w, resp.Body, buf[:])
+	}), nil
 }

@@ -88,18 +88,21 @@ func (c *Conn) Write(p []byte) (int, error) {
 }
 
 // writeThrough sends what is pending and then p, from the caller's
-// goroutine, after the batch being sent.
+// goroutine, after the batch being sent. What was pending leaves even if
+// Close came meanwhile, as Close would have sent it.
 func (c *Conn) writeThrough(p []byte) (int, error) {
 	c.out.Lock()
 	defer c.out.Unlock()
 	c.mu.Lock()
-	b, err := c.take(), c.failed()
+	b := c.take()
 	c.mu.Unlock()
-	if err != nil {
-		release(b)
+	if err := c.send(b); err != nil {
 		return 0, err
 	}
-	if err := c.send(b); err != nil {
+	c.mu.Lock()
+	err := c.failed()
+	c.mu.Unlock()
+	if err != nil {
 		return 0, err
 	}
 	n, err := c.Conn.Write(p)

@@ -24,7 +24,7 @@ var tlsScenarios = []struct{ name, title string }{
 
 // tlsProxyOrder is the order of the TLS targets in the tables: the three
 // proxies, then the references.
-var tlsProxyOrder = []string{"portcullis-tls", "nginx-tls", "haproxy-tls", "tlsfloor", "tlsfloor-h2check", "nginx-static"}
+var tlsProxyOrder = []string{"portcullis-tls", "nginx-tls", "haproxy-tls", "tlsfloor", "tlsfloor-h2check", "tlsfloor-proxy", "nginx-static"}
 
 // TLSRun is one run of a TLS scenario: what run.sh measured around it and
 // what its load generator reported.
@@ -87,10 +87,13 @@ type TLSSummary struct {
 }
 
 // tlsPairs are the comparisons the tables show: the daemon against each
-// peer and against the Go floor, and each floor against nginx's.
+// peer and against the Go floors (answering, and proxying at the least),
+// the answering floor against nginx's static server, and the proxying
+// floor against nginx proxying.
 var tlsPairs = [][2]string{
 	{"portcullis-tls", "nginx-tls"}, {"portcullis-tls", "haproxy-tls"}, {"portcullis-tls", "tlsfloor-h2check"},
-	{"tlsfloor", "nginx-static"}, {"tlsfloor-h2check", "tlsfloor"},
+	{"portcullis-tls", "tlsfloor-proxy"}, {"tlsfloor", "nginx-static"}, {"tlsfloor-h2check", "tlsfloor"},
+	{"tlsfloor-proxy", "nginx-tls"},
 }
 
 // buildTLS reads the TLS runs of dir and writes their summary.
