@@ -358,8 +358,9 @@ type Listener struct {
 	// long, as nginx's send_timeout: a client that asks for a large body and stops reading
 	// gives back its permits and its upstream connection instead of holding them. It bounds
 	// the time between two pieces of progress, not the whole response (see WriteTimeout); a
-	// stalled write fails between 7/8 of it and all of it. Zero means DefaultSendTimeout
-	// (60s). Negative is invalid. HTTP listeners only.
+	// stalled write fails between 7/8 of it and all of it. On HTTP/2 it also bounds each
+	// write to the connection, which ends with its streams when one does not complete in
+	// time. Zero means DefaultSendTimeout (60s). Negative is invalid. HTTP listeners only.
 	SendTimeout time.Duration `yaml:"send_timeout"`
 
 	// HTTP1Server is what serves HTTP/1.x on this listener: on http listeners every

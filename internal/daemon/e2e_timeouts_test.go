@@ -175,3 +175,112 @@ listeners:
 type byteWriter struct{ b *[]byte }
 
 func (w *byteWriter) Write(p []byte) (int, error) { *w.b = append(*w.b, p...); return len(p), nil }
+
+// TestSendTimeoutEndsStalledHTTP2Stream is TestSendTimeoutEndsStalledExchange
+// over HTTP/2: a client that opens its flow-control windows wide, asks for
+// an endless body and reads nothing. The connection's writes stall on the
+// full socket (the frames batched ahead of them included), yet within
+// send_timeout the stream's exchange ends, the upstream's response is cut
+// off and the permit comes back. HTTP/2 is x/net/http2's with either
+// http1_server: one server suffices.
+func TestSendTimeoutEndsStalledHTTP2Stream(t *testing.T) {
+	defaultServer(t, testSendTimeoutEndsStalledHTTP2Stream)
+}
+
+func testSendTimeoutEndsStalledHTTP2Stream(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t)
+	d := startDaemon(t, `
+admin: {listen: "127.0.0.1:0"}
+listeners:
+  - name: tls
+    protocol: https
+    listen: "127.0.0.1:0"
+    send_timeout: 1s
+    tls: {cert_file: "`+certFile+`", key_file: "`+keyFile+`"}
+    routes:
+      - name: big
+        upstreams: ["{{backend}}"]
+        limit: {permits: 1}
+`)
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}, Timeout: waitLimit}
+	conn, err := tls.DialWithDialer(dialer, "tcp", d.srv.Addr("tls").String(),
+		&tls.Config{RootCAs: pool, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	const wide = 1<<31 - 1
+	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: wide}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteWindowUpdate(0, wide-65535); err != nil {
+		t.Fatal(err)
+	}
+	var hbuf []byte
+	enc := hpack.NewEncoder(&byteWriter{&hbuf})
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", "x"}, {":path", "/big"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hbuf, EndStream: true, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	// From here on the client reads nothing.
+	d.waitFor("the stream to hold its permit", func() bool { return d.route("tls", "big").Limit.Totals.InUse == 1 })
+	start := time.Now()
+	select {
+	case err := <-d.backend.bigEnded:
+		if err == nil {
+			t.Fatal("the whole endless body was sent to a client that reads nothing")
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("the stalled stream's exchange was not ended")
+	}
+	d.waitFor("the permit to come back", func() bool { return d.route("tls", "big").Limit.Totals.InUse == 0 })
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Errorf("the stalled stream's exchange ended after %v, want about send_timeout (1s)", waited)
+	}
+}
+
+// TestSendTimeoutSparesSlowHTTP2Readers reads a large body over HTTP/2
+// slowly but steadily: the connection's bound on its writes never cuts
+// off a client that makes progress.
+func TestSendTimeoutSparesSlowHTTP2Readers(t *testing.T) {
+	defaultServer(t, testSendTimeoutSparesSlowHTTP2Readers)
+}
+
+func testSendTimeoutSparesSlowHTTP2Readers(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t)
+	d := startDaemon(t, `
+admin: {listen: "127.0.0.1:0"}
+listeners:
+  - name: tls
+    protocol: https
+    listen: "127.0.0.1:0"
+    send_timeout: 1s
+    tls: {cert_file: "`+certFile+`", key_file: "`+keyFile+`"}
+    routes:
+      - upstreams: ["{{backend}}"]
+`)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Get("https://" + d.srv.Addr("tls").String() + "/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.ProtoMajor != 2 {
+		t.Fatalf("%s, want HTTP/2", resp.Proto)
+	}
+	buf := make([]byte, 256<<10)
+	deadline := time.Now().Add(3 * time.Second) // three send timeouts
+	for time.Now().Before(deadline) {
+		if _, err := io.ReadFull(resp.Body, buf); err != nil {
+			t.Fatalf("slow reader cut off: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

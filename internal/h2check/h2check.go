@@ -60,6 +60,14 @@ const maxHeaderString = 1 << 20
 // srv.Shutdown then ends HTTP/2 connections gracefully, as it does with
 // net/http's own HTTP/2.
 //
+// The server's writes are batched (writebatch.Conn), so its own
+// WriteByteTimeout, which sets a deadline around each of its writes,
+// would no longer bound them: Configure takes srv.HTTP2.WriteByteTimeout
+// as the batches' writebatch.Config.WriteTimeout and leaves the server's
+// unset. A connection whose writes make no progress for that long (a
+// client that stops reading) ends with every stream on it; zero means
+// no bound.
+//
 // Configure sets srv.TLSConfig to a new tls.Config when it is nil, and adds
 // "h2" and "http/1.1" to its NextProtos. It returns ConfigureServer's error,
 // which it has only for a TLSConfig whose CipherSuites, below TLS 1.3, lack
@@ -70,6 +78,8 @@ func Configure(srv *http.Server) error {
 		srv.HTTP2 = &http.HTTP2Config{}
 	}
 	srv.HTTP2.MaxReadFrameSize = MaxFrameSize
+	out := writebatch.Config{WriteTimeout: srv.HTTP2.WriteByteTimeout}
+	srv.HTTP2.WriteByteTimeout = 0
 	h2 := &http2.Server{}
 	if err := http2.ConfigureServer(srv, h2); err != nil {
 		return fmt.Errorf("h2check: %w", err)
@@ -79,7 +89,7 @@ func Configure(srv *http.Server) error {
 		tableSize = defaultTableSize
 	}
 	srv.TLSNextProto[http2.NextProtoTLS] = func(hs *http.Server, c *tls.Conn, h http.Handler) {
-		h2.ServeConn(NewConn(c, tableSize), &http2.ServeConnOpts{
+		h2.ServeConn(NewConn(c, tableSize, out), &http2.ServeConnOpts{
 			Context:    baseContext(h),
 			Handler:    h,
 			BaseConfig: hs,
@@ -113,9 +123,9 @@ var _ net.Conn = (*Conn)(nil)
 
 // NewConn returns c behind the checking layer, for a server that reads
 // frames of at most MaxFrameSize bytes and decodes HPACK with a dynamic
-// table of at most tableSize bytes.
-func NewConn(c *tls.Conn, tableSize uint32) *Conn {
-	return &Conn{Conn: c, in: newInspector(c, MaxFrameSize, tableSize, maxHeaderString), out: writebatch.NewConn(c)}
+// table of at most tableSize bytes, with its writes batched as out says.
+func NewConn(c *tls.Conn, tableSize uint32, out writebatch.Config) *Conn {
+	return &Conn{Conn: c, in: newInspector(c, MaxFrameSize, tableSize, maxHeaderString), out: writebatch.NewConn(c, out)}
 }
 
 // Write queues p for the connection's next batch (writebatch.Conn.Write).

@@ -94,7 +94,10 @@ func newHTTPServers(f *Front) *httpServers {
 	if lc.Protocol != config.ProtocolHTTPS {
 		return h
 	}
-	h.std.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: lc.MaxConcurrentStreams}
+	// send_timeout bounds an HTTP/2 connection's writes as a whole: a stream's own
+	// write deadline resets it with a frame that a connection whose client stopped
+	// reading never sends, so the stream (and its permits) would stay.
+	h.std.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: lc.MaxConcurrentStreams, WriteByteTimeout: lc.SendTimeout}
 	_ = h2check.Configure(h.std) // fails only on a TLSConfig's CipherSuites: h.std has none yet
 	tlsConfig := &tls.Config{
 		GetCertificate: f.getCertificate,

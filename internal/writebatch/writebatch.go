@@ -18,7 +18,9 @@
 // the next begins differs. A peer that stops reading holds the writer as a
 // blocking write would: past MaxPending bytes waiting, Write writes
 // itself, under the connection's write deadline, once the batch before it
-// has left.
+// has left. Since Write returns before its bytes leave, a deadline the
+// caller sets around it does not bound them: Config.WriteTimeout does,
+// for each write to the connection underneath.
 package writebatch
 
 import (
@@ -39,12 +41,25 @@ const MaxPending = 64 << 10
 // tests.
 var closeFlushTimeout = time.Second
 
+// Config holds a Conn's settings. The zero Config is valid.
+type Config struct {
+	// WriteTimeout bounds each write to the connection underneath (a
+	// batch, or a Write past MaxPending with what waited before it): one
+	// that has not completed within it fails, and so does every Write
+	// after it. A peer that stops reading then ends the connection in
+	// that time, as a blocking write with a deadline would, though the
+	// writer's own Write returned at once. Zero means no bound but the
+	// deadlines the caller sets (SetWriteDeadline), which then bound the
+	// writes made while they are set.
+	WriteTimeout time.Duration
+}
+
 // Conn is a net.Conn whose writes are batched. Reads, deadlines and the
-// addresses are the underlying connection's; a write deadline bounds the
-// writes the batches make while it is set. Write and Close are safe to
+// addresses are the underlying connection's. Write and Close are safe to
 // call from several goroutines.
 type Conn struct {
 	net.Conn
+	timeout time.Duration // Config.WriteTimeout
 
 	// out is held across each write to the underlying connection, so that
 	// batches leave in the order their bytes came.
@@ -55,10 +70,11 @@ type Conn struct {
 	scheduled bool    // a batch's goroutine is on its way
 	err       error   // the first failed write's: every later Write fails with it
 	closed    bool
+	closeBy   time.Time // once closed: the deadline of the last writes
 }
 
 // NewConn returns c with its writes batched.
-func NewConn(c net.Conn) *Conn { return &Conn{Conn: c} }
+func NewConn(c net.Conn, cfg Config) *Conn { return &Conn{Conn: c, timeout: cfg.WriteTimeout} }
 
 // bufs holds the buffers of pending bytes, so that an idle connection
 // keeps none.
@@ -105,6 +121,10 @@ func (c *Conn) writeThrough(p []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if err := c.bound(); err != nil {
+		c.fail(err)
+		return 0, err
+	}
 	n, err := c.Conn.Write(p)
 	if err != nil {
 		c.fail(err)
@@ -134,8 +154,9 @@ func (c *Conn) Close() error {
 		return net.ErrClosed
 	}
 	c.closed = true
+	c.closeBy = time.Now().Add(closeFlushTimeout)
 	c.mu.Unlock()
-	_ = c.Conn.SetWriteDeadline(time.Now().Add(closeFlushTimeout))
+	_ = c.Conn.SetWriteDeadline(c.closeBy)
 	c.out.Lock()
 	c.mu.Lock()
 	b := c.take()
@@ -158,11 +179,30 @@ func (c *Conn) send(b *[]byte) error {
 	if err != nil {
 		return err
 	}
+	if err := c.bound(); err != nil {
+		c.fail(err)
+		return err
+	}
 	if _, err := c.Conn.Write(*b); err != nil {
 		c.fail(err)
 		return err
 	}
 	return nil
+}
+
+// bound sets the deadline of the write about to be made: Close's, once
+// closed, or WriteTimeout from now. The caller holds c.out.
+func (c *Conn) bound() error {
+	c.mu.Lock()
+	by := c.closeBy
+	c.mu.Unlock()
+	if by.IsZero() {
+		if c.timeout <= 0 {
+			return nil
+		}
+		by = time.Now().Add(c.timeout)
+	}
+	return c.Conn.SetWriteDeadline(by)
 }
 
 func (c *Conn) fail(err error) {

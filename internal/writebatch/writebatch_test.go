@@ -53,7 +53,7 @@ func readAll(c net.Conn) <-chan []byte {
 func TestBytesLeaveInOrder(t *testing.T) {
 	client, server := tcpPair(t)
 	got := readAll(client)
-	w := NewConn(server)
+	w := NewConn(server, Config{})
 	rng := rand.New(rand.NewPCG(1, 2))
 	var want bytes.Buffer
 	for i := range 2000 {
@@ -80,7 +80,7 @@ func TestBytesLeaveInOrder(t *testing.T) {
 func TestConcurrentWritesStayWhole(t *testing.T) {
 	client, server := tcpPair(t)
 	got := readAll(client)
-	w := NewConn(server)
+	w := NewConn(server, Config{})
 	const writers, each = 8, 500
 	var wg sync.WaitGroup
 	for g := range writers {
@@ -160,7 +160,7 @@ func (g *gatedConn) written() []string {
 // sent leaves in the next one, in one write.
 func TestWritesGatherWhileABatchIsOut(t *testing.T) {
 	g := newGatedConn()
-	w := NewConn(g)
+	w := NewConn(g, Config{})
 	w.Write([]byte("a"))
 	if p := <-g.entered; string(p) != "a" {
 		t.Fatalf("first batch %q", p)
@@ -189,7 +189,7 @@ func TestWritesGatherWhileABatchIsOut(t *testing.T) {
 // not return until the batch ahead has left and it has sent its own.
 func TestFullBatchHoldsTheWriter(t *testing.T) {
 	g := newGatedConn()
-	w := NewConn(g)
+	w := NewConn(g, Config{})
 	w.Write([]byte("a"))
 	<-g.entered // the first batch is out, held
 	fill := bytes.Repeat([]byte("f"), MaxPending)
@@ -230,7 +230,7 @@ func TestFullBatchHoldsTheWriter(t *testing.T) {
 // with its error; after Close, with net.ErrClosed.
 func TestFailureIsKept(t *testing.T) {
 	g := newGatedConn()
-	w := NewConn(g)
+	w := NewConn(g, Config{})
 	w.Write([]byte("a"))
 	<-g.entered
 	broken := errors.New("broken pipe")
@@ -261,7 +261,7 @@ func TestFailureIsKept(t *testing.T) {
 		t.Fatalf("second Close: %v, want net.ErrClosed", err)
 	}
 
-	w = NewConn(newGatedConn())
+	w = NewConn(newGatedConn(), Config{})
 	w.Close()
 	if _, err := w.Write([]byte("d")); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("Write after Close: %v, want net.ErrClosed", err)
@@ -275,7 +275,7 @@ func TestCloseSendsWhatIsPending(t *testing.T) {
 	for i := range 200 {
 		client, server := tcpPair(t)
 		got := readAll(client)
-		w := NewConn(server)
+		w := NewConn(server, Config{})
 		w.Write([]byte("response;"))
 		w.Write([]byte("goaway"))
 		if err := w.Close(); err != nil {
@@ -312,7 +312,7 @@ func fillUntilHeld(t *testing.T, w *Conn) {
 // writer until the write deadline, which then fails the Write.
 func TestWriteDeadlineBoundsAHeldWrite(t *testing.T) {
 	_, server := tcpPair(t) // the client never reads
-	w := NewConn(server)
+	w := NewConn(server, Config{})
 	fillUntilHeld(t, w) // one Write is still held by the full socket
 	if err := w.SetWriteDeadline(time.Now().Add(100 * time.Millisecond)); err != nil {
 		t.Fatal(err)
@@ -334,7 +334,7 @@ func TestCloseGivesUpOnAPeerThatDoesNotRead(t *testing.T) {
 	defer func(d time.Duration) { closeFlushTimeout = d }(closeFlushTimeout)
 	closeFlushTimeout = 100 * time.Millisecond
 	client, server := tcpPair(t)
-	w := NewConn(server)
+	w := NewConn(server, Config{})
 	fillUntilHeld(t, w)
 	closed := make(chan error, 1)
 	go func() { closed <- w.Close() }()
@@ -347,5 +347,37 @@ func TestCloseGivesUpOnAPeerThatDoesNotRead(t *testing.T) {
 	client.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.Copy(io.Discard, client); err != nil {
 		t.Fatalf("the peer's reading ended with %v, want the end of the stream", err)
+	}
+}
+
+// TestWriteTimeoutEndsAStalledPeer: with Config.WriteTimeout and no
+// deadline of the writer's own, a peer that stops reading fails the
+// writes within about that time, though each Write returned at once.
+func TestWriteTimeoutEndsAStalledPeer(t *testing.T) {
+	_, server := tcpPair(t) // the client never reads
+	w := NewConn(server, Config{WriteTimeout: 100 * time.Millisecond})
+	chunk := make([]byte, 16<<10)
+	start := time.Now()
+	var err error
+	for range 4096 { // 64 MiB at most
+		done := make(chan error, 1)
+		go func() { _, err := w.Write(chunk); done <- err }()
+		select {
+		case err = <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a Write is held past ten times the write timeout")
+		}
+		if err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("writing to a peer that does not read: %v, want os.ErrDeadlineExceeded", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the stall was found after %v", took)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
