@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -188,20 +189,7 @@ func TestSendTimeoutEndsStalledHTTP2Stream(t *testing.T) {
 }
 
 func testSendTimeoutEndsStalledHTTP2Stream(t *testing.T) {
-	certFile, keyFile, pool := selfSigned(t)
-	d := startDaemon(t, `
-admin: {listen: "127.0.0.1:0"}
-listeners:
-  - name: tls
-    protocol: https
-    listen: "127.0.0.1:0"
-    send_timeout: 1s
-    tls: {cert_file: "`+certFile+`", key_file: "`+keyFile+`"}
-    routes:
-      - name: big
-        upstreams: ["{{backend}}"]
-        limit: {permits: 1}
-`)
+	d, pool := startSendTimeoutH2(t)
 	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}, Timeout: waitLimit}
 	conn, err := tls.DialWithDialer(dialer, "tcp", d.srv.Addr("tls").String(),
 		&tls.Config{RootCAs: pool, NextProtos: []string{"h2"}})
@@ -253,18 +241,7 @@ func TestSendTimeoutSparesSlowHTTP2Readers(t *testing.T) {
 }
 
 func testSendTimeoutSparesSlowHTTP2Readers(t *testing.T) {
-	certFile, keyFile, pool := selfSigned(t)
-	d := startDaemon(t, `
-admin: {listen: "127.0.0.1:0"}
-listeners:
-  - name: tls
-    protocol: https
-    listen: "127.0.0.1:0"
-    send_timeout: 1s
-    tls: {cert_file: "`+certFile+`", key_file: "`+keyFile+`"}
-    routes:
-      - upstreams: ["{{backend}}"]
-`)
+	d, pool := startSendTimeoutH2(t)
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}
 	defer tr.CloseIdleConnections()
 	resp, err := (&http.Client{Transport: tr}).Get("https://" + d.srv.Addr("tls").String() + "/big")
@@ -283,4 +260,25 @@ listeners:
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// startSendTimeoutH2 starts the daemon of the HTTP/2 send_timeout tests: an
+// https listener "tls" with a send_timeout of 1s and one route, "big", of
+// one permit. It returns the pool that trusts the listener's certificate.
+func startSendTimeoutH2(t *testing.T) (*testDaemon, *x509.CertPool) {
+	certFile, keyFile, pool := selfSigned(t)
+	d := startDaemon(t, `
+admin: {listen: "127.0.0.1:0"}
+listeners:
+  - name: tls
+    protocol: https
+    listen: "127.0.0.1:0"
+    send_timeout: 1s
+    tls: {cert_file: "`+certFile+`", key_file: "`+keyFile+`"}
+    routes:
+      - name: big
+        upstreams: ["{{backend}}"]
+        limit: {permits: 1}
+`)
+	return d, pool
 }
