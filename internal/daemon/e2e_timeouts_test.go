@@ -37,20 +37,7 @@ listeners:
 `)
 	c := dialFrom(t, "127.0.0.2", d.srv.Addr("web").String())
 	fmt.Fprint(c, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
-	d.waitFor("the exchange to hold its permit", func() bool { return d.route("web", "big").Limit.Totals.InUse == 1 })
-	start := time.Now()
-	select {
-	case err := <-d.backend.bigEnded:
-		if err == nil {
-			t.Fatal("the whole endless body was sent to a client that reads nothing")
-		}
-	case <-time.After(waitLimit):
-		t.Fatal("the stalled exchange was not ended")
-	}
-	d.waitFor("the permit to come back", func() bool { return d.route("web", "big").Limit.Totals.InUse == 0 })
-	if waited := time.Since(start); waited > 5*time.Second {
-		t.Errorf("the stalled exchange ended after %v, want about send_timeout (1s)", waited)
-	}
+	checkStalledExchangeEnds(t, d, "web")
 	if st, _, _ := get(t, d.client("127.0.0.2"), d.url("web", "/")); st != http.StatusOK {
 		t.Errorf("next request of the client: %d, want 200", st)
 	}
@@ -217,20 +204,7 @@ func testSendTimeoutEndsStalledHTTP2Stream(t *testing.T) {
 		t.Fatal(err)
 	}
 	// From here on the client reads nothing.
-	d.waitFor("the stream to hold its permit", func() bool { return d.route("tls", "big").Limit.Totals.InUse == 1 })
-	start := time.Now()
-	select {
-	case err := <-d.backend.bigEnded:
-		if err == nil {
-			t.Fatal("the whole endless body was sent to a client that reads nothing")
-		}
-	case <-time.After(waitLimit):
-		t.Fatal("the stalled stream's exchange was not ended")
-	}
-	d.waitFor("the permit to come back", func() bool { return d.route("tls", "big").Limit.Totals.InUse == 0 })
-	if waited := time.Since(start); waited > 5*time.Second {
-		t.Errorf("the stalled stream's exchange ended after %v, want about send_timeout (1s)", waited)
-	}
+	checkStalledExchangeEnds(t, d, "tls")
 }
 
 // TestSendTimeoutSparesSlowHTTP2Readers reads a large body over HTTP/2
@@ -281,4 +255,26 @@ listeners:
         limit: {permits: 1}
 `)
 	return d, pool
+}
+
+// checkStalledExchangeEnds waits for the exchange of listener's route
+// "big", whose client reads nothing, to hold its permit, and checks that
+// within about send_timeout (1s) the upstream's endless body is cut off
+// and the permit comes back.
+func checkStalledExchangeEnds(t *testing.T, d *testDaemon, listener string) {
+	t.Helper()
+	d.waitFor("the exchange to hold its permit", func() bool { return d.route(listener, "big").Limit.Totals.InUse == 1 })
+	start := time.Now()
+	select {
+	case err := <-d.backend.bigEnded:
+		if err == nil {
+			t.Fatal("the whole endless body was sent to a client that reads nothing")
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("the stalled exchange was not ended")
+	}
+	d.waitFor("the permit to come back", func() bool { return d.route(listener, "big").Limit.Totals.InUse == 0 })
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Errorf("the stalled exchange ended after %v, want about send_timeout (1s)", waited)
+	}
 }
